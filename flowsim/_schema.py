@@ -1,0 +1,623 @@
+"""Declarative validation of TOML-shaped data: spec objects and the error they raise.
+
+This module knows nothing about flowsim's scenarios; `flowsim.scenario` builds its schema
+from the spec classes here.  Every spec has one job: take a raw TOML value, return its
+normalised form (defaults filled, ints widened to floats, paths made absolute), or raise a
+`ScenarioError` whose message names the file, the dotted key, the offending value and
+what is allowed.  Pure Python: no numpy, no jax.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import difflib
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+
+class ScenarioError(ValueError):
+    """A bad scenario or solver file, reported before any computation.
+
+    The message is complete on its own (file, dotted key, value, what is allowed); the
+    attributes let callers (the CLI, tests) pick the parts apart.
+    """
+
+    def __init__(self, message: str, *, file: str, key: str | None = None,
+                 value: Any = None, allowed: str = ""):
+        super().__init__(message)
+        self.file = file
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+
+
+class _Marker:
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: The key must be given.
+REQUIRED = _Marker("REQUIRED")
+#: The key is optional and, when left out, stays out of the resolved form.
+ABSENT = _Marker("ABSENT")
+
+
+# --------------------------------------------------------------------------------------
+# Rendering values the way the user wrote them (TOML inline syntax)
+# --------------------------------------------------------------------------------------
+
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_key(key: str) -> str:
+    """A TOML key, quoted only when it is not a bare key."""
+    return key if _BARE_KEY.match(key) else toml_string(key)
+
+
+def toml_string(s: str) -> str:
+    """A TOML basic string; control characters are escaped so the result always parses."""
+    out = ['"']
+    for ch in s:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def toml_value(v: Any) -> str:
+    """Render a TOML value inline: `{kind="asymmetric", gamma=2.0}`, `[1, 2]`, `nan`.
+
+    Used for error messages, sweep labels and for writing a resolved scenario back out.
+    """
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "nan"
+        if math.isinf(v):
+            return "inf" if v > 0 else "-inf"
+        return repr(v)
+    if isinstance(v, str):
+        return toml_string(v)
+    if isinstance(v, Mapping):
+        return "{" + ", ".join(f"{toml_key(str(k))}={toml_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
+        return v.isoformat()
+    return repr(v)
+
+
+def show(v: Any, limit: int = 160) -> str:
+    """`toml_value`, shortened for an error message."""
+    text = toml_value(v)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def type_name(v: Any) -> str:
+    """The TOML name of a value's type, for 'has the wrong type (string)'."""
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int):
+        return "integer"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, Mapping):
+        return "table"
+    if isinstance(v, (list, tuple)):
+        return "array"
+    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
+        return "date/time"
+    return type(v).__name__
+
+
+def num(x: float) -> str:
+    """A bound in an 'allowed' text: 0 rather than 0.0, 1e-09 as written."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return repr(x)
+
+
+def did_you_mean(word: str, choices) -> str | None:
+    """The closest allowed spelling of a misspelt key or value, if any is close."""
+    found = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return found[0] if found else None
+
+
+# --------------------------------------------------------------------------------------
+# Where a value is being checked, and how failures are worded
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """The location of a check: which file, which sweep point, where relative paths start.
+
+    `origins` maps dotted keys set by `--set` to their option text, so that an error in
+    an overridden value names `--set` rather than the scenario file.
+    """
+
+    file: str
+    base_dir: Path
+    where: str = ""
+    stem: str = "scenario"
+    origins: Mapping[str, str] = field(default_factory=dict)
+
+    def with_where(self, where: str) -> Ctx:
+        return replace(self, where=where)
+
+    def _file_for(self, key: str | None) -> str:
+        if key:
+            for k in self.origins:
+                if key == k or key.startswith(k + ".") or key.startswith(k + "["):
+                    return "--set"
+        return self.file
+
+    def error(self, body: str, *, key: str | None, value: Any = None,
+              allowed: str = "") -> ScenarioError:
+        file = self._file_for(key)
+        return ScenarioError(f"{file}: {self.where}{body}", file=file, key=key,
+                             value=value, allowed=allowed)
+
+    def bad(self, key: str, value: Any, problem: str, allowed: str, hint: str = "") -> ScenarioError:
+        """`key \\`k\\` = v <problem>[; hint]; allowed: <allowed>`."""
+        hint = f" ({hint})" if hint else ""
+        return self.error(f"key `{key}` = {show(value)} {problem}{hint}; allowed: {allowed}",
+                          key=key, value=value, allowed=allowed)
+
+    def wrong_type(self, key: str, value: Any, allowed: str) -> ScenarioError:
+        return self.bad(key, value, f"has the wrong type ({type_name(value)})", allowed)
+
+    def missing(self, key: str, allowed: str) -> ScenarioError:
+        return self.error(f"missing required key `{key}`; allowed: {allowed}",
+                          key=key, allowed=allowed)
+
+    def unknown(self, key: str, name: str, allowed_names, table: str,
+                note: str = "") -> ScenarioError:
+        names = sorted(allowed_names)
+        guess = did_you_mean(name, names)
+        mean = f"; did you mean `{guess}`?" if guess else ";"
+        note = f" ({note})" if note else ""
+        allowed = ", ".join(names)
+        return self.error(f"unknown key `{key}`{note}{mean} allowed keys in {table}: {allowed}",
+                          key=key, allowed=allowed)
+
+
+def join(key: str, name: str) -> str:
+    """Dotted key of a child; the top level has the empty key."""
+    return f"{key}.{name}" if key else name
+
+
+# --------------------------------------------------------------------------------------
+# Spec objects
+# --------------------------------------------------------------------------------------
+
+
+class Spec:
+    """A validator for one value.  `default` is REQUIRED, ABSENT, a value or a callable(ctx)."""
+
+    default: Any = REQUIRED
+
+    def check(self, value: Any, key: str, ctx: Ctx) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def allowed(self) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def accepts_type(self, value: Any) -> bool:
+        """Whether `value` has a type this spec validates (used by OneOf to pick a branch)."""
+        return True
+
+    def children(self) -> Mapping[str, Spec]:
+        """The sub-keys this spec knows, for checking dotted keys of `--set` and [sweep]."""
+        return {}
+
+
+def is_int(v: Any) -> bool:
+    # bool is a subclass of int in Python; in a scenario `true` is never a number.
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    return is_int(v) or isinstance(v, float)
+
+
+def _range_text(noun: str, lo, hi, lo_open: bool, hi_open: bool) -> str:
+    if lo is not None and hi is not None:
+        return f"{noun} in {'(' if lo_open else '['}{num(lo)}, {num(hi)}{')' if hi_open else ']'}"
+    if lo is not None:
+        return f"{noun} {'>' if lo_open else '>='} {num(lo)}"
+    if hi is not None:
+        return f"{noun} {'<' if hi_open else '<='} {num(hi)}"
+    return noun
+
+
+def _in_range(x, lo, hi, lo_open, hi_open) -> bool:
+    if lo is not None and (x < lo or (lo_open and x == lo)):
+        return False
+    if hi is not None and (x > hi or (hi_open and x == hi)):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Int(Spec):
+    """An integer (not a bool, not a float) in a closed range."""
+
+    lo: int | None = None
+    hi: int | None = None
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        return _range_text("an integer", self.lo, self.hi, False, False)
+
+    def accepts_type(self, value):
+        return is_int(value)
+
+    def check(self, value, key, ctx):
+        if not is_int(value):
+            raise ctx.wrong_type(key, value, self.allowed())
+        if not _in_range(value, self.lo, self.hi, False, False):
+            raise ctx.bad(key, value, "is out of range", self.allowed())
+        return int(value)
+
+
+@dataclass(frozen=True)
+class Float(Spec):
+    """A finite number; integers are accepted and widened to float."""
+
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    hi_open: bool = False
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        return _range_text("a finite number", self.lo, self.hi, self.lo_open, self.hi_open) \
+            if self.lo is None and self.hi is None else \
+            _range_text("a number", self.lo, self.hi, self.lo_open, self.hi_open)
+
+    def accepts_type(self, value):
+        return is_number(value)
+
+    def check(self, value, key, ctx):
+        if not is_number(value):
+            raise ctx.wrong_type(key, value, self.allowed())
+        try:
+            x = float(value)
+        except OverflowError:  # a TOML integer beyond the float range
+            raise ctx.bad(key, value, "is too large", self.allowed()) from None
+        if not math.isfinite(x):
+            raise ctx.bad(key, value, "is not a finite number", self.allowed())
+        if not _in_range(x, self.lo, self.hi, self.lo_open, self.hi_open):
+            raise ctx.bad(key, value, "is out of range", self.allowed())
+        return x
+
+
+@dataclass(frozen=True)
+class Str(Spec):
+    """A string, optionally one of a fixed list (checked with a did-you-mean)."""
+
+    choices: tuple[str, ...] | None = None
+    nonempty: bool = False
+    note: str = ""  # extra words for an enum error, e.g. what is planned but not yet there
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        if self.choices is not None:
+            return "one of " + ", ".join(toml_string(c) for c in self.choices)
+        return "a non-empty string" if self.nonempty else "a string"
+
+    def accepts_type(self, value):
+        return isinstance(value, str)
+
+    def check(self, value, key, ctx):
+        if not isinstance(value, str):
+            raise ctx.wrong_type(key, value, self.allowed())
+        if self.nonempty and not value.strip():
+            raise ctx.bad(key, value, "is empty", self.allowed())
+        if self.choices is not None and value not in self.choices:
+            guess = did_you_mean(value, self.choices)
+            hints = [f"did you mean {toml_string(guess)}?"] if guess else []
+            if self.note:
+                hints.append(self.note)
+            raise ctx.bad(key, value, "is not an allowed value", self.allowed(), "; ".join(hints))
+        return value
+
+
+@dataclass(frozen=True)
+class Bool(Spec):
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        return "true or false"
+
+    def accepts_type(self, value):
+        return isinstance(value, bool)
+
+    def check(self, value, key, ctx):
+        if not isinstance(value, bool):
+            raise ctx.wrong_type(key, value, self.allowed())
+        return value
+
+
+def resolve_path(text: str, base_dir: Path) -> Path | None:
+    """`text` made absolute against `base_dir`; None when the OS cannot even name it."""
+    try:
+        p = Path(text).expanduser()
+        if not p.is_absolute():
+            p = base_dir / p
+        return p.resolve()
+    except (OSError, ValueError, RuntimeError):  # NUL bytes, unknown ~user, loops
+        return None
+
+
+def is_file(p: Path | None) -> bool:
+    try:
+        return p is not None and p.is_file()
+    except (OSError, ValueError):  # e.g. a name too long for the file system
+        return False
+
+
+@dataclass(frozen=True)
+class FilePath(Spec):
+    """A path to an existing file, relative to the scenario's folder; returned absolute.
+
+    With `empty_ok`, the empty string means 'no file' and is kept as "".
+    """
+
+    empty_ok: bool = False
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        base = "a path to an existing file (relative paths start at the scenario's folder)"
+        return base + (', or "" for none' if self.empty_ok else "")
+
+    def accepts_type(self, value):
+        return isinstance(value, str)
+
+    def check(self, value, key, ctx):
+        if not isinstance(value, str):
+            raise ctx.wrong_type(key, value, self.allowed())
+        if value == "" and self.empty_ok:
+            return ""
+        p = resolve_path(value, ctx.base_dir)
+        if not is_file(p):
+            where = p if p is not None else value
+            raise ctx.bad(key, value, f"is not an existing file (looked for {where})",
+                          self.allowed())
+        return str(p)
+
+
+@dataclass(frozen=True)
+class ListOf(Spec):
+    item: Spec = None  # type: ignore[assignment]
+    nonempty: bool = False
+    distinct: bool = False
+    max_len: int | None = None
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        words = ["a"]
+        if self.nonempty:
+            words.append("non-empty")
+        words.append("list")
+        if self.distinct:
+            words.append("of distinct items, each")
+        else:
+            words.append("of")
+        return " ".join(words) + " " + self.item.allowed()
+
+    def accepts_type(self, value):
+        return isinstance(value, list)
+
+    def children(self):
+        return {}
+
+    def check(self, value, key, ctx):
+        if not isinstance(value, list):
+            raise ctx.wrong_type(key, value, self.allowed())
+        if self.nonempty and not value:
+            raise ctx.bad(key, value, "is empty", self.allowed())
+        if self.max_len is not None and len(value) > self.max_len:
+            raise ctx.bad(key, value, f"has {len(value)} items, too many",
+                          f"{self.allowed()}, at most {self.max_len} items")
+        out = []
+        for i, v in enumerate(value):
+            x = self.item.check(v, f"{key}[{i}]", ctx)
+            if self.distinct and x in out:
+                raise ctx.bad(key, value, f"lists {show(v)} twice", self.allowed())
+            out.append(x)
+        return out
+
+
+@dataclass(frozen=True)
+class OneOf(Spec):
+    """One of several specs, chosen by the value's type (so errors come from the right one)."""
+
+    options: tuple[Spec, ...] = ()
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        return " or ".join(o.allowed() for o in self.options)
+
+    def accepts_type(self, value):
+        return any(o.accepts_type(value) for o in self.options)
+
+    def children(self):
+        out: dict[str, Spec] = {}
+        for o in self.options:
+            out.update(o.children())
+        return out
+
+    def check(self, value, key, ctx):
+        for o in self.options:
+            if o.accepts_type(value):
+                try:
+                    return o.check(value, key, ctx)
+                except ScenarioError as e:
+                    raise _widen(e, key, self.allowed()) from None
+        raise ctx.wrong_type(key, value, self.allowed())
+
+
+def _widen(e: ScenarioError, key: str, allowed: str) -> ScenarioError:
+    """An error about the value itself (not an item inside it) lists every option's form."""
+    msg = str(e)
+    tail = f"; allowed: {e.allowed}"
+    if e.key != key or not msg.endswith(tail):
+        return e
+    return ScenarioError(msg[: -len(tail)] + f"; allowed: {allowed}", file=e.file, key=e.key,
+                         value=e.value, allowed=allowed)
+
+
+Rule = Callable[[dict, str, Ctx], None]
+
+
+def _default_value(spec: Spec, ctx: Ctx) -> Any:
+    d = spec.default
+    return d(ctx) if callable(d) and not isinstance(d, _Marker) else copy.deepcopy(d)
+
+
+def _table_name(key: str) -> str:
+    return f"[{key}]" if key else "the top level"
+
+
+@dataclass(frozen=True)
+class Table(Spec):
+    """A table with a fixed set of keys, each with its own spec; `rules` see the result.
+
+    Keys come out in schema order, so resolved forms read the same every time.
+    """
+
+    fields: Mapping[str, Spec] = field(default_factory=dict)
+    rules: tuple[Rule, ...] = ()
+    default: Any = field(default_factory=dict)
+    what: str = "a table"
+
+    def allowed(self) -> str:
+        return self.what
+
+    def accepts_type(self, value):
+        return isinstance(value, Mapping)
+
+    def children(self):
+        return self.fields
+
+    def check(self, value, key, ctx, *, context: str = "", elsewhere=frozenset()):
+        """`context` qualifies the key list ('for kind = "uci"'); `elsewhere` are keys
+        valid for another kind, reported as such rather than as misspellings."""
+        if not isinstance(value, Mapping):
+            raise ctx.wrong_type(key, value, self.allowed())
+        for name in value:
+            if name not in self.fields:
+                table = _table_name(key) + context
+                note = "it belongs to another kind" if name in elsewhere else ""
+                raise ctx.unknown(join(key, name), name, self.fields, table, note)
+        out = {}
+        for name, spec in self.fields.items():
+            k = join(key, name)
+            if name in value:
+                out[name] = spec.check(value[name], k, ctx)
+            elif spec.default is REQUIRED:
+                raise ctx.missing(k, spec.allowed())
+            elif spec.default is not ABSENT:
+                out[name] = spec.check(_default_value(spec, ctx), k, ctx)
+        for rule in self.rules:
+            rule(out, key, ctx)
+        return out
+
+
+@dataclass(frozen=True)
+class Tagged(Spec):
+    """A table whose allowed keys depend on a tag (`kind`): common keys plus per-kind keys."""
+
+    variants: Mapping[str, Mapping[str, Spec]] = field(default_factory=dict)
+    common: Mapping[str, Spec] = field(default_factory=dict)
+    tag: str = "kind"
+    tag_default: Any = REQUIRED
+    tag_note: str = ""
+    rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
+    default: Any = field(default_factory=dict)
+
+    def tag_spec(self) -> Str:
+        return Str(choices=tuple(self.variants), note=self.tag_note, default=self.tag_default)
+
+    def allowed(self) -> str:
+        return f"a table with `{self.tag}` = " + self.tag_spec().allowed().removeprefix("one of ")
+
+    def accepts_type(self, value):
+        return isinstance(value, Mapping)
+
+    def keys_for(self, kind: str) -> set[str]:
+        return {self.tag, *self.common, *self.variants[kind]}
+
+    def children(self):
+        out: dict[str, Spec] = {self.tag: self.tag_spec(), **self.common}
+        for fields in self.variants.values():
+            out.update(fields)
+        return out
+
+    def check(self, value, key, ctx):
+        if not isinstance(value, Mapping):
+            raise ctx.wrong_type(key, value, self.allowed())
+        spec = self.tag_spec()
+        if self.tag in value:
+            kind = spec.check(value[self.tag], join(key, self.tag), ctx)
+        elif self.tag_default is REQUIRED:
+            raise ctx.missing(join(key, self.tag), spec.allowed())
+        else:
+            kind = self.tag_default
+        fields = {self.tag: spec, **self.common, **self.variants[kind]}
+        table = Table(fields=fields, rules=self.rules.get(kind, ()))
+        elsewhere = set(self.children()) - set(fields)
+        return table.check({self.tag: kind, **value}, key, ctx,
+                           context=f" for {self.tag} = {toml_string(kind)}", elsewhere=elsewhere)
+
+
+@dataclass(frozen=True)
+class Custom(Spec):
+    """A spec given by a function, for the few shapes the classes above do not cover."""
+
+    fn: Callable[[Any, str, Ctx], Any] = None  # type: ignore[assignment]
+    text: str = ""
+    kids: Mapping[str, Spec] = field(default_factory=dict)
+    types: tuple[type, ...] = (object,)
+    default: Any = REQUIRED
+
+    def allowed(self) -> str:
+        return self.text
+
+    def accepts_type(self, value):
+        return isinstance(value, self.types)
+
+    def children(self):
+        return self.kids
+
+    def check(self, value, key, ctx):
+        return self.fn(value, key, ctx)
+
+
+def lookup(spec: Spec, parts: list[str]) -> Spec | None:
+    """The spec a dotted key names inside `spec`, or None when the schema has no such key."""
+    for part in parts:
+        kids = spec.children()
+        if part not in kids:
+            return None
+        spec = kids[part]
+    return spec

@@ -1,0 +1,540 @@
+"""Datasets as plain numpy float64 arrays: the papers' synthetic generators and file loaders.
+
+`make_dataset(cfg, seed)` turns the resolved `[data]` table of a scenario into a `Dataset`.
+Every kind returns `y` as a 2-D array: one column for regression, one-hot columns for
+classification. Nothing here imports JAX, so data can be made and inspected without it.
+
+Synthetic kinds (all draws from `np.random.default_rng(seed)`, training set first, then the
+test set from the same distribution):
+
+- `sphere-sine`       Caron et al. §6.1 / §8.1.1
+- `single-relu`       Caron et al. §8.1.2 (journal version)
+- `random-labels`     Chen, Vanden-Eijnden & Bruna, experiment 1
+- `xor-noise`         Chen et al., experiment 3
+- `quadratic-teacher` Chen et al., experiment 2
+
+File kinds: `uci` (the shipped regression CSVs), `digits` (shipped UCI optdigits), `csv` (a
+user CSV with a header row), `npz` (a user archive of arrays). `load_idx` reads the IDX
+binary format of MNIST.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import math
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+# Target column of each shipped regression CSV (the one Caron et al. use), and columns that
+# are neither input nor target: energy.csv's second target Y2 must not leak into the inputs.
+UCI_TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "concrete": ("compressive_strength", ()),
+    "energy": ("heating_load", ("cooling_load",)),
+    "airfoil": ("scaled_sound_pressure_level", ()),
+    "plant": ("net_hourly_electrical_energy_output", ()),
+}
+
+DIGITS_FILES = ("optdigits_train.csv", "optdigits_test.csv")
+DIGITS_CLASSES = 10
+DIGITS_MAX_PIXEL = 16.0  # each optdigits pixel counts the "on" bits of a 4×4 block
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Training and test arrays, all float64; `y` is always 2-D (n, k).
+
+    `classes` is 0 for regression (k target columns) and the number of classes for
+    classification (`y` one-hot, k = classes). `extra` holds other named arrays worth
+    archiving: a validation split, teacher weights, standardisation statistics.
+    """
+
+    X_train: np.ndarray
+    y_train: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    classes: int
+    extra: dict = field(default_factory=dict)
+
+
+class DataError(ValueError):
+    """Bad data input; the message names the file or the `[data]` key and what is wrong."""
+
+
+def make_dataset(cfg: dict, seed: int) -> Dataset:
+    """The dataset described by a resolved `[data]` table; `seed` seeds the data RNG."""
+    kind = cfg.get("kind")
+    maker = _MAKERS.get(kind)
+    if maker is None:
+        raise DataError(f"[data] kind {kind!r} is unknown; allowed: {', '.join(_MAKERS)}")
+    return maker(cfg, np.random.default_rng(seed))
+
+
+# ----------------------------------------------------------------------------- cfg access
+
+
+def _get(cfg: dict, key: str):
+    try:
+        return cfg[key]
+    except KeyError:
+        raise DataError(f"[data] key {key!r} is missing (kind {cfg.get('kind')!r})") from None
+
+
+def _count(cfg: dict, key: str, minimum: int = 0) -> int:
+    value = _get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
+        raise DataError(f"[data] {key} = {value!r}: expected an integer >= {minimum}")
+    return int(value)
+
+
+def _real(cfg: dict, key: str, minimum: float = -math.inf) -> float:
+    value = _get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
+        raise DataError(f"[data] {key} = {value!r}: expected a number >= {minimum}")
+    return float(value)
+
+
+# ----------------------------------------------------------------------- synthetic kinds
+
+Sampler = Callable[[int], tuple[np.ndarray, np.ndarray]]
+
+
+def _synthetic(draw: Sampler, n: int, n_test: int, extra: dict | None = None) -> Dataset:
+    """Training set then test set from one sampler (so the RNG order is fixed)."""
+    X_train, y_train = draw(n)
+    X_test, y_test = draw(n_test)
+    return Dataset(X_train, y_train[:, None], X_test, y_test[:, None], 0, extra or {})
+
+
+def sphere(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) -> np.ndarray:
+    """n points uniform on the sphere of `radius` in R^d: normalised standard Gaussians."""
+    g = rng.standard_normal((n, d))
+    return radius * g / np.linalg.norm(g, axis=1, keepdims=True)
+
+
+def sphere_sine_target(X: np.ndarray) -> np.ndarray:
+    """Noise-free Caron §6.1 target: (5/d) Σ_k sin(π x_k), one value per row."""
+    return 5.0 / X.shape[1] * np.sin(np.pi * X).sum(axis=1)
+
+
+def _sphere_sine(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """Caron et al. §6.1: x uniform on S^{d-1}, y = (5/d) Σ_k sin(π x_k) + ε, ε ~ N(0, noise²)."""
+    d, noise = _count(cfg, "d", 1), _real(cfg, "noise", 0.0)
+
+    def draw(count: int):
+        X = sphere(rng, count, d)
+        return X, sphere_sine_target(X) + noise * rng.standard_normal(count)
+
+    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"))
+
+
+def _single_relu(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """Caron et al. §8.1.2: a single-ReLU teacher, y = relu(⟨w*, x⟩) + noise·ε.
+
+    The formula is lost in the available text of the paper; this is our reading. w* is
+    uniform on the unit sphere S^{d-1}; x is uniform on the sphere of radius sqrt(d), so that
+    ⟨w*, x⟩ has variance 1 whatever d (the same O(1) pre-activation scale as the student's
+    w·x/sqrt(d) with w ~ N(0, I_d)). w* is returned as extra["teacher_w"].
+    """
+    d, noise = _count(cfg, "d", 1), _real(cfg, "noise", 0.0)
+    w_star = sphere(rng, 1, d)[0]
+
+    def draw(count: int):
+        X = sphere(rng, count, d, math.sqrt(d))
+        return X, np.maximum(X @ w_star, 0.0) + noise * rng.standard_normal(count)
+
+    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"), {"teacher_w": w_star})
+
+
+def _random_labels(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """Chen et al. experiment 1: x ~ N(0, I_d), y ~ U[low, high] independent of x."""
+    d, low, high = _count(cfg, "d", 1), _real(cfg, "low"), _real(cfg, "high")
+    if not high > low:
+        raise DataError(f"[data] low = {low!r}, high = {high!r}: need low < high")
+
+    def draw(count: int):
+        return rng.standard_normal((count, d)), rng.uniform(low, high, count)
+
+    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"))
+
+
+# Chen et al. experiment 3: (x1, x2, y) for each of the four equally likely cases.
+_XOR_CASES = np.array([[1.0, 0.0, 1.0], [-1.0, 0.0, 1.0], [0.0, 1.0, -1.0], [0.0, -1.0, -1.0]])
+
+
+def _xor_noise(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """Chen et al. experiment 3: (x1, x2, y) = (±1, 0, +1) or (0, ±1, −1), each w.p. 1/4;
+    x3..xd ~ U[−1, 1] are noise coordinates."""
+    d = _count(cfg, "d", 2)
+
+    def draw(count: int):
+        case = _XOR_CASES[rng.integers(len(_XOR_CASES), size=count)]
+        X = rng.uniform(-1.0, 1.0, (count, d))
+        X[:, :2] = case[:, :2]
+        return X, case[:, 2].copy()
+
+    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"))
+
+
+def quadratic_features(X: np.ndarray) -> np.ndarray:
+    """φ(x) = vec(x xᵀ), row by row: (n, d) → (n, d²)."""
+    return (X[:, :, None] * X[:, None, :]).reshape(len(X), -1)
+
+
+def _quadratic_teacher(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """Chen et al. experiment 2: a quadratic-embedded ReLU teacher plus noise.
+
+    f*(x) = (1/m*) Σ_i c_i relu(h_i(x)),  h_i(x) = D^{-1/2} Σ_j W_ij φ_j(x),  φ(x) = vec(x xᵀ),
+    D = d², W_ij ~ N(0, 1), c_i = ±1 (Rademacher), m* = teacher_width; y = f*(x) + noise·ε.
+    The input law is not in the text; we take x uniform on the sphere of radius sqrt(d): then
+    |φ(x)|² = |x|⁴ = D, so every h_i(x) ~ N(0, 1) exactly over W, an O(1) teacher for all d.
+    Teacher arrays: extra["teacher_W"] (m*, D) and extra["teacher_c"] (m*,).
+    """
+    d, width = _count(cfg, "d", 1), _count(cfg, "teacher_width", 1)
+    noise = _real(cfg, "noise", 0.0)
+    W = rng.standard_normal((width, d * d))
+    c = rng.choice([-1.0, 1.0], size=width)
+
+    def draw(count: int):
+        X = sphere(rng, count, d, math.sqrt(d))
+        h = quadratic_features(X) @ W.T / d  # D^{-1/2} = 1/d
+        return X, np.maximum(h, 0.0) @ c / width + noise * rng.standard_normal(count)
+
+    extra = {"teacher_W": W, "teacher_c": c}
+    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"), extra)
+
+
+# ------------------------------------------------------------------------------ CSV files
+
+
+def read_csv(path: Path) -> tuple[list[str], np.ndarray]:
+    """Header names and the float64 table of a numeric CSV with one header row.
+
+    Blank lines are skipped. Every failure is a DataError naming the file and, for a bad
+    cell, its 1-based line number and column name.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = [(line, row) for line, row in enumerate(csv.reader(f), start=1) if row]
+    if not rows:
+        raise DataError(f"{path}: the file is empty")
+    header = [name.strip() for name in rows[0][1]]
+    if len(set(header)) != len(header):
+        raise DataError(f"{path}: repeated column names in the header {header}")
+    if len(rows) == 1:
+        raise DataError(f"{path}: a header row but no data rows")
+    table = np.empty((len(rows) - 1, len(header)))
+    for i, (line, row) in enumerate(rows[1:]):
+        if len(row) != len(header):
+            raise DataError(
+                f"{path}: line {line} has {len(row)} fields, the header has {len(header)}"
+            )
+        for j, cell in enumerate(row):
+            try:
+                table[i, j] = float(cell)
+            except ValueError:
+                raise DataError(
+                    f"{path}: line {line}, column {header[j]!r}: {cell!r} is not a number"
+                ) from None
+            if not math.isfinite(table[i, j]):
+                raise DataError(
+                    f"{path}: line {line}, column {header[j]!r}: {cell!r} is not finite"
+                )
+    return header, table
+
+
+def _columns(path: Path, header: list[str], names: list[str]) -> list[int]:
+    unknown = [name for name in names if name not in header]
+    if unknown:
+        raise DataError(
+            f"{path}: no column named {', '.join(map(repr, unknown))}; columns: {header}"
+        )
+    return [header.index(name) for name in names]
+
+
+def _split_sizes(n: int, fractions: tuple[float, ...]) -> list[int]:
+    """Sizes floor(f·n) for every fraction but the last, which takes the remainder."""
+    sizes = [math.floor(f * n) for f in fractions[:-1]]
+    return sizes + [n - sum(sizes)]
+
+
+def _scale(A: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column mean and population std (ddof 0); a constant column gets std 1 so that
+    standardising leaves it at 0 rather than dividing by zero."""
+    mean, std = A.mean(axis=0), A.std(axis=0)
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def _standardize(splits: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """Standardise every array named `<prefix>_*` with the `<prefix>_train` statistics;
+    returns the statistics as `<prefix>_mean` and `<prefix>_std`."""
+    mean, std = _scale(splits[f"{prefix}_train"])
+    for name in [name for name in splits if name.startswith(prefix + "_")]:
+        splits[name] = (splits[name] - mean) / std
+    return {f"{prefix}_mean": mean, f"{prefix}_std": std}
+
+
+def _uci(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """A shipped UCI regression CSV, split as in Caron et al. §8.2.1.
+
+    Rows are permuted by np.random.default_rng(permute_seed).permutation, then cut into
+    train, test and valid (in that order) with sizes floor(f_train·N), floor(f_test·N) and the
+    remainder. The split is the paper's fixed permutation, so the run seed (`rng`) is NOT
+    used: every seed of a scenario sees the same data. With `standardize`, X and y are
+    standardised with the training mean and (population) std, constant columns divided by 1;
+    the statistics and the valid split go to `extra`.
+    """
+    name = _get(cfg, "name")
+    if name not in UCI_TARGETS:
+        raise DataError(f"[data] name = {name!r} is unknown; allowed: {', '.join(UCI_TARGETS)}")
+    split = _get(cfg, "split")
+    try:
+        fractions = tuple(float(split[part]) for part in ("train", "test", "valid"))
+    except (KeyError, TypeError, ValueError):
+        raise DataError(
+            f"[data] split = {split!r}: expected {{train, test, valid}} fractions"
+        ) from None
+    if min(fractions) < 0 or abs(sum(fractions) - 1.0) > 1e-9:
+        raise DataError(f"[data] split = {split!r}: fractions must be >= 0 and sum to 1")
+
+    path = DATA_DIR / f"{name}.csv"
+    header, table = read_csv(path)
+    target, dropped = UCI_TARGETS[name]
+    (t,) = _columns(path, header, [target])
+    inputs = [j for j, col in enumerate(header) if col != target and col not in dropped]
+    table = table[np.random.default_rng(_count(cfg, "permute_seed")).permutation(len(table))]
+
+    n_train, n_test, _ = _split_sizes(len(table), fractions)
+    parts = {"train": table[:n_train], "test": table[n_train : n_train + n_test],
+             "valid": table[n_train + n_test :]}  # fmt: skip
+    splits = {f"X_{p}": rows[:, inputs] for p, rows in parts.items()}
+    splits |= {f"y_{p}": rows[:, [t]] for p, rows in parts.items()}
+    stats = (
+        _standardize(splits, "X") | _standardize(splits, "y") if _get(cfg, "standardize") else {}
+    )
+    extra = {"X_valid": splits["X_valid"], "y_valid": splits["y_valid"]} | stats
+    return Dataset(
+        splits["X_train"], splits["y_train"], splits["X_test"], splits["y_test"], 0, extra
+    )
+
+
+def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
+    """(n,) integer labels in [0, classes) → (n, classes) float64 one-hot rows."""
+    return np.eye(classes)[labels]
+
+
+def _subsample(rng: np.random.Generator, table: np.ndarray, count, key: str) -> np.ndarray:
+    """The first `count` rows (all if None) of a permutation of `table` drawn from `rng`."""
+    if count is None:
+        count = len(table)
+    if (
+        isinstance(count, bool)
+        or not isinstance(count, int | np.integer)
+        or not 1 <= count <= len(table)
+    ):
+        raise DataError(
+            f"[data] {key} = {count!r}: expected an integer in [1, {len(table)}] or none"
+        )
+    return table[rng.permutation(len(table))[:count]]
+
+
+def _digits(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """UCI optdigits (8×8 digits, 64 pixel counts 0–16 and a `label` column), the offline
+    stand-in for Caron et al.'s MNIST experiment.
+
+    Each file is permuted with the run seed and its first n (n_test) rows kept (all when
+    none). X = pixels / 16 ∈ [0, 1], then, with `standardize`, standardised per pixel with the
+    statistics of the kept training rows (always-zero pixels divided by 1). y is one-hot.
+    """
+    tables = {}
+    for split, filename, key in zip(("train", "test"), DIGITS_FILES, ("n", "n_test"), strict=True):
+        path = DATA_DIR / filename
+        header, table = read_csv(path)
+        (label,) = _columns(path, header, ["label"])
+        if label != len(header) - 1:
+            raise DataError(f"{path}: expected 'label' as the last column")
+        tables[split] = _subsample(rng, table, cfg.get(key), key)
+    splits = {f"X_{s}": t[:, :-1] / DIGITS_MAX_PIXEL for s, t in tables.items()}
+    stats = _standardize(splits, "X") if _get(cfg, "standardize") else {}
+    y = {s: one_hot(t[:, -1].astype(np.int64), DIGITS_CLASSES) for s, t in tables.items()}
+    return Dataset(
+        splits["X_train"], y["train"], splits["X_test"], y["test"], DIGITS_CLASSES, stats
+    )
+
+
+def _csv(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """A user CSV with a header row: the named target column(s) are y, every other column X.
+
+    Rows are permuted with the run seed; the last floor(test_fraction·N) rows of the
+    permutation are the test set. With `standardize`, X and y are standardised with the
+    training statistics (kept in `extra`). Regression only: y has one column per target.
+    """
+    path = Path(_get(cfg, "path"))
+    target = _get(cfg, "target")
+    targets = [target] if isinstance(target, str) else list(target)
+    fraction = _real(cfg, "test_fraction", 0.0)
+    if fraction >= 1.0 or not targets:
+        raise DataError(f"[data] test_fraction = {fraction!r} must be < 1 and target non-empty")
+    header, table = read_csv(path)
+    t = _columns(path, header, targets)
+    inputs = [j for j in range(len(header)) if j not in t]
+    if not inputs:
+        raise DataError(f"{path}: no input columns are left once the targets {targets} are removed")
+
+    table = table[rng.permutation(len(table))]
+    n_test = math.floor(fraction * len(table))
+    n_train = len(table) - n_test
+    if n_train < 1:
+        raise DataError(
+            f"{path}: {len(table)} rows leave no training rows at test_fraction {fraction}"
+        )
+    splits = {"X_train": table[:n_train, inputs], "X_test": table[n_train:, inputs],
+              "y_train": table[:n_train][:, t], "y_test": table[n_train:][:, t]}  # fmt: skip
+    stats = (
+        _standardize(splits, "X") | _standardize(splits, "y") if _get(cfg, "standardize") else {}
+    )
+    return Dataset(
+        splits["X_train"], splits["y_train"], splits["X_test"], splits["y_test"], 0, stats
+    )
+
+
+# ------------------------------------------------------------------------------ npz files
+
+
+def _load_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            return {key: f[key] for key in f.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as err:
+        raise DataError(f"{path}: not a readable .npz archive ({err})") from None
+
+
+def _npz_labels(path: Path, key: str, y: np.ndarray, classes: int) -> np.ndarray:
+    """y as float64 (n, k): one-hot when `classes` > 0 and y holds 1-D integer labels."""
+    if y.ndim not in (1, 2):
+        raise DataError(f"{path}: {key} has shape {y.shape}; expected 1-D or 2-D")
+    if classes and y.ndim == 1:
+        if (
+            not np.issubdtype(y.dtype, np.integer)
+            or y.min(initial=0) < 0
+            or y.max(initial=0) >= classes
+        ):
+            raise DataError(
+                f"{path}: {key} must hold integer labels in [0, {classes}) (classes = {classes})"
+            )
+        return one_hot(y, classes)
+    if classes and y.shape[1] != classes:
+        raise DataError(f"{path}: {key} has {y.shape[1]} columns but classes = {classes}")
+    return (y[:, None] if y.ndim == 1 else y).astype(np.float64)
+
+
+def _npz(cfg: dict, rng: np.random.Generator) -> Dataset:
+    """A user .npz with X_train, y_train and optionally X_test, y_test (both or neither).
+
+    y may be 1-D (made (n, 1)) or 2-D. The file is classification only if it holds an integer
+    scalar `classes`: then 1-D integer labels are one-hot encoded and 2-D y must have
+    `classes` columns. Integer y without `classes` stays regression (labels as numbers). The
+    run seed is not used: the file fixes the data. Other arrays in the file are ignored.
+    """
+    path = Path(_get(cfg, "path"))
+    arrays = _load_npz(path)
+    required = ["X_train", "y_train"] + (
+        ["X_test", "y_test"] if {"X_test", "y_test"} & arrays.keys() else []
+    )
+    missing = [key for key in required if key not in arrays]
+    if missing:
+        raise DataError(f"{path}: missing {', '.join(missing)}; the file holds {sorted(arrays)}")
+
+    classes = arrays.get("classes", np.array(0))
+    if (
+        classes.ndim != 0
+        or not np.issubdtype(classes.dtype, np.integer)
+        or classes == 1
+        or classes < 0
+    ):
+        raise DataError(f"{path}: classes must be an integer scalar >= 2, got {classes!r}")
+    classes = int(classes)
+
+    X_train, y_train = arrays["X_train"], arrays["y_train"]
+    d = X_train.shape[1] if X_train.ndim == 2 else 0
+    X_test = arrays.get("X_test", np.empty((0, d)))
+    y_test = arrays.get("y_test", np.empty((0,) + y_train.shape[1:], y_train.dtype))
+    for key, X in (("X_train", X_train), ("X_test", X_test)):
+        if X.ndim != 2 or X.shape[1] != d:
+            raise DataError(
+                f"{path}: {key} has shape {X.shape}; expected (rows, {d or 'features'})"
+            )
+    ys = {
+        key: _npz_labels(path, key, y, classes)
+        for key, y in (("y_train", y_train), ("y_test", y_test))
+    }
+    for split, X in (("train", X_train), ("test", X_test)):
+        if len(X) != len(ys[f"y_{split}"]):
+            raise DataError(
+                f"{path}: X_{split} has {len(X)} rows but y_{split} has {len(ys[f'y_{split}'])}"
+            )
+    if ys["y_train"].shape[1] != ys["y_test"].shape[1]:
+        raise DataError(f"{path}: y_train and y_test have different numbers of columns")
+    out = {"X_train": X_train.astype(np.float64), "X_test": X_test.astype(np.float64)} | ys
+    for key, A in out.items():
+        if not np.isfinite(A).all():
+            raise DataError(f"{path}: {key} holds NaN or infinite values")
+    if len(X_train) == 0:
+        raise DataError(f"{path}: X_train has no rows")
+    return Dataset(out["X_train"], out["y_train"], out["X_test"], out["y_test"], classes, {})
+
+
+# ------------------------------------------------------------------------------ IDX files
+
+# IDX type byte → big-endian numpy dtype (http://yann.lecun.com/exdb/mnist/).
+_IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
+
+
+def load_idx(path) -> np.ndarray:
+    """Parse an IDX file (MNIST's format), optionally gzipped, into a native-endian array.
+
+    Layout: magic = two zero bytes, a type byte, a byte giving the number of dimensions;
+    then each dimension as a big-endian uint32; then the values, big-endian, C order.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
+        raise DataError(f"{path}: not an IDX file (magic bytes {raw[:4].hex() or 'missing'})")
+    dtype, ndim = np.dtype(_IDX_TYPES[raw[2]]), raw[3]
+    start = 4 + 4 * ndim
+    if len(raw) < start:
+        raise DataError(f"{path}: truncated IDX header ({ndim} dimensions announced)")
+    shape = tuple(int(s) for s in np.frombuffer(raw, ">u4", count=ndim, offset=4))
+    size = math.prod(shape) * dtype.itemsize
+    if len(raw) != start + size:
+        raise DataError(
+            f"{path}: IDX shape {shape} needs {size} data bytes, the file has {len(raw) - start}"
+        )
+    return np.frombuffer(raw, dtype, offset=start).reshape(shape).astype(dtype.newbyteorder("="))
+
+
+_MAKERS: dict[str, Callable[[dict, np.random.Generator], Dataset]] = {
+    "sphere-sine": _sphere_sine,
+    "single-relu": _single_relu,
+    "random-labels": _random_labels,
+    "xor-noise": _xor_noise,
+    "quadratic-teacher": _quadratic_teacher,
+    "uci": _uci,
+    "digits": _digits,
+    "csv": _csv,
+    "npz": _npz,
+}

@@ -1,0 +1,96 @@
+"""Discrete gradient methods run in compiled chunks: GD, heavy-ball momentum, mini-batch SGD.
+
+Step k is compared with flow time t = kη (DESIGN.md §1). A chunk runs steps until a target
+step count inside one `lax.while_loop`, so the number of steps per chunk is data, not
+shape, and every chunk reuses one compiled program. Divergence (a non-finite loss, or a
+loss above `divergence_factor` × the initial loss) ends the chunk early with status
+`diverged` and the last good iterate: a result to record, never an exception.
+"""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from . import status
+from .models import Params
+from .problem import Problem
+
+
+class DescentState(eqx.Module):
+    y: Params                 # the iterate W_k (the last good one after a divergence)
+    velocity: Params          # heavy-ball velocity (zeros for GD and SGD)
+    step: jax.Array           # k
+    loss0: jax.Array          # L(W_0), the divergence reference
+    key: jax.Array            # raw uint32 key; SGD batch k is drawn from fold_in(key, k)
+    code: jax.Array           # status code: RUNNING, or DIVERGED once it has diverged
+
+
+class DescentIntegrator(eqx.Module):
+    """Heavy-ball iteration v ← βv − η·rate·g, W ← W + v; β = 0 is plain GD.
+
+    With `batch_size` set, g is the gradient of an unbiased mini-batch loss estimate
+    (batches drawn without replacement, independently per step).
+    """
+
+    learning_rate: float = eqx.field(static=True)
+    beta: float = eqx.field(static=True)
+    batch_size: int = eqx.field(static=True)        # 0: full batch
+    divergence_factor: float = eqx.field(static=True)
+
+    def init(self, problem: Problem, params: Params, key: jax.Array) -> DescentState:
+        dtype = jax.tree.leaves(params)[0].dtype
+        return DescentState(y=params, velocity=jax.tree.map(jnp.zeros_like, params),
+                            step=jnp.asarray(0, jnp.int64), loss0=problem.loss(params).astype(dtype),
+                            key=key, code=jnp.asarray(status.RUNNING))
+
+    def steps_for(self, t):
+        """The step count k whose time kη is nearest to `t`."""
+        return jnp.round(jnp.asarray(t) / self.learning_rate).astype(jnp.int64)
+
+    def _loss_and_grad(self, problem: Problem, state: DescentState):
+        if self.batch_size:
+            n = problem.X.shape[0]
+            idx = jax.random.choice(jax.random.fold_in(state.key, state.step), n, (self.batch_size,),
+                                    replace=False)
+            return jax.value_and_grad(problem.batch_loss)(state.y, idx)
+        return jax.value_and_grad(problem.loss)(state.y)
+
+    def advance(self, problem: Problem, state: DescentState, t_next) -> tuple[DescentState, dict]:
+        """Run steps until k = round(t_next/η), or until divergence."""
+        k_end = self.steps_for(t_next)
+        k_start = state.step
+        eta = self.learning_rate * problem.rate
+
+        def healthy(loss, y):
+            finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(y)]))
+            return finite & jnp.isfinite(loss) & (loss <= self.divergence_factor * state.loss0)
+
+        def cond(carry):
+            s, _ = carry
+            return (s.step < k_end) & (s.code == status.RUNNING)
+
+        def body(carry):
+            s, prev = carry
+            loss, g = self._loss_and_grad(problem, s)
+            v = jax.tree.map(lambda vi, gi: self.beta * vi - eta * gi, s.velocity, g)
+            y = jax.tree.map(lambda w, vi: w + vi, s.y, v)
+            advanced = eqx.tree_at(lambda z: (z.y, z.velocity, z.step), s, (y, v, s.step + 1))
+            # The loss just computed belongs to W_k: if it is bad, W_k is dropped and the
+            # iteration stops at W_{k−1}, the last good iterate.
+            stopped = eqx.tree_at(lambda z: z.code, prev, jnp.asarray(status.DIVERGED))
+            return jax.lax.cond(healthy(loss, s.y), lambda: (advanced, s), lambda: (stopped, prev))
+
+        new, _ = jax.lax.while_loop(cond, body, (state, state))
+        taken = new.step - k_start
+        stats = {"steps": taken, "accepted": taken, "rejected": jnp.zeros_like(taken),
+                 "vf_evals": taken, "status": jnp.where(new.code == status.RUNNING, status.DONE, new.code)}
+        return new, stats
+
+
+def make_descent_integrator(preset: dict) -> DescentIntegrator:
+    """Build the integrator of a `gd`, `momentum` or `sgd` solver preset."""
+    kind = preset["kind"]
+    return DescentIntegrator(learning_rate=float(preset["learning_rate"]),
+                             beta=float(preset.get("beta", 0.9)) if kind == "momentum" else 0.0,
+                             batch_size=int(preset.get("batch_size", 64)) if kind == "sgd" else 0,
+                             divergence_factor=float(preset.get("divergence_factor", 1e8)))

@@ -1,0 +1,163 @@
+"""Exact gradient flow dW/dt = −rate ∇L(W) with an adaptive Diffrax solver, advanced
+segment by segment between checkpoint times.
+
+Every segment is one `diffeqsolve` that starts from a complete `FlowState`: the solver's
+own state (e.g. Tsit5's first-same-as-last evaluation), the PID controller's error history,
+and the controller's proposal for the next step. Carrying all of it makes the segmented
+solve one computation — resuming from a stored `FlowState` is bit-identical to never having
+stopped — and makes a segmented solve agree with a single long solve to within tolerance
+(their only difference is that each segment's last step is clipped to its end time).
+The initial state is built once, outside the segment function, so every segment has the
+same pytree structure and the segment function compiles once.
+"""
+
+from collections.abc import Callable
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import lineax as lx
+import optimistix as optx
+
+from . import status
+from .models import Params
+from .problem import Problem, hessian_vector_product
+
+EXPLICIT = {"tsit5": dfx.Tsit5, "dopri5": dfx.Dopri5, "dopri8": dfx.Dopri8, "heun": dfx.Heun,
+            "bosh3": dfx.Bosh3, "ralston": dfx.Ralston}
+IMPLICIT = ("kvaerno5",)
+# Vector-field evaluations outside the per-step count: the initial step-size search (2)
+# plus, for FSAL methods, the first step's extra evaluation of f(t0, y0) (1).
+_INIT_EVALS_STEP_SEARCH = 2
+
+
+class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
+    """A `PIDController` whose state also carries its own proposal for the next step.
+
+    Diffrax's PID state is (inv_err, prev_inv_err, at_dtmin) — the proposed next step is
+    not in it, so a chained solve would otherwise re-run the initial step search. Here the
+    proposal (before clipping to a segment end) rides along and is passed back as `dt0`.
+    """
+
+    pid: dfx.PIDController
+    rtol: float
+    atol: float
+    norm: Callable = optx.rms_norm
+
+    def wrap(self, direction):
+        return self
+
+    def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
+        tnext, inner = self.pid.init(terms, t0, t1, y0, dt0, args, func, error_order)
+        return tnext, (inner, tnext - t0)
+
+    def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        inner, _ = controller_state
+        keep, next_t0, next_t1, jump, inner, result = self.pid.adapt_step_size(
+            t0, t1, y0, y1_candidate, args, y_error, error_order, inner)
+        return keep, next_t0, next_t1, jump, (inner, next_t1 - next_t0), result
+
+
+class FlowState(eqx.Module):
+    t: jax.Array
+    y: Params
+    solver_state: object
+    controller_state: object
+
+
+def _velocity(t, y, problem: Problem) -> Params:
+    return problem.velocity(y)
+
+
+def _modified_velocity(eta: float):
+    """Backward-error-analysis flow of GD with step η (Barrett & Dherin 2021):
+    dW/dt = −∇L − (η/2) ∇²L ∇L, i.e. the gradient flow of L + (η/4)‖∇L‖², scaled by rate."""
+
+    def velocity(t, y, problem: Problem) -> Params:
+        g = problem.grad(y)
+        hg = hessian_vector_product(problem, y, g)
+        return jax.tree.map(lambda gi, hi: -problem.rate * (gi + 0.5 * eta * problem.rate * hi), g, hg)
+
+    return velocity
+
+
+class FlowIntegrator(eqx.Module):
+    """Advances a `FlowState` to a later time; knows nothing of files or checkpoints."""
+
+    solver: dfx.AbstractSolver
+    controller: ProposingPID
+    term: dfx.ODETerm
+    max_steps: int = eqx.field(static=True)
+    stop_loss: float = eqx.field(static=True)
+    evals_per_step: int = eqx.field(static=True)    # 0 when not countable (implicit)
+
+    def init(self, problem: Problem, params: Params, t0: float = 0.0) -> FlowState:
+        """The state at t0: solver state and the controller's first step proposal."""
+        t0 = jnp.asarray(t0, dtype=jax.tree.leaves(params)[0].dtype)
+        terms = self.term
+        tnext, cstate = self.controller.init(terms, t0, t0 + 1.0, params, None, problem,
+                                             self.solver.func, self.solver.error_order(terms))
+        sstate = self.solver.init(terms, t0, tnext, params, problem)
+        return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate)
+
+    @property
+    def init_evals(self) -> int:
+        if not self.evals_per_step:
+            return 0
+        return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
+
+    def advance(self, problem: Problem, state: FlowState, t_next) -> tuple[FlowState, dict]:
+        """Integrate from `state.t` to `t_next`. Returns the new state and the segment's
+        statistics (steps, accepted, rejected, vf_evals, status code)."""
+        event = None
+        if self.stop_loss > 0:
+            event = dfx.Event(lambda t, y, args, **kw: args.loss(y) <= self.stop_loss)
+        sol = dfx.diffeqsolve(
+            self.term, self.solver, t0=state.t, t1=t_next, dt0=state.controller_state[1], y0=state.y,
+            args=problem, saveat=dfx.SaveAt(t1=True, solver_state=True, controller_state=True),
+            stepsize_controller=self.controller, solver_state=state.solver_state,
+            controller_state=state.controller_state, made_jump=False, event=event,
+            max_steps=self.max_steps, throw=False)
+        y = jax.tree.map(lambda x: x[-1], sol.ys)
+        new = FlowState(t=sol.ts[-1], y=y, solver_state=sol.solver_state,
+                        controller_state=sol.controller_state)
+        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(problem.grad(y))]))
+        code = jnp.where(sol.result == dfx.RESULTS.successful, status.DONE,
+               jnp.where(sol.result == dfx.RESULTS.event_occurred, status.STOPPED,
+               jnp.where(~finite, status.NONFINITE,
+               jnp.where(sol.result == dfx.RESULTS.max_steps_reached, status.MAX_STEPS, status.FAILED))))
+        steps = sol.stats["num_steps"]
+        stats = {"steps": steps, "accepted": sol.stats["num_accepted_steps"],
+                 "rejected": sol.stats["num_rejected_steps"],
+                 "vf_evals": steps * self.evals_per_step, "status": code}
+        return new, stats
+
+
+def make_flow_integrator(preset: dict, *, stop_loss: float = 0.0) -> FlowIntegrator:
+    """Build the integrator of a `flow` or `modified-flow` solver preset (see solvers/*.toml)."""
+    method = preset.get("method", "tsit5")
+    pid = dfx.PIDController(rtol=preset["rtol"], atol=preset["atol"],
+                            dtmin=preset.get("dtmin") or None, dtmax=preset.get("dtmax") or None)
+    if method in EXPLICIT:
+        solver = EXPLICIT[method]()
+        tab = solver.tableau
+        evals = len(tab.c) + 1 - int(tab.fsal)
+    elif method in IMPLICIT:
+        # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
+        # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
+        # default VeryChord root finder would build is never formed.
+        newton = optx.Newton(rtol=preset.get("newton_rtol", 1e-8), atol=preset.get("newton_atol", 1e-10),
+                             linear_solver=lx.GMRES(rtol=preset.get("linear_rtol", 1e-10),
+                                                    atol=preset.get("linear_rtol", 1e-10),
+                                                    restart=20, max_steps=200))
+        solver = dfx.Kvaerno5(root_finder=newton)
+        evals = 0
+    else:
+        allowed = ", ".join([*EXPLICIT, *IMPLICIT])
+        raise ValueError(f"unknown flow method {method!r}; allowed: {allowed}")
+    field = _modified_velocity(preset["learning_rate"]) if preset["kind"] == "modified-flow" else _velocity
+    controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
+    return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
+                          max_steps=int(preset.get("max_steps", 1_000_000)), stop_loss=float(stop_loss),
+                          evals_per_step=evals)

@@ -1,0 +1,41 @@
+"""Training losses. The loss kind sets the time scale of the flow, so it is always explicit.
+
+All take predictions and targets of shape (n, k) (k = 1 for scalar regression).
+"""
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+LossFn = Callable[[jax.Array, jax.Array], jax.Array]
+
+
+def half_sse(pred: jax.Array, y: jax.Array) -> jax.Array:
+    """½ Σ_i Σ_k (y_ik − f_ik)²: the papers' convention (Caron eq. 4, Chen)."""
+    return 0.5 * jnp.sum((y - pred) ** 2)
+
+
+def mse(pred: jax.Array, y: jax.Array) -> jax.Array:
+    """Mean of (y − f)² over every entry (PyTorch `MSELoss`, Caron et al.'s public code)."""
+    return jnp.mean((y - pred) ** 2)
+
+
+def cross_entropy(pred: jax.Array, y: jax.Array) -> jax.Array:
+    """Softmax cross-entropy averaged over samples; `y` holds one-hot (or soft) targets."""
+    return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(pred, axis=-1), axis=-1))
+
+
+LOSSES: dict[str, LossFn] = {"half-sse": half_sse, "mse": mse, "cross-entropy": cross_entropy}
+
+# Losses that are sums over samples: a mini-batch of size B estimates them after scaling by
+# n/B; the mean-type losses need no scaling.
+SUM_OVER_SAMPLES = frozenset({"half-sse"})
+
+
+def loss_fn(kind: str) -> LossFn:
+    """The loss called `kind`; raises `ValueError` listing the allowed kinds."""
+    try:
+        return LOSSES[kind]
+    except KeyError:
+        raise ValueError(f"unknown loss {kind!r}; allowed: {', '.join(LOSSES)}") from None

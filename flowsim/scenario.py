@@ -1,0 +1,856 @@
+"""Scenario and solver files: load, validate, resolve, expand (DESIGN.md §4).
+
+A scenario file says *what* to simulate, a solver preset (``solvers/NAME.toml``) says *how*.
+This module turns a scenario file (plus ``--set`` overrides) into a `Scenario`: the
+resolved form (every default filled in, solver presets inlined, relative paths made
+absolute) and one `RunSpec` per sweep point and seed.  Every mistake in the input is a
+`ScenarioError`, raised before any computation, whose message names the file, the dotted
+key, the offending value and what is allowed.
+
+The schema below is declarative (see `flowsim._schema`); the few rules that relate two
+keys (``low < high``, ``k <= width``, checkpoint times within ``t_end`` ...) are small
+functions attached to the table they concern.  Pure Python + numpy: no jax here.
+
+Resolution details worth knowing:
+
+- ``seeds = {count = 3, start = 5}`` resolves to ``seeds = [5, 6, 7]``.
+- ``run.checkpoints`` resolves to exactly one form: ``{every}``, ``{count, spacing}`` or
+  ``{times}``; an empty table means the default ``{count = 50, spacing = "linear"}``.
+- ``run.solvers`` resolves to a list of full preset tables, each with its ``name``.
+- digits' ``n`` / ``n_test`` stay absent when not given (absent = all points).
+- ``data.seed = "run"`` is kept as is: the consumer substitutes the run's seed.
+- Setting a ``kind`` by ``--set`` or by a [sweep] dotted key (``model.scaling.kind``) drops
+  the sibling keys that the new kind does not use, so ``--set model.scaling.kind=ntk`` works
+  on a scenario whose scaling was ``asymmetric`` with a ``gamma``.  Kind assignments are
+  applied before the other assignments, so a ``gamma`` set alongside is never dropped.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import os
+import tomllib
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flowsim._schema import (
+    ABSENT,
+    REQUIRED,
+    Bool,
+    Ctx,
+    Custom,
+    FilePath,
+    Float,
+    Int,
+    ListOf,
+    OneOf,
+    ScenarioError,
+    Spec,
+    Str,
+    Table,
+    Tagged,
+    did_you_mean,
+    is_file,
+    join,
+    lookup,
+    show,
+    toml_key,
+    toml_string,
+    toml_value,
+)
+
+__all__ = [
+    "ScenarioError",
+    "RunSpec",
+    "Scenario",
+    "load_scenario",
+    "loads_scenario",
+    "load_solver",
+    "solvers_dir",
+    "scenarios_dir",
+    "find_scenario",
+    "list_solvers",
+    "list_scenarios",
+    "checkpoint_times",
+    "to_toml",
+]
+
+# Guards against typos that would otherwise allocate without bound (e.g. `count = 1e9`
+# written as an integer); far above anything a real scenario needs.
+SEED_MAX = 2**32 - 1  # seeds feed jax.random.PRNGKey and numpy generators
+MAX_SEEDS = 10_000
+MAX_CHECKPOINTS = 1_000_000
+MAX_POINTS = 10_000
+MAX_RUNS = 100_000
+#: count/log checkpoints start this factor below t_end: geomspace(t_end / 10**3, t_end, count).
+LOG_SPAN = 1e3
+
+DATA_KINDS = ("sphere-sine", "single-relu", "random-labels", "xor-noise",
+              "quadratic-teacher", "uci", "digits", "csv", "npz")
+UCI_NAMES = ("concrete", "energy", "airfoil", "plant")
+ACTIVATIONS = ("relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity")
+LOSSES = ("half-sse", "mse", "cross-entropy")
+OBSERVABLES = ("loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig",
+               "ntg_change", "weight_change", "importance", "weights")
+DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
+SOLVER_KINDS = ("flow", "modified-flow", "gd", "momentum", "sgd")
+FLOW_METHODS = ("tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5")
+
+
+# ======================================================================================
+# Cross-key rules: each sees the normalised table it is attached to
+# ======================================================================================
+
+
+def _low_below_high(t: dict, key: str, ctx: Ctx) -> None:
+    if not t["low"] < t["high"]:
+        low = join(key, "low")
+        raise ctx.bad(join(key, "high"), t["high"], f"is not above `{low}` = {show(t['low'])}",
+                      f"a number > {low}")
+
+
+def _split_sums_to_one(t: dict, key: str, ctx: Ctx) -> None:
+    total = t["train"] + t["test"] + t["valid"]
+    if abs(total - 1.0) > 1e-9:
+        raise ctx.bad(key, t, f"sums to {total!r}, not 1",
+                      "train, test and valid, each in [0, 1], summing to 1 (within 1e-9)")
+
+
+def _times_increasing(t: dict, key: str, ctx: Ctx) -> None:
+    times = t["times"]
+    for i in range(1, len(times)):
+        if not times[i] > times[i - 1]:
+            raise ctx.bad(join(key, "times"), times,
+                          f"is not strictly increasing (item {i} = {show(times[i])} "
+                          f"follows {show(times[i - 1])})",
+                          "strictly increasing times in (0, t_end]")
+
+
+def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
+    if t["dtmax"] > 0 and t["dtmin"] > t["dtmax"]:
+        raise ctx.bad(join(key, "dtmin"), t["dtmin"], f"exceeds `{join(key, 'dtmax')}` = "
+                      f"{show(t['dtmax'])}", "dtmin <= dtmax (0 means no bound)")
+
+
+def _checkpoints_fit(run: dict, key: str, ctx: Ctx) -> None:
+    """Checkpoints must lie in (0, t_end] and be few enough to allocate."""
+    t_end, cp = run["t_end"], run["checkpoints"]
+    ck = join(key, "checkpoints")
+    if "times" in cp:
+        for i, t in enumerate(cp["times"]):
+            if t > t_end:
+                raise ctx.bad(f"{ck}.times[{i}]", t, f"is beyond `{join(key, 't_end')}` = "
+                              f"{show(t_end)}", f"times in (0, t_end = {show(t_end)}]")
+    if "every" in cp and t_end / cp["every"] > MAX_CHECKPOINTS:
+        raise ctx.bad(f"{ck}.every", cp["every"], f"gives {t_end / cp['every']:.3g} "
+                      f"checkpoints up to t_end = {show(t_end)}",
+                      f"at most {MAX_CHECKPOINTS} checkpoints")
+    # The formulas can still collapse for absurd t_end (sub-normal floats): check the result.
+    try:
+        with np.errstate(all="ignore"):
+            ts = checkpoint_times(run)
+        ok = ts.size > 0 and bool(np.all(np.isfinite(ts)) and ts[0] > 0 and np.all(np.diff(ts) > 0))
+    except (ValueError, ArithmeticError):
+        ok = False
+    if not ok:
+        raise ctx.bad(ck, cp, f"does not give strictly increasing times in (0, t_end] for "
+                      f"t_end = {show(t_end)}", "checkpoints that are distinct floats")
+
+
+def _k_within_width(top: dict, key: str, ctx: Ctx) -> None:
+    model = top.get("model", {})
+    scaling = model.get("scaling", {})
+    if scaling.get("kind") == "finite" and scaling["k"] > model["width"]:
+        raise ctx.bad("model.scaling.k", scaling["k"],
+                      f"exceeds `model.width` = {model['width']}",
+                      f"an integer in [1, model.width = {model['width']}]")
+
+
+# ======================================================================================
+# The schema
+# ======================================================================================
+
+
+def _n(default: int) -> Int:
+    return Int(lo=1, default=default)
+
+
+def _n_test(default: int) -> Int:
+    return Int(lo=0, default=default)
+
+
+def _fraction(default: float) -> Float:
+    return Float(lo=0.0, hi=1.0, default=default)
+
+
+def _positive(default: Any = REQUIRED) -> Float:
+    return Float(lo=0.0, lo_open=True, default=default)
+
+
+_SEED = Int(lo=0, hi=SEED_MAX)
+
+SPLIT = Table(
+    fields={"train": _fraction(0.4), "test": _fraction(0.2), "valid": _fraction(0.4)},
+    rules=(_split_sums_to_one,),
+    default={"train": 0.4, "test": 0.2, "valid": 0.4},
+    what="a table {train, test, valid} of fractions summing to 1",
+)
+
+DATA = Tagged(
+    common={"seed": OneOf(options=(_SEED, Str(choices=("run",))), default=0)},
+    variants={
+        "sphere-sine": {"n": _n(100), "d": _n(50), "noise": Float(lo=0, default=1.0),
+                        "n_test": _n_test(100)},
+        "single-relu": {"n": _n(100), "d": _n(50), "noise": Float(lo=0, default=0.0),
+                        "n_test": _n_test(1000)},
+        "random-labels": {"n": _n(20), "d": _n(20), "n_test": _n_test(0),
+                          "low": Float(default=-0.5), "high": Float(default=0.5)},
+        # xor-noise embeds the XOR pattern in 2 coordinates plus at least one noise one.
+        "xor-noise": {"n": _n(600), "d": Int(lo=3, default=50), "n_test": _n_test(500)},
+        "quadratic-teacher": {"n": _n(100), "d": _n(30), "n_test": _n_test(500),
+                              "teacher_width": _n(5), "noise": Float(lo=0, default=0.0)},
+        "uci": {"name": Str(choices=UCI_NAMES), "split": SPLIT,
+                "permute_seed": Int(lo=0, hi=SEED_MAX, default=10),
+                "standardize": Bool(default=True)},
+        "digits": {"n": Int(lo=1, default=ABSENT), "n_test": Int(lo=0, default=ABSENT),
+                   "standardize": Bool(default=True)},
+        "csv": {"path": FilePath(),
+                "target": OneOf(options=(Str(nonempty=True),
+                                         ListOf(item=Str(nonempty=True), nonempty=True,
+                                                distinct=True))),
+                "test_fraction": Float(lo=0.0, hi=1.0, hi_open=True, default=0.2),
+                "standardize": Bool(default=True)},
+        "npz": {"path": FilePath()},
+    },
+    rules={"random-labels": (_low_below_high,)},
+    default=REQUIRED,
+)
+
+
+def _gamma(default: float) -> Float:
+    return _fraction(default)
+
+
+SCALING = Tagged(
+    variants={
+        "ntk": {},
+        "asymmetric": {"gamma": _gamma(0.5),
+                       "alpha": Float(lo=0.0, hi=1.0, lo_open=True, hi_open=True, default=0.5)},
+        "single": {"gamma": _gamma(0.0)},
+        "finite": {"k": Int(lo=1), "gamma": _gamma(0.0)},
+        "custom": {"path": FilePath(), "gamma": _gamma(0.0)},
+        "mean-field": {},
+        "standard": {},
+    },
+    tag_default="ntk",
+)
+
+MODEL = Table(
+    fields={
+        "kind": Str(choices=("shallow",), default="shallow",
+                    note='only "shallow" is implemented for now; "embedded" is planned'),
+        "width": Int(lo=1, default=1000),
+        "activation": Str(choices=ACTIVATIONS, default="relu"),
+        "init_std": _positive(1.0),
+        "output": Str(choices=("fixed", "trained"), default="fixed"),
+        "zeroed": Bool(default=False),
+        "init_path": FilePath(empty_ok=True, default=""),
+        "scaling": SCALING,
+    },
+    default=REQUIRED,
+)
+
+LOSS = Table(fields={"kind": Str(choices=LOSSES, default="half-sse")})
+
+# Exactly one checkpoint form; each form is its own small table.
+CHECKPOINT_FORMS: dict[str, Table] = {
+    "every": Table(fields={"every": _positive()}),
+    "count": Table(fields={"count": Int(lo=1, hi=MAX_CHECKPOINTS, default=50),
+                           "spacing": Str(choices=("linear", "log"), default="linear")}),
+    "times": Table(fields={"times": ListOf(item=_positive(), nonempty=True,
+                                           max_len=MAX_CHECKPOINTS)},
+                   rules=(_times_increasing,)),
+}
+_CHECKPOINTS_TEXT = ('exactly one of {every = T} | {count = N, spacing = "linear" | "log"} | '
+                     '{times = [t1, t2, ...]}')
+
+
+def _check_checkpoints(value: Any, key: str, ctx: Ctx) -> dict:
+    if not isinstance(value, dict):
+        raise ctx.wrong_type(key, value, _CHECKPOINTS_TEXT)
+    known = {k for form in CHECKPOINT_FORMS.values() for k in form.fields}
+    for name in value:
+        if name not in known:
+            raise ctx.unknown(join(key, name), name, known, f"[{key}]")
+    forms = [f for f, t in CHECKPOINT_FORMS.items() if any(k in value for k in t.fields)]
+    if len(forms) > 1:
+        raise ctx.bad(key, value, f"mixes {len(forms)} forms ({', '.join(forms)})",
+                      _CHECKPOINTS_TEXT)
+    return CHECKPOINT_FORMS[forms[0] if forms else "count"].check(value, key, ctx)
+
+
+CHECKPOINTS = Custom(
+    fn=_check_checkpoints, text=_CHECKPOINTS_TEXT, types=(dict,),
+    kids={k: s for form in CHECKPOINT_FORMS.values() for k, s in form.fields.items()},
+    default={"count": 50, "spacing": "linear"},
+)
+
+# --- solver presets -------------------------------------------------------------------
+
+_FLOW_KEYS: dict[str, Spec] = {
+    "method": Str(choices=FLOW_METHODS, default="tsit5"),
+    "rtol": _positive(1e-8),
+    "atol": _positive(1e-10),
+    "dtmin": Float(lo=0.0, default=0.0),  # 0 = no lower bound on the step
+    "dtmax": Float(lo=0.0, default=0.0),  # 0 = no upper bound on the step
+    "max_steps": Int(lo=1, default=1_000_000),
+    # Implicit methods (kvaerno5) solve their stages by matrix-free Newton-Krylov:
+    "linear_rtol": _positive(1e-10),
+    "newton_rtol": _positive(1e-8),
+    "newton_atol": _positive(1e-10),
+}
+# Diverged when the loss exceeds factor × initial loss (or is not finite).
+_DIVERGENCE = Float(lo=1.0, lo_open=True, default=1e8)
+_SOLVER_VARIANTS: dict[str, dict[str, Spec]] = {
+    "flow": _FLOW_KEYS,
+    "modified-flow": {"learning_rate": _positive(), **_FLOW_KEYS},
+    "gd": {"learning_rate": _positive(), "divergence_factor": _DIVERGENCE},
+    "momentum": {"learning_rate": _positive(),
+                 "beta": Float(lo=0.0, hi=1.0, hi_open=True, default=0.9),
+                 "divergence_factor": _DIVERGENCE},
+    "sgd": {"learning_rate": _positive(), "batch_size": Int(lo=1, default=64),
+            "divergence_factor": _DIVERGENCE},
+}
+_SOLVER_RULES = {"flow": (_dt_bounds,), "modified-flow": (_dt_bounds,)}
+
+#: A preset file: the name is the file's stem; the description is required.
+SOLVER_FILE = Tagged(variants=_SOLVER_VARIANTS, rules=_SOLVER_RULES,
+                     common={"description": Str()})
+#: An inline preset in a scenario: carries its own name; the description is optional.
+SOLVER_INLINE = Tagged(variants=_SOLVER_VARIANTS, rules=_SOLVER_RULES,
+                       common={"name": Str(nonempty=True), "description": Str(default="")})
+
+
+def _solver_names() -> list[str]:
+    return sorted(p.name[: -len(".toml")] for p in solvers_dir().glob("*.toml"))
+
+
+def _read_toml(path: Path, display: str) -> dict:
+    return _parse_toml(_read_text(path, display), display)
+
+
+def _parse_toml(text: str, display: str) -> dict:
+    try:
+        return tomllib.loads(text)
+    except (ValueError, RecursionError) as e:  # TOMLDecodeError says "(at line L, column C)"
+        raise ScenarioError(f"{display}: invalid TOML: {e}", file=display) from None
+
+
+def _load_solver(spec: Any, key: str, ctx: Ctx) -> dict:
+    """A preset by name (a file in solvers/) or inline, validated, with defaults and name."""
+    if isinstance(spec, str):
+        names = _solver_names()
+        if spec not in names:
+            guess = did_you_mean(spec, names)
+            raise ctx.bad(key, spec, "is not a solver preset",
+                          "one of " + ", ".join(toml_string(n) for n in names)
+                          + " (files in solvers/), or an inline table",
+                          f"did you mean {toml_string(guess)}?" if guess else "")
+        path = solvers_dir() / f"{spec}.toml"
+        display = _display(path)
+        raw = _read_toml(path, display)
+        preset = SOLVER_FILE.check(raw, "", Ctx(file=display, base_dir=path.parent))
+        return {"name": spec, **preset}
+    if isinstance(spec, dict):
+        preset = SOLVER_INLINE.check(spec, key, ctx)
+        name = preset.pop("name")
+        return {"name": name, **preset}
+    raise ctx.wrong_type(key, spec, "a solver preset name or an inline table with `name` "
+                         "and `kind`")
+
+
+def _check_solvers(value: Any, key: str, ctx: Ctx) -> list[dict]:
+    allowed = "a non-empty list of distinct solver preset names or inline tables"
+    if not isinstance(value, list):
+        raise ctx.wrong_type(key, value, allowed)
+    if not value:
+        raise ctx.bad(key, value, "is empty", allowed)
+    out: list[dict] = []
+    for i, item in enumerate(value):
+        preset = _load_solver(item, f"{key}[{i}]", ctx)
+        if any(p["name"] == preset["name"] for p in out):
+            raise ctx.bad(key, value, f"names solver {toml_string(preset['name'])} twice",
+                          allowed + " (give an inline solver its own `name`)")
+        out.append(preset)
+    return out
+
+
+SOLVERS = Custom(fn=_check_solvers, text="a non-empty list of solver preset names or inline "
+                 "tables", types=(list,), default=["tsit5"])
+
+RUN = Table(
+    fields={
+        "t_end": _positive(),
+        "checkpoints": CHECKPOINTS,
+        "solvers": SOLVERS,
+        "observe": ListOf(item=Str(choices=OBSERVABLES), distinct=True,
+                          default=DEFAULT_OBSERVE),
+        "ntg_points": Int(lo=1, default=100),  # the consumer clips it to n
+        "stop_loss": Float(lo=0.0, default=0.0),  # 0 = no stop event
+    },
+    rules=(_checkpoints_fit,),
+    default=REQUIRED,
+)
+
+
+def _check_seeds(value: Any, key: str, ctx: Ctx) -> list[int]:
+    spec = OneOf(options=(
+        ListOf(item=_SEED, nonempty=True, distinct=True, max_len=MAX_SEEDS),
+        Table(fields={"count": Int(lo=1, hi=MAX_SEEDS), "start": Int(lo=0, default=0)},
+              what="a table {count, start}"),
+    ))
+    seeds = spec.check(value, key, ctx)
+    if isinstance(seeds, dict):
+        if seeds["start"] + seeds["count"] - 1 > SEED_MAX:
+            raise ctx.bad(join(key, "start"), seeds["start"], "is out of range",
+                          f"start + count - 1 <= {SEED_MAX}")
+        seeds = list(range(seeds["start"], seeds["start"] + seeds["count"]))
+    return seeds
+
+
+SEEDS = Custom(fn=_check_seeds, types=(list, dict), default=[0],
+               text=f"a non-empty list of distinct integers in [0, {SEED_MAX}] or a table "
+                    "{count = N >= 1, start = S >= 0}",
+               kids={"count": Int(lo=1), "start": Int(lo=0)})
+
+SWEEP_MODES = ("product", "zip")
+_UNSWEEPABLE = {"sweep": "a sweep cannot sweep itself",
+                "seeds": "every sweep point already runs every seed; list them in `seeds`"}
+
+
+def _sweep_key(k: str) -> str:
+    return f"sweep.{toml_key(k)}"
+
+
+def _check_dotted(dotted: str, key: str, ctx: Ctx) -> list[str]:
+    """`dotted` must name a key or table of the scenario schema; returns its parts."""
+    parts = dotted.split(".")
+    spec: Spec = SCENARIO
+    for depth, part in enumerate(parts):
+        kids = spec.children()
+        if part not in kids:
+            parent = ".".join(parts[:depth])
+            names = sorted(kids)
+            guess = did_you_mean(part, names)
+            mean = f"; did you mean `{join(parent, guess)}`?" if guess else ";"
+            table = f"[{parent}]" if parent else "the top level"
+            allowed = ", ".join(names) if names else "(none: it is not a table)"
+            raise ctx.error(f"unknown key `{key}`: `{dotted}` is not a scenario key{mean} "
+                            f"allowed keys in {table}: {allowed}",
+                            key=key, value=dotted, allowed=allowed)
+        spec = kids[part]
+    return parts
+
+
+def _check_sweep(value: Any, key: str, ctx: Ctx) -> dict:
+    """The [sweep] table's shape; each point is validated later, after expansion."""
+    if not isinstance(value, dict):
+        raise ctx.wrong_type(key, value, "a table")
+    out: dict[str, Any] = {
+        "mode": Str(choices=SWEEP_MODES).check(value.get("mode", "product"), join(key, "mode"), ctx)
+    }
+    axes = [k for k in value if k != "mode"]
+    for k in axes:
+        sk = _sweep_key(k)
+        parts = _check_dotted(k, sk, ctx)
+        if parts[0] in _UNSWEEPABLE:
+            raise ctx.bad(sk, value[k], "cannot be swept", "dotted keys of the scenario other "
+                          "than sweep and seeds", _UNSWEEPABLE[parts[0]])
+        v = value[k]
+        if not isinstance(v, list):
+            raise ctx.wrong_type(sk, v, f"a non-empty list of values for `{k}`")
+        if not v:
+            raise ctx.bad(sk, v, "is empty", f"a non-empty list of values for `{k}`")
+        out[k] = v
+    for a, b in itertools.permutations(axes, 2):
+        if b.startswith(a + "."):
+            raise ctx.bad(_sweep_key(b), value[b], f"overlaps `{_sweep_key(a)}`",
+                          "sweep keys none of which lies inside another")
+    lengths = {k: len(out[k]) for k in axes}
+    if out["mode"] == "zip" and len(set(lengths.values())) > 1:
+        desc = ", ".join(f"{k}: {n}" for k, n in lengths.items())
+        raise ctx.bad(key, value, f"has lists of different lengths ({desc}) in zip mode",
+                      'lists of one length with mode = "zip" (or mode = "product")')
+    count = _point_count(out)
+    if count > MAX_POINTS:
+        raise ctx.bad(key, value, f"has {count} points", f"at most {MAX_POINTS} sweep points")
+    return out
+
+
+SWEEP = Custom(fn=_check_sweep, types=(dict,), default=ABSENT,
+               text='a table: mode = "product" | "zip" and "dotted.key" = [values, ...]',
+               kids={"mode": Str(choices=SWEEP_MODES)})
+
+SCENARIO = Table(
+    fields={
+        "name": Str(nonempty=True, default=lambda ctx: ctx.stem),
+        "description": Str(default=""),
+        "seeds": SEEDS,
+        "dtype": Str(choices=("float64", "float32"), default="float64"),
+        "data": DATA,
+        "model": MODEL,
+        "loss": LOSS,
+        "run": RUN,
+        "sweep": SWEEP,
+    },
+    rules=(_k_within_width,),
+    default=REQUIRED,
+)
+
+
+# ======================================================================================
+# Checkpoint times
+# ======================================================================================
+
+
+def checkpoint_times(run_cfg: dict) -> np.ndarray:
+    """The checkpoint times of a resolved [run] table: float64, strictly increasing, in
+    (0, t_end], the last exactly t_end.
+
+    - ``{every = T}``: T, 2T, ... up to t_end, then t_end itself (a multiple within 1e-9·T
+      of t_end is replaced by t_end, so rounding never yields a near-duplicate).
+    - ``{count = N, spacing = "linear"}``: t_end·(1..N)/N.
+    - ``{count = N, spacing = "log"}``: ``geomspace(t_end / 10**3, t_end, N)`` for N > 1
+      (three decades below t_end), and [t_end] for N = 1.
+    - ``{times = [...]}``: as given, with t_end appended when it is not the last.
+    """
+    t_end = float(run_cfg["t_end"])
+    cp = run_cfg.get("checkpoints") or {"count": 50, "spacing": "linear"}
+    if "every" in cp:
+        every = float(cp["every"])
+        n = int(math.floor(t_end / every))
+        ts = every * np.arange(1, n + 1, dtype=np.float64)
+        ts = ts[ts < t_end - 1e-9 * every]
+    elif "times" in cp:
+        ts = np.asarray(cp["times"], dtype=np.float64)
+        ts = ts[ts < t_end]
+    else:
+        count = int(cp.get("count", 50))
+        if cp.get("spacing", "linear") == "log":
+            if count == 1:
+                ts = np.empty(0)
+            else:
+                ts = np.geomspace(t_end / LOG_SPAN, t_end, count)[:-1]
+        else:
+            # t_end * (i / count), not t_end * i / count: the latter overflows near 1e308.
+            ts = t_end * (np.arange(1, count, dtype=np.float64) / count)
+    return np.append(ts, t_end).astype(np.float64)
+
+
+# ======================================================================================
+# Overrides, sweep expansion, the Scenario
+# ======================================================================================
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One simulation: a sweep point and a seed.
+
+    ``name`` is the archive group: ``seed{seed}`` without a sweep, else
+    ``p{i}-seed{seed}`` with ``i`` zero-padded to the width of the point count.
+    ``config`` is the resolved scenario of this point (no [sweep] table).
+    """
+
+    name: str
+    point: int
+    seed: int
+    label: str
+    config: dict
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario: its file, raw text, resolved form and runs (point-major)."""
+
+    path: str
+    text: str
+    resolved: dict
+    runs: list[RunSpec]
+
+
+def _display(path: Path) -> str:
+    """How a file is named in messages: relative to the working folder when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _parse_override(text: str) -> tuple[str, Any]:
+    """`dotted.key=value`; the value is TOML when it parses as one value, else a string."""
+    key, eq, raw = text.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise ScenarioError(f"--set: {toml_string(text)} is not KEY=VALUE; allowed: a dotted "
+                            "key, `=`, and a TOML value, e.g. model.width=50",
+                            file="--set", value=text, allowed="KEY=VALUE")
+    try:
+        doc = tomllib.loads(f"v = {raw}")
+        value = doc["v"] if set(doc) == {"v"} else raw
+    except ValueError:
+        value = raw
+    return key, value
+
+
+def _override_parts(key: str, ctx: Ctx) -> list[str]:
+    """The path an override key names; `sweep.<dotted key>` addresses one sweep list."""
+    if key == "sweep" or not key.startswith("sweep."):
+        return _check_dotted(key, key, ctx)
+    rest = key[len("sweep."):].strip()
+    if len(rest) >= 2 and rest[0] == rest[-1] == '"':
+        rest = rest[1:-1]
+    if not rest:
+        raise ctx.error(f"unknown key `{key}`; allowed: sweep.mode or sweep.<dotted key>",
+                        key=key, value=key, allowed="sweep.mode or sweep.<dotted key>")
+    return ["sweep", rest]
+
+
+def _assign(tree: dict, parts: Sequence[str], value: Any) -> None:
+    """Set a dotted key in a raw scenario, creating tables on the way.
+
+    Changing a tagged table's `kind` drops the keys the new kind does not use (see the
+    module docstring); a value that is not a known kind is left for validation to report.
+    """
+    for part in parts[:-1]:
+        node = tree.get(part)
+        if not isinstance(node, dict):
+            node = tree[part] = {}
+        tree = node
+    last = parts[-1]
+    parent = lookup(SCENARIO, list(parts[:-1])) if parts[0] != "sweep" else None
+    if (isinstance(parent, Tagged) and last == parent.tag and isinstance(value, str)
+            and value in parent.variants and tree.get(last) != value):
+        keep = parent.keys_for(value)
+        for k in [k for k in tree if k not in keep]:
+            del tree[k]
+    tree[last] = value
+
+
+def _kind_first(assignments: list[tuple[list[str], Any]]) -> list[tuple[list[str], Any]]:
+    # Apply `kind` first so that its pruning never drops a sibling set alongside it.
+    return sorted(assignments, key=lambda a: a[0][-1] != "kind")
+
+
+def _apply_overrides(raw: dict, overrides: Sequence[str], ctx: Ctx) -> tuple[dict, dict]:
+    raw = copy.deepcopy(raw)
+    origins: dict[str, str] = {}
+    set_ctx = replace(ctx, file="--set")
+    assignments = []
+    for text in overrides:
+        key, value = _parse_override(text)
+        parts = _override_parts(key, set_ctx)
+        assignments.append((parts, value))
+        if parts[0] != "sweep":
+            origins[".".join(parts)] = text
+    for parts, value in _kind_first(assignments):
+        _assign(raw, parts, value)
+    return raw, origins
+
+
+def _axes(sweep: dict | None) -> list[str]:
+    return [k for k in (sweep or {}) if k != "mode"]
+
+
+def _point_count(sweep: dict) -> int:
+    lengths = [len(sweep[k]) for k in _axes(sweep)]
+    if not lengths:
+        return 1
+    return math.prod(lengths) if sweep["mode"] == "product" else lengths[0]
+
+
+def _point_indices(sweep: dict | None) -> list[tuple[int, ...]]:
+    """Per sweep point, the element index of each axis (axes in file order)."""
+    axes = _axes(sweep)
+    if not axes:
+        return [()]
+    ranges = [range(len(sweep[k])) for k in axes]
+    if sweep["mode"] == "product":
+        return list(itertools.product(*ranges))
+    return list(zip(*ranges))
+
+
+def _get(tree: dict, parts: Sequence[str]) -> Any:
+    for p in parts:
+        if not isinstance(tree, dict) or p not in tree:
+            return ABSENT
+        tree = tree[p]
+    return tree
+
+
+def _expand(raw: dict, resolved: dict, ctx: Ctx) -> tuple[list[tuple[str, dict]], dict | None]:
+    """(label, config) per sweep point, and the sweep with normalised elements."""
+    sweep = resolved.get("sweep")
+    axes = _axes(sweep)
+    base_raw = {k: v for k, v in raw.items() if k != "sweep"}
+    if not axes:
+        return [("", {k: v for k, v in resolved.items() if k != "sweep"})], sweep
+    points = []
+    normalised = {k: [ABSENT] * len(sweep[k]) for k in axes}
+    for i, idx in enumerate(_point_indices(sweep)):
+        chosen = [(k, sweep[k][j]) for k, j in zip(axes, idx)]
+        label = "; ".join(f"{k}={toml_value(v)}" for k, v in chosen)
+        point_raw = copy.deepcopy(base_raw)
+        for parts, v in _kind_first([(k.split("."), copy.deepcopy(v)) for k, v in chosen]):
+            _assign(point_raw, parts, v)
+        config = SCENARIO.check(point_raw, "", ctx.with_where(f"sweep point {i} ({label}): "))
+        points.append((label, config))
+        for k, j in zip(axes, idx):
+            if normalised[k][j] is ABSENT:
+                normalised[k][j] = _get(config, k.split("."))
+    # The resolved sweep lists each element as validated (defaults filled, presets inlined),
+    # so that the resolved scenario, loaded again, expands to the same configs.
+    norm_sweep = {"mode": sweep["mode"]}
+    for k in axes:
+        norm_sweep[k] = [sweep[k][j] if v is ABSENT else v for j, v in enumerate(normalised[k])]
+    return points, norm_sweep
+
+
+def _runs(points: list[tuple[str, dict]], seeds: list[int], swept: bool,
+          ctx: Ctx, sweep: Any) -> list[RunSpec]:
+    if len(points) * len(seeds) > MAX_RUNS:
+        raise ctx.bad("sweep", sweep, f"gives {len(points)} points x {len(seeds)} seeds "
+                      f"= {len(points) * len(seeds)} runs", f"at most {MAX_RUNS} runs")
+    width = len(str(len(points)))
+    runs = []
+    for i, (label, config) in enumerate(points):
+        for seed in seeds:
+            name = f"p{i:0{width}d}-seed{seed}" if swept else f"seed{seed}"
+            runs.append(RunSpec(name=name, point=i, seed=seed, label=label,
+                                config=copy.deepcopy(config)))
+    return runs
+
+
+def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | Path | None = None,
+                   overrides: Sequence[str] = ()) -> Scenario:
+    """Validate and resolve scenario TOML `text`.
+
+    `path` names the file in messages (and gives the default `name`, its stem); relative
+    paths in the scenario start at `base_dir`, by default the folder of `path` (or the
+    working folder for "<string>").  `overrides` are `--set` strings, applied before
+    validation.
+    """
+    if str(path) == "<string>":
+        abspath, display, stem = "<string>", "<string>", "scenario"
+        base = Path(base_dir) if base_dir is not None else Path.cwd()
+    else:
+        p = Path(os.path.abspath(path))
+        abspath, display, stem = str(p), _display(p), p.stem
+        base = Path(base_dir) if base_dir is not None else p.parent
+    ctx = Ctx(file=display, base_dir=Path(os.path.abspath(base)), stem=stem)
+    raw = _parse_toml(text, display)
+    raw, origins = _apply_overrides(raw, overrides, ctx)
+    ctx = replace(ctx, origins=origins)
+    resolved = SCENARIO.check(raw, "", ctx)
+    points, sweep = _expand(raw, resolved, ctx)
+    if sweep is not None:
+        resolved["sweep"] = sweep
+    runs = _runs(points, resolved["seeds"], bool(_axes(sweep)), ctx, sweep)
+    return Scenario(path=abspath, text=text, resolved=resolved, runs=runs)
+
+
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read, validate and resolve a scenario file (see `loads_scenario`)."""
+    p = Path(os.path.abspath(path))
+    text = _read_text(p, _display(p))
+    return loads_scenario(text, path=p, base_dir=p.parent, overrides=overrides)
+
+
+def _read_text(p: Path, display: str) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ScenarioError(f"{display}: is not UTF-8 text", file=display) from None
+    except OSError as e:
+        raise ScenarioError(f"{display}: cannot read the file ({e.strerror or e})",
+                            file=display) from None
+
+
+def load_solver(spec: str | dict, *, file: str = "<scenario>", key: str = "run.solvers") -> dict:
+    """A solver preset by name (``solvers/NAME.toml``) or inline (a table with `name`).
+
+    Returns the preset with every default filled, `name` first.  Errors in a preset file
+    name that file; errors in an inline table name `file` and `key`.
+    """
+    return _load_solver(spec, key, Ctx(file=file, base_dir=Path.cwd()))
+
+
+# ======================================================================================
+# Catalogs
+# ======================================================================================
+
+
+def solvers_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "solvers"
+
+
+def scenarios_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "scenarios"
+
+
+def _catalog(folder: Path) -> list[tuple[str, str]]:
+    """(name, description) of each TOML file in `folder`; unreadable files say so."""
+    out = []
+    for p in sorted(folder.glob("*.toml")):
+        try:
+            desc = _read_toml(p, _display(p)).get("description", "")
+            desc = desc if isinstance(desc, str) else show(desc)
+        except ScenarioError as e:
+            desc = f"(unreadable: {e})"
+        out.append((p.name[: -len(".toml")], desc))
+    return out
+
+
+def list_solvers() -> list[tuple[str, str]]:
+    """(name, description) of every preset in solvers/."""
+    return _catalog(solvers_dir())
+
+
+def list_scenarios() -> list[tuple[str, str]]:
+    """(name, description) of every scenario in scenarios/."""
+    return _catalog(scenarios_dir())
+
+
+def find_scenario(name_or_path: str) -> Path:
+    """An existing file, else the catalog entry ``scenarios/NAME.toml``."""
+    p = Path(name_or_path)
+    if is_file(p):
+        return p.resolve()
+    candidate = scenarios_dir() / f"{name_or_path}.toml"
+    if is_file(candidate):
+        return candidate
+    names = [n for n, _ in list_scenarios()]
+    allowed = ", ".join(names) if names else "(the catalog is empty)"
+    guess = did_you_mean(str(name_or_path), names)
+    mean = f"; did you mean {toml_string(guess)}?" if guess else ""
+    raise ScenarioError(f"{name_or_path}: no such scenario file, and no scenario of that name "
+                        f"in {scenarios_dir()}{mean} available: {allowed}",
+                        file=str(name_or_path), value=name_or_path, allowed=allowed)
+
+
+def to_toml(cfg: dict) -> str:
+    """A resolved scenario (or RunSpec.config) written back as TOML that loads to itself.
+
+    Top-level scalars first, then one [section] per table with inline values.
+    """
+    lines = [f"{toml_key(k)} = {toml_value(v)}" for k, v in cfg.items() if not isinstance(v, dict)]
+    for k, v in cfg.items():
+        if isinstance(v, dict):
+            lines.append(f"\n[{toml_key(k)}]")
+            lines.extend(f"{toml_key(kk)} = {toml_value(vv)}" for kk, vv in v.items())
+    return "\n".join(lines) + "\n"

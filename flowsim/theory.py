@@ -1,0 +1,212 @@
+"""Theory numbers to overlay on simulations (float64 numpy; σ' evaluated with JAX).
+
+Caron, Ayed, Jung, Lee, Lee, Yang (2023), *Over-parameterised shallow neural networks with
+asymmetrical node scaling*:
+
+- the mean NTG at initialisation Θ* (their eq. 8) and κ_n = eig_min Θ*;
+- Theorems 4.1/5.1: under gradient flow on the ½Σ loss, eig_min Θ̂_t ≥ γκ_n/4 and
+  L_t ≤ exp(−γκ_n t/2) L_0;
+- the departure from the kernel regime of Zipf node scalings, Σ_j λ̃_j² = ζ(2/α)/ζ(1/α)²
+  (appendix, Fig. S.1).
+
+Chen, Vanden-Eijnden, Bruna (ICLR 2022), *On feature learning in neural networks with global
+convergence guarantees*: the embedding Gram matrix G = φ(X)φ(X)ᵀ/D and their rate
+L_t ≤ L_0 exp(−r ĉ² λ_min(G) t).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from flowsim import activations
+from flowsim.activations import LEAKY_RELU_SLOPE, SMOOTH
+
+# Entries of the (rows, n, Q, Q) quadrature block evaluated at once: 2**22 float64 = 32 MiB.
+_QUADRATURE_BLOCK = 2**22
+_MAX_QUAD_POINTS = 256
+
+
+# ------------------------------------------------------------------------- Caron: Θ*, κ_n
+
+
+def input_covariance(X) -> np.ndarray:
+    """C = X Xᵀ / d: the covariance of u_i = w·x_i/sqrt(d) over w ~ N(0, I_d)."""
+    X = np.asarray(X, dtype=np.float64)
+    return X @ X.T / X.shape[1]
+
+
+def correlation(C: np.ndarray) -> np.ndarray:
+    """ρ_ik = C_ik / sqrt(C_ii C_kk), clipped to [−1, 1] against rounding; 0 where a point is
+    the origin (its pre-activation is identically 0, so any ρ gives the same Θ* entry: 0)."""
+    norms = np.sqrt(np.diag(C))
+    denom = np.outer(norms, norms)
+    rho = np.divide(C, denom, out=np.zeros_like(C), where=denom > 0)
+    return np.clip(rho, -1.0, 1.0)
+
+
+def relu_expectation(rho) -> np.ndarray:
+    """E[1(u>0) 1(v>0)] = (π − arccos ρ)/(2π) for a centred Gaussian pair with correlation ρ
+    (the orthant probability; the arc-cosine kernel of degree 0)."""
+    return (np.pi - np.arccos(rho)) / (2 * np.pi)
+
+
+def leaky_relu_expectation(rho, slope: float = LEAKY_RELU_SLOPE) -> np.ndarray:
+    """E[σ'(u)σ'(v)] for leaky-relu with negative slope s.
+
+    σ'(z) = s + (1−s)·1(z>0), so
+    σ'(u)σ'(v) = s² + s(1−s)(1(u>0) + 1(v>0)) + (1−s)²·1(u>0)1(v>0), and with P(u>0) = ½:
+    E = s² + s(1−s) + (1−s)² P(u>0, v>0) = s + (1−s)² (π − arccos ρ)/(2π).
+    Checks: s = 0 gives relu, s = 1 gives 1, ρ = 1 gives E[σ'(u)²] = (1+s²)/2.
+    """
+    return slope + (1 - slope) ** 2 * relu_expectation(rho)
+
+
+def gauss_hermite_rule(quad_points: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights with Σ_q w_q g(z_q) ≈ E[g(Z)], Z ~ N(0, 1) (probabilists' Hermite)."""
+    if not 1 <= quad_points <= _MAX_QUAD_POINTS:
+        # numpy's weights overflow to NaN beyond a few hundred points
+        raise ValueError(f"quad_points must lie in [1, {_MAX_QUAD_POINTS}], got {quad_points!r}")
+    z, w = np.polynomial.hermite_e.hermegauss(quad_points)
+    return z, w / math.sqrt(2 * math.pi)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _quadrature_block(sigma_prime, L11, L21, L22, z, w):
+    """Σ_a Σ_b w_a w_b σ'(L11_i z_a) σ'(L21_ik z_a + L22_ik z_b) for a block of rows i."""
+    v = L21[:, :, None, None] * z[:, None] + L22[:, :, None, None] * z[None, :]
+    inner = sigma_prime(v) @ w  # (rows, n, Q): the z_b sum at each z_a
+    outer = sigma_prime(L11[:, None] * z) * w  # (rows, Q)
+    return jnp.einsum("ra,rna->rn", outer, inner)
+
+
+def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48) -> np.ndarray:
+    """E[σ'(u_i)σ'(u_k)] for the centred Gaussian vector u with covariance C, pair by pair.
+
+    Tensor-product Gauss–Hermite rule through the Cholesky factor of each 2×2 covariance:
+    u = L11 z1, v = L21 z1 + L22 z2 with z1, z2 ~ N(0, 1) independent,
+    L11 = sqrt(C_ii), L21 = C_ik/L11, L22 = sqrt(C_kk − L21²). A zero-variance point
+    (x = 0) gets L11 = L21 = 0: u ≡ 0 exactly, no division by zero.
+
+    Accuracy: exact for polynomial σ'σ' up to degree 2Q−1 in each z. For analytic σ' the
+    error falls fast while the variances C_ii are O(1), and grows as they grow (σ'(L z)
+    narrows relative to the Gaussian). At Q = 48 and variance 1 the worst activation, tanh,
+    is off by ~2e-6 (the others ≤ 1e-13); at variance 2, tanh ~2e-4, swish ~1e-9; at variance
+    4, tanh ~3e-3. Inputs of large norm (|x|²/d ≫ 1) therefore need more `quad_points`.
+    For step-like σ' (relu) the error falls only like 1/Q; use the closed forms there.
+    """
+    C = np.asarray(C, dtype=np.float64)
+    n = len(C)
+    L11 = np.sqrt(np.maximum(np.diag(C), 0.0))
+    L21 = np.divide(C, L11[:, None], out=np.zeros_like(C), where=L11[:, None] > 0)
+    L22 = np.sqrt(np.maximum(np.diag(C)[None, :] - L21**2, 0.0))
+    z, w = gauss_hermite_rule(quad_points)
+    rows = max(1, _QUADRATURE_BLOCK // (n * quad_points**2))
+    blocks = [
+        _quadrature_block(
+            sigma_prime, L11[i : i + rows], L21[i : i + rows], L22[i : i + rows], z, w
+        )
+        for i in range(0, n, rows)
+    ]
+    return np.asarray(jnp.concatenate(blocks))
+
+
+@functools.lru_cache
+def _sigma_prime(name: str):
+    # One callable per name, so the jitted quadrature (σ' is a static argument) compiles once.
+    return activations.derivative(name)
+
+
+def mean_ntg(X, activation: str, *, quad_points: int = 48) -> np.ndarray:
+    """The mean NTG at initialisation (Caron et al. eq. 8), an (n, n) matrix:
+
+        Θ*(x, x') = (x·x'/d) E[σ'(u) σ'(v)],
+        (u, v) ~ N(0, [[|x|², x·x'], [x·x', |x'|²]] / d),
+
+    i.e. the expectation of Θ̂ = (XXᵀ/d) ⊙ (S diag(λ) Sᵀ) over w_j ~ N(0, I_d) (Σλ_j = 1).
+    relu and leaky-relu use closed forms in the correlation ρ; smooth activations use a
+    `quad_points`² Gauss–Hermite rule (cost O(n² Q²) σ' evaluations; accurate to rounding
+    for unit-sphere inputs, see `gauss_hermite_expectation` for larger |x|²/d). Rows with
+    x = 0 give zero rows and columns, never NaN.
+    """
+    activations.activation(activation)  # a ValueError listing the names if unknown
+    C = input_covariance(X)
+    if activation == "relu":
+        E = relu_expectation(correlation(C))
+    elif activation == "leaky-relu":
+        E = leaky_relu_expectation(correlation(C))
+    elif activation in SMOOTH:
+        E = gauss_hermite_expectation(C, _sigma_prime(activation), quad_points)
+        E = (E + E.T) / 2  # the two Cholesky orders agree only to rounding
+    else:
+        raise ValueError(f"no mean-NTG formula for activation {activation!r}")
+    return C * E
+
+
+def kappa_n(X, activation: str, *, quad_points: int = 48) -> float:
+    """κ_n = eig_min Θ*(X): positive for distinct non-parallel inputs (Du et al. 2019)."""
+    return float(np.linalg.eigvalsh(mean_ntg(X, activation, quad_points=quad_points))[0])
+
+
+def caron_eig_bound(gamma: float, kappa: float) -> float:
+    """Caron Thm 4.1/5.1: with high probability eig_min Θ̂_t ≥ γ κ_n / 4 for all t."""
+    return gamma * kappa / 4
+
+
+def caron_loss_bound(t, L0: float, gamma: float, kappa: float) -> np.ndarray:
+    """Caron Thm 4.1/5.1: L_t ≤ L_0 exp(−γ κ_n t / 2), gradient flow on L = ½Σ(y − f)²."""
+    return L0 * np.exp(-gamma * kappa * np.asarray(t, dtype=np.float64) / 2)
+
+
+# --------------------------------------------------------------- Caron: Zipf departure
+
+
+# Bernoulli numbers B_2, B_4, ..., B_16 for the Euler–Maclaurin tail of ζ.
+_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510)
+_ZETA_HEAD = 16
+
+
+def zeta(s: float) -> float:
+    """Riemann ζ(s) = Σ_{j≥1} j^{−s} for real s > 1, to about 1e-15 relative.
+
+    Euler–Maclaurin with N = 16: Σ_{j<N} j^{−s} + N^{1−s}/(s−1) + N^{−s}/2
+    + Σ_k B_{2k}/(2k)! · s(s+1)…(s+2k−2) · N^{−s−2k+1}. The first omitted term is below
+    1e-16 relative for every s > 1 (it carries N^{−s−17}).
+    """
+    if not s > 1:
+        raise ValueError(f"zeta needs s > 1, got {s!r}")
+    N = _ZETA_HEAD
+    total = math.fsum(j**-s for j in range(1, N)) + N ** (1 - s) / (s - 1) + N**-s / 2
+    rising = s  # s(s+1)…(s+2k−2)
+    for k, b in enumerate(_BERNOULLI, start=1):
+        total += b / math.factorial(2 * k) * rising * N ** (-s - 2 * k + 1)
+        rising *= (s + 2 * k - 1) * (s + 2 * k)
+    return total
+
+
+def zipf_departure(alpha: float) -> float:
+    """Σ_j λ̃_j² for infinite-width Zipf weights λ̃_j = j^{−1/α}/ζ(1/α), α ∈ (0, 1):
+    ζ(2/α)/ζ(1/α)². Uniform (NTK) weights give Σ_j (1/m)² → 0; a positive value measures how
+    far the asymmetric part stays from the kernel regime (Caron et al., appendix Fig. S.1)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"Zipf exponent alpha must lie in (0, 1), got {alpha!r}")
+    return zeta(2 / alpha) / zeta(1 / alpha) ** 2
+
+
+# --------------------------------------------------------------------------------- Chen
+
+
+def gram_matrix(Phi) -> np.ndarray:
+    """Chen et al.'s embedding Gram matrix G = Φ Φᵀ / D for features Φ = φ(X), (n, D)."""
+    Phi = np.asarray(Phi, dtype=np.float64)
+    return Phi @ Phi.T / Phi.shape[1]
+
+
+def chen_loss_bound(t, L0: float, rate: float, c_hat: float, lam_min: float) -> np.ndarray:
+    """Chen et al.'s convergence bound L_t ≤ L_0 exp(−r ĉ² λ_min(G) t), with r the flow rate
+    of the parameterisation (e.g. m for theirs) and ĉ the output weight magnitude."""
+    return L0 * np.exp(-rate * c_hat**2 * lam_min * np.asarray(t, dtype=np.float64))

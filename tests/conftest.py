@@ -1,0 +1,45 @@
+"""Shared fixtures: float64 on (importing flowsim does it), small problems, helpers."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import flowsim  # noqa: F401  (enables float64)
+from flowsim.models import init_shallow
+from flowsim.problem import Problem
+from flowsim.scaling import output_scale
+
+
+def sphere(rng, n, d):
+    x = rng.normal(size=(n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def make_problem(*, n=20, d=5, m=50, activation="swish", scaling="asymmetric", gamma=0.5, alpha=0.5,
+                 k=3, output="fixed", zeroed=False, loss="half-sse", outputs=1, seed=0, dtype=jnp.float64,
+                 init_std=1.0, radius=None):
+    """A small random problem: inputs on the sphere of `radius` (default sqrt(d)), Gaussian targets."""
+    rng = np.random.default_rng(seed)
+    X = sphere(rng, n, d) * (np.sqrt(d) if radius is None else radius)
+    y = rng.normal(size=(n, outputs))
+    params = {"gamma": gamma, "alpha": alpha} if scaling == "asymmetric" else {}
+    if scaling in ("single", "finite"):
+        params = {"gamma": gamma} | ({"k": k} if scaling == "finite" else {})
+    scale = output_scale(scaling, m, **params)
+    net, p0 = init_shallow(jax.random.PRNGKey(seed), d=d, outputs=outputs, scale=scale,
+                           scaling_kind=scaling, activation_name=activation, init_std=init_std,
+                           train_output=output == "trained", zeroed=zeroed, dtype=dtype)
+    prob = Problem(net=net, X=jnp.asarray(X, dtype), y=jnp.asarray(y, dtype), X_test=jnp.asarray(X[:5], dtype),
+                   y_test=jnp.asarray(y[:5], dtype), rate=scale.rate, loss_kind=loss, ntg_points=n)
+    return prob, p0
+
+
+def rel_err(a, b):
+    a, b = np.asarray(a), np.asarray(b)
+    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
+
+
+@pytest.fixture
+def problem():
+    return make_problem()

@@ -1,0 +1,370 @@
+"""Tests of flowsim.archive: layout, API round trips, locking, foreign files, crash safety."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from flowsim import archive as A
+
+ARCHIVE_PY = Path(A.__file__).resolve()
+
+SERIES = {
+    "loss": ((), "float64", ()),
+    "ntg": ((50, 50), "float64", ("point", "point_b")),
+    "weights": ((200, 20), "float64", ("node", "feature")),
+    "eig": ((50,), "float32", ("point",)),
+}
+
+
+def rows(k: int) -> dict[str, np.ndarray]:
+    """Deterministic series row k (so a reader can check every row it finds)."""
+    base = np.arange(50 * 50, dtype=np.float64).reshape(50, 50)
+    return {"loss": np.float64(1.0 / (k + 1)),
+            "ntg": base * 0.001 + k,
+            "weights": np.sin(np.arange(4000.0).reshape(200, 20) + k),
+            "eig": np.arange(50, dtype=np.float32) - k}
+
+
+def state(k: int) -> tuple[dict[str, np.ndarray], dict]:
+    """Deterministic checkpoint after row k."""
+    return ({"W": np.cos(np.arange(4000.0).reshape(200, 20) * (k + 1)),
+             "key": np.array([k, k + 1], dtype=np.uint32)},
+            {"k": k, "name": "x" * (k % 7)})
+
+
+def make(path, **kw) -> A.ArchiveWriter:
+    return A.ArchiveWriter.create(path, scenario_text="name: test\n", resolved={"m": 200},
+                                  provenance={"git_commit": "abc123", "versions": {"jax": "0"}},
+                                  dtype="float64", **kw)
+
+
+def add_solver(w: A.ArchiveWriter, run="r0", solver="gd", discrete=True) -> None:
+    w.create_run(run, params={"m": 200, "eta": 0.1}, seed=3, label="m=200", point=1,
+                 init={"W0": np.ones((200, 20)), "lam": np.float64(0.5)})
+    w.create_solver(run, solver, preset={"eta": 0.1}, series=SERIES, discrete=discrete)
+
+
+def append_k(w: A.ArchiveWriter, k: int, run="r0", solver="gd") -> None:
+    arrays, attrs = state(k)
+    w.append(run, solver, t=0.1 * k, step=10 * k, values=rows(k), checkpoint=arrays,
+             checkpoint_attrs=attrs)
+
+
+def check_rows(sv: A.SolverView, n: int) -> None:
+    """Every series has n rows, each equal to what was written."""
+    assert sv.n_checkpoints == n
+    np.testing.assert_allclose(sv.t, 0.1 * np.arange(n))
+    np.testing.assert_array_equal(sv.step, 10 * np.arange(n))
+    for name in SERIES:
+        got = sv[name]
+        assert got.shape[0] == n, name
+        for k in range(n):
+            np.testing.assert_array_equal(got[k], np.asarray(rows(k)[name], dtype=got.dtype))
+    if n:
+        arrays, attrs = sv.checkpoint
+        want_arrays, want_attrs = state(n - 1)
+        assert attrs == want_attrs
+        for key, value in want_arrays.items():
+            np.testing.assert_array_equal(arrays[key], value)
+
+
+# ----------------------------------------------------------------------------------------
+# create / refuse / overwrite / lock
+# ----------------------------------------------------------------------------------------
+
+def test_create_refuses_existing_and_overwrites(tmp_path):
+    path = tmp_path / "sub" / "a.h5"
+    make(path).close()
+    with pytest.raises(A.ArchiveError, match="--overwrite.*--resume"):
+        make(path)
+    with make(path, overwrite=True) as w:
+        assert not w.has_run("r0")
+    assert not Path(str(path) + ".lock").exists()
+
+
+def test_second_writer_is_refused_same_process(tmp_path):
+    path = tmp_path / "a.h5"
+    with make(path):
+        with pytest.raises(A.ArchiveLocked, match=f"another flowsim process \\(pid {os.getpid()}\\)"):
+            A.ArchiveWriter.resume(path)
+        with pytest.raises(A.ArchiveLocked):
+            make(path, overwrite=True)
+        assert path.exists()          # overwrite did not touch the file without the lock
+    A.ArchiveWriter.resume(path).close()
+
+
+def test_second_writer_is_refused_other_process(tmp_path):
+    path = tmp_path / "a.h5"
+    code = textwrap.dedent(f"""
+        import importlib.util, sys
+        spec = importlib.util.spec_from_file_location("archive", {str(ARCHIVE_PY)!r})
+        A = importlib.util.module_from_spec(spec); spec.loader.exec_module(A)
+        try:
+            A.ArchiveWriter.resume({str(path)!r})
+        except A.ArchiveLocked as e:
+            print("LOCKED", e)
+    """)
+    with make(path):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=60).stdout
+    assert "LOCKED" in out and f"pid {os.getpid()}" in out
+
+
+# ----------------------------------------------------------------------------------------
+# round trips
+# ----------------------------------------------------------------------------------------
+
+def test_round_trip(tmp_path):
+    path = tmp_path / "a.h5"
+    data = {"X_train": np.random.default_rng(0).normal(size=(30, 5)),
+            "y_train": np.arange(30.0), "X_test": np.zeros((4, 5), np.float32),
+            "y_test": np.array([1, 2, 3, 4])}
+    with make(path) as w:
+        w.write_data(data)
+        add_solver(w)
+        add_solver(w, run="r1", solver="flow", discrete=False)
+        w.write_data({"X_train": np.ones((2, 5))}, run="r1")
+        assert w.has_run("r0") and not w.has_run("zz")
+        assert w.read_checkpoint("r0", "gd") is None and w.n_checkpoints("r0", "gd") == 0
+        for k in range(4):
+            append_k(w, k)
+        w.append("r1", "flow", t=0.5, step=None, values=rows(0), checkpoint={"y": np.ones(3)},
+                 checkpoint_attrs={"dt": 0.01})
+        assert w.n_checkpoints("r0", "gd") == 4
+        assert w.read_checkpoint("r0", "gd")[1] == state(3)[1]
+        w.set_status("r0", "gd", status="done", stats={"nfev": 12, "rejected": [1, 2]},
+                     wall_time=3.5, message="converged", status_time=0.3)
+        with pytest.raises(A.ArchiveError, match="unknown status"):
+            w.set_status("r0", "gd", status="weird", stats={}, wall_time=0)
+        with pytest.raises(A.ArchiveError, match="row shape"):
+            w.append("r0", "gd", t=1, step=1, values={**rows(0), "ntg": np.ones(3)},
+                     checkpoint={}, checkpoint_attrs={})
+        assert w.n_checkpoints("r0", "gd") == 4
+    with A.open(path) as a:
+        assert a.scenario_text == "name: test\n"
+        assert a.attrs["scenario_resolved"] == {"m": 200}
+        assert a.attrs["provenance"]["versions"] == {"jax": "0"}
+        assert a.attrs["git_commit"] == "abc123" and a.attrs["dtype"] == "float64"
+        assert "created" in a.attrs and "flowsim_version" in a.attrs
+        for key, value in data.items():
+            np.testing.assert_array_equal(a.data[key], value)
+            assert a.data[key].dtype == value.dtype
+        assert list(a.runs) == ["r0", "r1"]
+        r0, r1 = a.runs["r0"], a.runs["r1"]
+        assert (r0.seed, r0.label, r0.point, r0.params) == (3, "m=200", 1, {"m": 200, "eta": 0.1})
+        np.testing.assert_array_equal(r0.init["W0"], np.ones((200, 20)))
+        assert r0.init["lam"] == 0.5
+        np.testing.assert_array_equal(r0.data["X_train"], data["X_train"])
+        np.testing.assert_array_equal(r1.data["X_train"], np.ones((2, 5)))
+        gd = r0.solvers["gd"]
+        assert gd.discrete and gd.status == "done" and gd.message == "converged"
+        assert gd.stats == {"nfev": 12, "rejected": [1, 2]} and gd.wall_time == 3.5
+        assert gd.preset == {"eta": 0.1} and gd.series_names == list(SERIES)
+        assert "ntg" in gd and "nope" not in gd
+        check_rows(gd, 4)
+        flow = r1.solvers["flow"]
+        assert not flow.discrete and flow.step is None and flow.status == "running"
+        assert flow.n_checkpoints == 1 and flow.t.tolist() == [0.5]
+    with h5py.File(path, "r") as f:   # clean close: advisory attrs mirror the commit
+        assert f["runs/r0/gd/checkpoint"].attrs["index"] == 4
+        ds = f["runs/r0/gd/weights"]
+        assert ds.maxshape[0] is None and ds.chunks[0] == 1 and ds.compression == "gzip"
+
+
+def test_dimension_scales_via_xarray(tmp_path):
+    xr = pytest.importorskip("xarray")
+    pytest.importorskip("h5netcdf")
+    path = tmp_path / "a.h5"
+    with make(path) as w:
+        add_solver(w)
+        for k in range(3):
+            append_k(w, k)
+    ds = xr.open_dataset(path, group="runs/r0/gd", engine="h5netcdf")
+    try:
+        assert ds["ntg"].dims == ("t", "point", "point_b")
+        assert ds["weights"].dims == ("t", "node", "feature")
+        assert ds["eig"].dims == ("t", "point") and ds["loss"].dims == ("t",)
+        assert ds.sizes["t"] == 3 and ds.sizes["node"] == 200
+        np.testing.assert_allclose(ds["t"].values, [0.0, 0.1, 0.2])
+        np.testing.assert_array_equal(ds["ntg"].values[2], rows(2)["ntg"])
+    finally:
+        ds.close()
+
+
+# ----------------------------------------------------------------------------------------
+# foreign files
+# ----------------------------------------------------------------------------------------
+
+def test_foreign_files(tmp_path):
+    text = tmp_path / "a.txt"
+    text.write_text("hello\n" * 100)
+    with pytest.raises(A.ArchiveError, match="not an HDF5 file"):
+        A.open(text)
+    with pytest.raises(A.ArchiveError, match="not an HDF5 file"):
+        A.ArchiveWriter.resume(text)
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as f:
+        f["x"] = 1
+    with pytest.raises(A.ArchiveError, match="not a flowsim archive"):
+        A.open(plain)
+    with pytest.raises(A.ArchiveError, match="not a flowsim archive"):
+        A.ArchiveWriter.resume(plain)
+    with pytest.raises(A.ArchiveError, match="no such archive"):
+        A.open(tmp_path / "missing.h5")
+    real = tmp_path / "real.h5"
+    with make(real) as w:
+        add_solver(w)
+        for k in range(5):
+            append_k(w, k)
+    cut = tmp_path / "cut.h5"
+    cut.write_bytes(real.read_bytes()[: real.stat().st_size // 2])
+    with pytest.raises(A.ArchiveError, match=str(cut)):
+        A.open(cut)
+    with pytest.raises(A.ArchiveError, match=str(cut)):
+        A.ArchiveWriter.resume(cut)
+
+
+# ----------------------------------------------------------------------------------------
+# resume
+# ----------------------------------------------------------------------------------------
+
+def test_resume_truncates_half_written_row(tmp_path):
+    path = tmp_path / "a.h5"
+    with make(path) as w:
+        add_solver(w)
+        for k in range(3):
+            append_k(w, k)
+        # Simulate a kill between the series rows and the commit: rows grow, no commit.
+        g = w._solver_group("r0", "gd")
+        for name in ["t", "step", *SERIES]:
+            g[name].resize(4, axis=0)
+            g[name][3] = 999
+    with A.open(path) as a:
+        check_rows(a.runs["r0"].solvers["gd"], 3)
+    with A.ArchiveWriter.resume(path) as w:
+        assert w.scenario_text == "name: test\n" and w.resolved == {"m": 200}
+        assert w.n_checkpoints("r0", "gd") == 3
+        add_solver(w)                       # no-ops on resume
+        append_k(w, 3)
+    with h5py.File(path, "r") as f:
+        assert f["runs/r0/gd/ntg"].shape[0] == 4
+    with A.open(path) as a:
+        check_rows(a.runs["r0"].solvers["gd"], 4)
+
+
+def test_checkpoint_shape_change_and_large_attrs(tmp_path):
+    path = tmp_path / "a.h5"
+    with make(path) as w:
+        add_solver(w)
+        append_k(w, 0)
+        w.append("r0", "gd", t=0.1, step=10, values=rows(1), checkpoint={"W": np.ones(7)},
+                 checkpoint_attrs={"big": "y" * 10000})
+        arrays, attrs = w.read_checkpoint("r0", "gd")
+        assert arrays["W"].shape == (7,) and attrs["big"] == "y" * 10000
+
+
+# ----------------------------------------------------------------------------------------
+# crash safety: SIGKILL a writer at random moments
+# ----------------------------------------------------------------------------------------
+
+WRITER = textwrap.dedent("""
+    import importlib.util, sys
+    sys.path.insert(0, {tests!r})
+    spec = importlib.util.spec_from_file_location("archive", {archive!r})
+    A = importlib.util.module_from_spec(spec); spec.loader.exec_module(A)
+    sys.modules["flowsim.archive"] = A
+    import test_archive_writer_helpers as H
+    H.main(A, sys.argv[1])
+""")
+
+
+def _writer_helpers(tmp_path: Path) -> Path:
+    """A tiny module with rows/state for the child (it must not import jax)."""
+    src = Path(__file__).read_text()
+    start, end = src.index("SERIES = {"), src.index("def check_rows")
+    helper = tmp_path / "test_archive_writer_helpers.py"
+    helper.write_text("import numpy as np\n" + src[start:end].replace("A.ArchiveWriter", "object")
+                      + textwrap.dedent("""
+        def main(A, path):
+            w = A.ArchiveWriter.create(path, scenario_text="kill", resolved={}, provenance={},
+                                       dtype="float64")
+            w.create_run("r0", params={}, seed=0, label="", point=0, init={"W0": np.ones(3)})
+            w.create_solver("r0", "gd", preset={}, series=SERIES, discrete=True)
+            print("ready", flush=True)
+            for k in range(100000):
+                arrays, attrs = state(k)
+                w.append("r0", "gd", t=0.1 * k, step=10 * k, values=rows(k), checkpoint=arrays,
+                         checkpoint_attrs=attrs)
+                print(f"done {k}", flush=True)
+                if k % 5 == 4:   # exercise the plain-mode (non-SWMR) window too
+                    w.set_status("r0", "gd", status="running", stats={"k": k}, wall_time=k)
+    """))
+    return helper
+
+
+def _kill_trial(tmp_path: Path, trial: int, delay: float) -> tuple[int, int]:
+    """Run the writer, SIGKILL it `delay` s after it is ready, check open() and resume()."""
+    path = tmp_path / f"kill{trial}.h5"
+    code = WRITER.format(tests=str(tmp_path), archive=str(ARCHIVE_PY))
+    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                            text=True)
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def reader():
+        for line in proc.stdout:
+            lines.append(line.strip())
+            ready.set()
+    th = threading.Thread(target=reader, daemon=True)
+    th.start()
+    assert ready.wait(30), "writer did not start"
+    time.sleep(delay)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    th.join(5)
+    # A line cut by the kill is ignored (it can only under-count completed rows).
+    done = [int(x.split()[1]) for x in lines if re.fullmatch(r"done \d+", x)]
+    printed = done[-1] + 1 if done else 0      # rows the writer knew were complete
+    with A.open(path) as a:
+        sv = a.runs["r0"].solvers["gd"]
+        n = sv.n_checkpoints
+        assert printed <= n <= printed + 1, (printed, n)
+        check_rows(sv, n)
+    with A.ArchiveWriter.resume(path) as w:
+        assert w.n_checkpoints("r0", "gd") == n
+        for k in range(n, n + 2):
+            append_k(w, k)
+    with A.open(path) as a:
+        check_rows(a.runs["r0"].solvers["gd"], n + 2)
+    path.unlink()
+    return printed, n
+
+
+def _kill_trials(tmp_path: Path, n_trials: int, seed: int) -> list[tuple[int, int]]:
+    _writer_helpers(tmp_path)
+    rng = random.Random(seed)
+    return [_kill_trial(tmp_path, i, rng.uniform(0.0, 0.4)) for i in range(n_trials)]
+
+
+def test_sigkill_fast(tmp_path):
+    results = _kill_trials(tmp_path, 5, seed=1234)
+    assert any(p > 0 for p, _ in results)
+
+
+@pytest.mark.slow
+def test_sigkill_many(tmp_path):
+    results = _kill_trials(tmp_path, 25, seed=98765)
+    assert sum(p > 0 for p, _ in results) >= 20

@@ -1,0 +1,417 @@
+"""flowsim.data: generators (shapes, determinism, statistics), shipped files, loaders, errors."""
+
+import gzip
+import hashlib
+import math
+import re
+import struct
+
+import numpy as np
+import pytest
+
+from flowsim.data import (
+    DATA_DIR,
+    DIGITS_FILES,
+    UCI_TARGETS,
+    DataError,
+    Dataset,
+    load_idx,
+    make_dataset,
+    read_csv,
+    sphere_sine_target,
+)
+
+SYNTHETIC = {
+    "sphere-sine": dict(kind="sphere-sine", n=30, d=7, noise=0.5, n_test=11),
+    "single-relu": dict(kind="single-relu", n=30, d=7, noise=0.5, n_test=11),
+    "random-labels": dict(kind="random-labels", n=30, d=7, n_test=11, low=-0.5, high=0.5),
+    "xor-noise": dict(kind="xor-noise", n=30, d=7, n_test=11),
+    "quadratic-teacher": dict(
+        kind="quadratic-teacher", n=30, d=7, n_test=11, teacher_width=5, noise=0.5
+    ),
+}
+UCI_SPLIT = dict(train=0.4, test=0.2, valid=0.4)
+
+
+def uci_cfg(name, standardize=True):
+    return dict(kind="uci", name=name, split=UCI_SPLIT, permute_seed=10, standardize=standardize)
+
+
+def arrays(ds: Dataset) -> dict:
+    return {
+        "X_train": ds.X_train,
+        "y_train": ds.y_train,
+        "X_test": ds.X_test,
+        "y_test": ds.y_test,
+    } | ds.extra
+
+
+# --------------------------------------------------------------------------- synthetic
+
+
+@pytest.mark.parametrize("kind", SYNTHETIC)
+def test_synthetic_shapes_dtype_and_determinism(kind):
+    cfg = SYNTHETIC[kind]
+    ds = make_dataset(cfg, seed=3)
+    assert ds.X_train.shape == (30, 7) and ds.y_train.shape == (30, 1)
+    assert ds.X_test.shape == (11, 7) and ds.y_test.shape == (11, 1)
+    assert ds.classes == 0
+    for name, A in arrays(ds).items():
+        assert A.dtype == np.float64, name
+    again, other = make_dataset(cfg, seed=3), make_dataset(cfg, seed=4)
+    for name, A in arrays(ds).items():
+        np.testing.assert_array_equal(A, arrays(again)[name])
+    assert not np.array_equal(ds.X_train, other.X_train)
+
+
+def test_zero_test_rows_keep_two_dimensions():
+    ds = make_dataset(SYNTHETIC["sphere-sine"] | {"n_test": 0}, seed=0)
+    assert ds.X_test.shape == (0, 7) and ds.y_test.shape == (0, 1)
+
+
+def test_sphere_sine_points_and_labels():
+    cfg = SYNTHETIC["sphere-sine"] | {"noise": 0.0, "n": 200}
+    ds = make_dataset(cfg, seed=0)
+    for X in (ds.X_train, ds.X_test):
+        np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=0, atol=1e-12)
+    d = ds.X_train.shape[1]
+    by_hand = np.array([5 / d * sum(math.sin(math.pi * xk) for xk in x) for x in ds.X_train])
+    np.testing.assert_allclose(ds.y_train[:, 0], by_hand, rtol=0, atol=1e-13)
+    np.testing.assert_allclose(ds.y_test[:, 0], sphere_sine_target(ds.X_test), rtol=0, atol=1e-13)
+
+
+def test_sphere_sine_noise_level():
+    n, noise = 20_000, 0.7
+    ds = make_dataset(SYNTHETIC["sphere-sine"] | {"noise": noise, "n": n}, seed=1)
+    residual = ds.y_train[:, 0] - sphere_sine_target(ds.X_train)
+    # sample std of n Gaussians has standard error ≈ σ/sqrt(2n); allow 5 of them
+    assert abs(residual.std() - noise) < 5 * noise / math.sqrt(2 * n)
+    assert abs(residual.mean()) < 5 * noise / math.sqrt(n)
+
+
+def test_single_relu_teacher():
+    ds = make_dataset(SYNTHETIC["single-relu"] | {"noise": 0.0}, seed=2)
+    w = ds.extra["teacher_w"]
+    assert w.shape == (7,) and abs(np.linalg.norm(w) - 1) < 1e-12
+    np.testing.assert_allclose(np.linalg.norm(ds.X_train, axis=1), math.sqrt(7), rtol=1e-12)
+    np.testing.assert_allclose(ds.y_train[:, 0], np.maximum(ds.X_train @ w, 0), rtol=0, atol=1e-13)
+
+
+def test_quadratic_teacher_formula():
+    ds = make_dataset(SYNTHETIC["quadratic-teacher"] | {"noise": 0.0}, seed=5)
+    W, c = ds.extra["teacher_W"], ds.extra["teacher_c"]
+    d = ds.X_train.shape[1]
+    assert W.shape == (5, d * d) and set(np.unique(c)) <= {-1.0, 1.0}
+    np.testing.assert_allclose(np.linalg.norm(ds.X_test, axis=1), math.sqrt(d), rtol=1e-12)
+    x = ds.X_test[0]
+    h = [
+        sum(W[i, j * d + k] * x[j] * x[k] for j in range(d) for k in range(d)) / math.sqrt(d * d)
+        for i in range(5)
+    ]
+    f = sum(c[i] * max(h[i], 0.0) for i in range(5)) / 5
+    assert abs(ds.y_test[0, 0] - f) < 1e-12
+
+
+def test_random_labels_range():
+    ds = make_dataset(SYNTHETIC["random-labels"] | {"n": 5000, "low": 2.0, "high": 3.0}, seed=0)
+    assert ds.y_train.min() >= 2.0 and ds.y_train.max() <= 3.0
+    assert abs(ds.y_train.mean() - 2.5) < 5 * math.sqrt(1 / 12 / 5000)
+    assert abs(ds.X_train.std() - 1.0) < 0.01
+
+
+def test_xor_noise_structure_and_proportions():
+    n = 40_000
+    ds = make_dataset(SYNTHETIC["xor-noise"] | {"n": n}, seed=0)
+    X, y = ds.X_train, ds.y_train[:, 0]
+    cases = [(1, 0, 1), (-1, 0, 1), (0, 1, -1), (0, -1, -1)]
+    counts = [np.sum((X[:, 0] == a) & (X[:, 1] == b) & (y == c)) for a, b, c in cases]
+    assert sum(counts) == n  # every row is one of the four cases
+    # each count ~ Binomial(n, 1/4): sd = sqrt(n·¼·¾); tolerance 5 sd
+    sd = math.sqrt(n * 0.25 * 0.75)
+    for count in counts:
+        assert abs(count - n / 4) < 5 * sd
+    assert X[:, 2:].min() >= -1 and X[:, 2:].max() <= 1
+    assert abs(X[:, 2:].mean()) < 5 * math.sqrt(1 / 3 / X[:, 2:].size)
+
+
+def test_unknown_kind_and_missing_key():
+    with pytest.raises(DataError, match="kind 'nope' is unknown"):
+        make_dataset({"kind": "nope"}, 0)
+    with pytest.raises(DataError, match="'noise' is missing"):
+        make_dataset({"kind": "sphere-sine", "n": 3, "d": 2, "n_test": 0}, 0)
+    with pytest.raises(DataError, match="n = 0"):
+        make_dataset(SYNTHETIC["xor-noise"] | {"n": 0}, 0)
+
+
+# ------------------------------------------------------------------------- shipped files
+
+
+def manifest():
+    """file → (rows, columns, target, sha256) from the Manifest table of data/README.md."""
+    text = (DATA_DIR / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Manifest", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and cells[0].startswith("`"):
+            target = re.match(r"`([^`]+)`", cells[5]).group(1)
+            rows[cells[0].strip("`")] = (int(cells[3]), int(cells[4]), target, cells[6].strip("`"))
+    return rows
+
+
+def test_manifest_lists_every_shipped_csv():
+    assert set(manifest()) == {p.name for p in DATA_DIR.glob("*.csv")}
+    assert set(manifest()) == {f"{name}.csv" for name in UCI_TARGETS} | set(DIGITS_FILES)
+
+
+@pytest.mark.parametrize("filename", sorted(p.name for p in DATA_DIR.glob("*.csv")))
+def test_shipped_csv_matches_manifest(filename):
+    rows, columns, target, sha = manifest()[filename]
+    path = DATA_DIR / filename
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+    header, table = read_csv(path)
+    assert table.shape == (rows, columns)
+    assert target in header
+    name = filename.removesuffix(".csv")
+    if name in UCI_TARGETS:
+        assert UCI_TARGETS[name][0] == target
+
+
+@pytest.mark.parametrize("name", UCI_TARGETS)
+def test_uci_split_sizes_and_permutation(name):
+    rows, columns, target, _ = manifest()[f"{name}.csv"]
+    ds = make_dataset(uci_cfg(name, standardize=False), seed=0)
+    n_train, n_test = math.floor(0.4 * rows), math.floor(0.2 * rows)
+    d = columns - 1 - len(UCI_TARGETS[name][1])
+    assert ds.X_train.shape == (n_train, d) and ds.y_train.shape == (n_train, 1)
+    assert ds.X_test.shape == (n_test, d) and ds.y_test.shape == (n_test, 1)
+    assert ds.extra["X_valid"].shape == (rows - n_train - n_test, d)
+    # the rows, in order, are the file permuted by default_rng(permute_seed)
+    header, table = read_csv(DATA_DIR / f"{name}.csv")
+    permuted = table[np.random.default_rng(10).permutation(rows)]
+    stacked = np.vstack([ds.y_train, ds.y_test, ds.extra["y_valid"]])[:, 0]
+    np.testing.assert_array_equal(stacked, permuted[:, header.index(target)])
+    np.testing.assert_array_equal(ds.X_train[0], permuted[0, :d])
+
+
+def test_uci_standardisation_and_seed_independence():
+    ds = make_dataset(uci_cfg("energy"), seed=0)
+    for A in (ds.X_train, ds.y_train):
+        np.testing.assert_allclose(A.mean(axis=0), 0, atol=1e-12)
+        np.testing.assert_allclose(A.std(axis=0), 1, atol=1e-12)
+    raw = make_dataset(uci_cfg("energy", standardize=False), seed=0)
+    np.testing.assert_allclose(
+        ds.X_test * ds.extra["X_std"] + ds.extra["X_mean"], raw.X_test, rtol=1e-13
+    )
+    np.testing.assert_allclose(
+        ds.extra["y_valid"] * ds.extra["y_std"] + ds.extra["y_mean"],
+        raw.extra["y_valid"],
+        rtol=1e-13,
+    )
+    np.testing.assert_array_equal(make_dataset(uci_cfg("energy"), seed=7).X_train, ds.X_train)
+
+
+def test_uci_bad_name_and_split():
+    with pytest.raises(DataError, match="name = 'iris'"):
+        make_dataset(uci_cfg("iris"), 0)
+    with pytest.raises(DataError, match="sum to 1"):
+        make_dataset(uci_cfg("plant") | {"split": dict(train=0.5, test=0.2, valid=0.4)}, 0)
+
+
+def test_digits():
+    ds = make_dataset(dict(kind="digits", n=None, n_test=200, standardize=False), seed=0)
+    assert ds.classes == 10
+    assert ds.X_train.shape == (3823, 64) and ds.y_train.shape == (3823, 10)
+    assert ds.X_test.shape == (200, 64) and ds.y_test.shape == (200, 10)
+    for y in (ds.y_train, ds.y_test):
+        assert set(np.unique(y)) == {0.0, 1.0} and np.all(y.sum(axis=1) == 1)
+    assert ds.X_train.min() == 0 and ds.X_train.max() == 1
+    # class counts of the whole training file (data/README.md)
+    assert ds.y_train.sum(axis=0).tolist() == [376, 389, 380, 389, 387, 376, 377, 387, 380, 382]
+
+    st = make_dataset(dict(kind="digits", n=500, n_test=None, standardize=True), seed=1)
+    assert st.X_train.shape == (500, 64) and st.X_test.shape == (1797, 64)
+    std = st.X_train.std(axis=0)
+    constant = std < 1e-12  # e.g. pixel p00, always 0: left at 0, not divided by 0
+    assert constant.any() and np.all(st.X_train[:, constant] == 0)
+    np.testing.assert_allclose(st.X_train.mean(axis=0), 0, atol=1e-12)
+    np.testing.assert_allclose(std[~constant], 1, atol=1e-12)
+    assert np.isfinite(st.X_test).all()
+
+
+# -------------------------------------------------------------------------- user CSV/npz
+
+
+def write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_csv_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((20, 4))
+    lines = ["a,b,t1,t2"] + [",".join(repr(float(v)) for v in row) for row in table]
+    path = write(tmp_path / "user.csv", "\n".join(lines) + "\n")
+    cfg = dict(
+        kind="csv", path=str(path), target=["t1", "t2"], test_fraction=0.25, standardize=False
+    )
+    ds = make_dataset(cfg, seed=0)
+    assert ds.X_train.shape == (15, 2) and ds.y_train.shape == (15, 2) and ds.X_test.shape == (5, 2)
+    rebuilt = np.hstack([np.vstack([ds.X_train, ds.X_test]), np.vstack([ds.y_train, ds.y_test])])
+    np.testing.assert_array_equal(np.sort(rebuilt, axis=0), np.sort(table, axis=0))
+
+    st = make_dataset(cfg | {"target": "b", "standardize": True}, seed=0)
+    assert st.X_train.shape == (15, 3) and st.y_train.shape == (15, 1)
+    np.testing.assert_allclose(st.X_train.mean(axis=0), 0, atol=1e-12)
+    np.testing.assert_allclose(st.y_train.std(axis=0), 1, atol=1e-12)
+
+
+BAD_CSV = {
+    "empty": ("", "empty"),
+    "header-only": ("a,b\n", "no data rows"),
+    "ragged": ("a,b\n1,2\n3\n", "line 3 has 1 fields"),
+    "non-numeric": ("a,b\n1,2\n3,x\n", "line 3, column 'b': 'x' is not a number"),
+    "blank-cell": ("a,b\n1,\n", "column 'b': '' is not a number"),
+    "nan": ("a,b\n1,nan\n", "'nan' is not finite"),
+    "inf": ("a,b\n-inf,2\n", "'-inf' is not finite"),
+    "unknown-target": ("a,c\n1,2\n", r"no column named 'b'; columns: \['a', 'c'\]"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CSV)
+def test_bad_csv_raises_naming_the_file(tmp_path, case):
+    text, message = BAD_CSV[case]
+    path = write(tmp_path / f"{case}.csv", text)
+    with pytest.raises(DataError, match=message) as err:
+        make_dataset(
+            dict(kind="csv", path=str(path), target="b", test_fraction=0.0, standardize=False), 0
+        )
+    assert str(path) in str(err.value)
+
+
+def test_missing_csv(tmp_path):
+    path = tmp_path / "absent.csv"
+    with pytest.raises(DataError, match="no such file") as err:
+        make_dataset(
+            dict(kind="csv", path=str(path), target="b", test_fraction=0.0, standardize=False), 0
+        )
+    assert str(path) in str(err.value)
+
+
+def npz_cfg(path):
+    return dict(kind="npz", path=str(path))
+
+
+def test_npz_regression_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((8, 3)), rng.standard_normal(8)
+    path = tmp_path / "reg.npz"
+    np.savez(path, X_train=X, y_train=y, X_test=X[:2], y_test=y[:2])
+    ds = make_dataset(npz_cfg(path), seed=0)
+    np.testing.assert_array_equal(ds.X_train, X)
+    np.testing.assert_array_equal(ds.y_train, y[:, None])
+    assert ds.y_test.shape == (2, 1) and ds.classes == 0
+
+    # integer labels without `classes` stay regression; no test arrays → 0 test rows
+    np.savez(path, X_train=X, y_train=np.arange(8))
+    ds = make_dataset(npz_cfg(path), seed=0)
+    assert ds.classes == 0 and ds.y_train.dtype == np.float64 and ds.y_train.shape == (8, 1)
+    assert ds.X_test.shape == (0, 3) and ds.y_test.shape == (0, 1)
+
+
+def test_npz_classification_one_hot(tmp_path):
+    X = np.zeros((4, 2))
+    path = tmp_path / "cls.npz"
+    np.savez(
+        path,
+        X_train=X,
+        y_train=np.array([0, 2, 1, 2]),
+        X_test=X[:1],
+        y_test=np.array([1]),
+        classes=3,
+    )
+    ds = make_dataset(npz_cfg(path), seed=0)
+    assert ds.classes == 3
+    np.testing.assert_array_equal(ds.y_train, np.eye(3)[[0, 2, 1, 2]])
+    np.testing.assert_array_equal(ds.y_test, [[0, 1, 0]])
+
+
+BAD_NPZ = {
+    "missing-key": (
+        dict(X_train=np.zeros((3, 2))),
+        r"missing y_train; the file holds \['X_train'\]",
+    ),
+    "test-half": (
+        dict(X_train=np.zeros((3, 2)), y_train=np.zeros(3), X_test=np.zeros((1, 2))),
+        "missing y_test",
+    ),
+    "rows": (
+        dict(X_train=np.zeros((3, 2)), y_train=np.zeros(4)),
+        "X_train has 3 rows but y_train has 4",
+    ),
+    "ndim": (dict(X_train=np.zeros(3), y_train=np.zeros(3)), "X_train has shape"),
+    "y-ndim": (dict(X_train=np.zeros((3, 2)), y_train=np.zeros((3, 1, 1))), "y_train has shape"),
+    "nan": (dict(X_train=np.array([[0.0, np.nan]]), y_train=np.zeros(1)), "X_train holds NaN"),
+    "inf": (
+        dict(X_train=np.zeros((1, 2)), y_train=np.array([np.inf])),
+        "y_train holds NaN or infinite",
+    ),
+    "label-range": (
+        dict(X_train=np.zeros((2, 2)), y_train=np.array([0, 3]), classes=3),
+        r"labels in \[0, 3\)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", BAD_NPZ)
+def test_bad_npz_raises_naming_the_file(tmp_path, case):
+    content, message = BAD_NPZ[case]
+    path = tmp_path / f"{case}.npz"
+    np.savez(path, **content)
+    with pytest.raises(DataError, match=message) as err:
+        make_dataset(npz_cfg(path), 0)
+    assert str(path) in str(err.value)
+
+
+def test_npz_not_an_archive(tmp_path):
+    path = write(tmp_path / "junk.npz", "not a zip")
+    with pytest.raises(DataError, match="not a readable .npz") as err:
+        make_dataset(npz_cfg(path), 0)
+    assert str(path) in str(err.value)
+
+
+# ----------------------------------------------------------------------------------- IDX
+
+
+def idx_bytes(array: np.ndarray, type_byte: int, dtype: str) -> bytes:
+    header = bytes([0, 0, type_byte, array.ndim]) + struct.pack(f">{array.ndim}I", *array.shape)
+    return header + array.astype(dtype).tobytes()
+
+
+def test_load_idx_round_trip(tmp_path):
+    images = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    path = tmp_path / "images.idx3-ubyte"
+    path.write_bytes(idx_bytes(images, 0x08, ">u1"))
+    np.testing.assert_array_equal(load_idx(path), images)
+
+    values = np.linspace(-1, 1, 5)
+    gz = tmp_path / "values.idx1-double.gz"
+    gz.write_bytes(gzip.compress(idx_bytes(values, 0x0E, ">f8")))
+    out = load_idx(gz)
+    assert out.dtype == np.float64 and out.dtype.isnative
+    np.testing.assert_array_equal(out, values)
+
+    labels = np.array([-3, 7, 70000], dtype=np.int32)
+    path.write_bytes(idx_bytes(labels, 0x0C, ">i4"))
+    np.testing.assert_array_equal(load_idx(path), labels)
+
+
+def test_load_idx_errors(tmp_path):
+    path = tmp_path / "bad.idx"
+    path.write_bytes(b"\x00\x00\x08\x01" + struct.pack(">I", 5) + b"\x01\x02")
+    with pytest.raises(DataError, match="needs 5 data bytes, the file has 2"):
+        load_idx(path)
+    path.write_bytes(b"PK\x03\x04")
+    with pytest.raises(DataError, match="not an IDX file") as err:
+        load_idx(path)
+    assert str(path) in str(err.value)

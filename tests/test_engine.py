@@ -1,0 +1,264 @@
+"""The engine against its oracles: closed-form linear flow and GD, autodiff NTG, a tight
+reference solve, order of convergence of GD to the flow, segment/resume identity, vmap."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import make_problem, rel_err
+
+from flowsim import status
+from flowsim.descent import make_descent_integrator
+from flowsim.flow import make_flow_integrator
+from flowsim.ntg import jacobian_ntg
+
+ACTIVATIONS = ["relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"]
+
+
+def flow_to(problem, params, times, preset):
+    """Flow states at each of `times` (one segment per time)."""
+    integ = make_flow_integrator(preset)
+    advance = eqx.filter_jit(integ.advance)
+    state = integ.init(problem, params)
+    out = []
+    for t in times:
+        state, stats = advance(problem, state, jnp.asarray(t))  # an array: no retrace per time
+        assert int(stats["status"]) == status.DONE
+        out.append(state)
+    return out
+
+
+def tight(method="dopri8", rtol=1e-12):
+    return {"kind": "flow", "method": method, "rtol": rtol, "atol": rtol * 1e-2}
+
+
+def gd_to(problem, params, steps, eta, **extra):
+    integ = make_descent_integrator({"kind": "gd", "learning_rate": eta} | extra)
+    advance = eqx.filter_jit(integ.advance)
+    state = integ.init(problem, params, jax.random.PRNGKey(0))
+    out = []
+    for k in steps:
+        state, _ = advance(problem, state, jnp.asarray(k * eta))
+        out.append(state)
+    return out
+
+
+# ---------------------------------------------------------------- linear oracle (DESIGN §1)
+
+def linear_closed_form(problem, params, t=None, eta=None, k=None):
+    """v(t) (or v_k) and W(t) of the linear-activation network under the ½Σ loss."""
+    X, y = np.asarray(problem.X), np.asarray(problem.y[:, 0])
+    n, d = X.shape
+    c, a = np.asarray(problem.net.c), np.asarray(problem.net.a[:, 0])
+    W0 = np.asarray(params["W"])
+    v0 = (c * a) @ W0 / np.sqrt(d)
+    A = X.T @ X / d
+    s, U = np.linalg.eigh(A)
+    g = U.T @ (X.T @ y / d - A @ v0)
+    s_safe = np.where(s > 1e-14, s, 1.0)
+    if t is not None:   # ∫_0^t e^{−s τ} dτ
+        gain = np.where(s > 1e-14, -np.expm1(-s * t) / s_safe, t)
+    else:               # Σ_{i<k} (1 − η s)^i · η
+        gain = np.where(s > 1e-14, (1 - (1 - eta * s) ** k) / s_safe, k * eta)
+    v = v0 + U @ (gain * g)
+    W = W0 + np.outer(c * a, v - v0) * np.sqrt(d)
+    loss = 0.5 * np.sum((y - X @ v) ** 2)
+    return W, loss
+
+
+@pytest.mark.parametrize("scaling", ["ntk", "asymmetric", "single"])
+def test_linear_flow_matches_closed_form(scaling):
+    problem, p0 = make_problem(activation="identity", scaling=scaling, n=30, d=8, m=40)
+    times = [0.5, 2.0, 10.0, 40.0]
+    for t, state in zip(times, flow_to(problem, p0, times, tight())):
+        W, loss = linear_closed_form(problem, p0, t=t)
+        # relative to the displacement, the stricter measure
+        disp = np.linalg.norm(W - np.asarray(p0["W"]))
+        assert np.linalg.norm(np.asarray(state.y["W"]) - W) / disp <= 1e-9
+        assert abs(float(problem.loss(state.y)) - loss) / loss <= 1e-9
+
+
+def test_linear_gd_matches_closed_form():
+    problem, p0 = make_problem(activation="identity", scaling="asymmetric", n=30, d=8, m=40)
+    eta = 0.1  # below 2/λ_max(XᵀX/d), so GD is stable
+    steps = [1, 7, 50, 200]
+    for k, state in zip(steps, gd_to(problem, p0, steps, eta)):
+        W, loss = linear_closed_form(problem, p0, eta=eta, k=k)
+        assert int(state.step) == k
+        np.testing.assert_allclose(np.asarray(state.y["W"]), W, rtol=1e-12, atol=1e-12)
+        assert abs(float(problem.loss(state.y)) - loss) <= 1e-11 * max(loss, 1.0)
+
+
+# ---------------------------------------------------------------- NTG
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+@pytest.mark.parametrize("scaling", ["ntk", "asymmetric", "finite", "mean-field", "standard"])
+def test_closed_form_ntg_equals_jacobian_contraction(activation, scaling):
+    problem, p0 = make_problem(activation=activation, scaling=scaling, n=12, d=4, m=30)
+    # move away from initialisation so the check is not special to W0
+    p = jax.tree.map(lambda w: w + 0.3 * jnp.sin(w), p0)
+    closed = problem.net.ntg(p, problem.X)
+    oracle = jacobian_ntg(problem.net, p, problem.X)
+    assert rel_err(closed, oracle) <= 1e-12
+
+
+@pytest.mark.parametrize("activation", ["relu", "swish", "tanh"])
+def test_ntg_trained_output_zeroed_and_multi_output(activation):
+    problem, p0 = make_problem(activation=activation, output="trained", zeroed=True, outputs=3, n=10, d=4, m=25)
+    p = jax.tree.map(lambda w: w * 1.1 + 0.05, p0)
+    assert rel_err(problem.net.ntg(p, problem.X), jacobian_ntg(problem.net, p, problem.X)) <= 1e-12
+    np.testing.assert_allclose(problem.net(p0, problem.X), 0.0, atol=1e-14)  # zeroed: f ≡ 0 at W0
+
+
+# ---------------------------------------------------------------- solvers against a tight reference
+
+@pytest.mark.parametrize("method", ["tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5"])
+def test_every_solver_matches_tight_reference(method):
+    problem, p0 = make_problem(m=50, n=20, d=5, activation="swish")
+    (ref,) = flow_to(problem, p0, [50.0], tight())
+    (sol,) = flow_to(problem, p0, [50.0], {"kind": "flow", "method": method, "rtol": 1e-6, "atol": 1e-8})
+    assert rel_err(sol.y["W"], ref.y["W"]) <= 1e-4
+
+
+def test_vf_eval_count_matches_a_counting_callback():
+    problem, p0 = make_problem()
+    calls = []
+
+    class Counting(type(problem)):
+        def velocity(self, params):
+            jax.debug.callback(lambda: calls.append(1))
+            return super().velocity(params)
+
+    counting = Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})
+    integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10})
+    state = integ.init(counting, p0)
+    state, stats = jax.jit(integ.advance)(counting, state, 20.0)
+    assert len(calls) == integ.init_evals + int(stats["vf_evals"])
+
+
+# ---------------------------------------------------------------- GD converges to the flow at order 1
+
+def test_gd_converges_to_flow_at_order_one():
+    # Caron's setting: inputs on the unit sphere, so every η here is well inside stability
+    problem, p0 = make_problem(activation="swish", n=20, d=5, m=50, radius=1.0)
+    T = 32.0
+    times = np.arange(1, 41) * 0.8  # multiples of every η
+    flow = flow_to(problem, p0, times, tight())
+    etas = [0.8, 0.4, 0.2, 0.1]
+    errors = []
+    for eta in etas:
+        steps = [int(round(t / eta)) for t in times]
+        gd = gd_to(problem, p0, steps, eta)
+        errors.append(max(float(jnp.linalg.norm(g.y["W"] - f.y["W"])) for g, f in zip(gd, flow)))
+    assert times[-1] == T
+    slope = np.polyfit(np.log(etas), np.log(errors), 1)[0]
+    assert abs(slope - 1.0) <= 0.15, (slope, errors)
+
+
+# ---------------------------------------------------------------- segments, resume, vmap, compilation
+
+def test_one_segment_equals_fifty_segments_and_resume_is_bit_identical():
+    problem, p0 = make_problem()
+    preset = {"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10}
+    (one,) = flow_to(problem, p0, [50.0], preset)
+    times = np.linspace(1.0, 50.0, 50)
+    many = flow_to(problem, p0, times, preset)
+    assert rel_err(many[-1].y["W"], one.y["W"]) <= 1e-6
+    # resume: serialise the state after segment 20 to numpy (as the archive does) and go on
+    integ = make_flow_integrator(preset)
+    leaves, treedef = jax.tree.flatten(many[19])
+    restored = jax.tree.unflatten(treedef, [jnp.asarray(np.array(x)) for x in leaves])
+    advance = eqx.filter_jit(integ.advance)
+    for t in times[20:]:
+        restored, _ = advance(problem, restored, jnp.asarray(t))
+    for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(many[-1])):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def _stack(trees):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+@pytest.mark.parametrize("kind", ["flow", "gd"])
+def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
+    pairs = [make_problem(seed=s) for s in range(3)]
+    if kind == "flow":
+        integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10})
+        states = [integ.init(p, w) for p, w in pairs]
+    else:
+        integ = make_descent_integrator({"kind": "gd", "learning_rate": 0.5})
+        states = [integ.init(p, w, jax.random.PRNGKey(0)) for p, w in pairs]
+    traces = []
+
+    def advance(problem, state, t):
+        traces.append(1)  # runs only while tracing
+        return integ.advance(problem, state, t)
+
+    batched = eqx.filter_jit(eqx.filter_vmap(advance, in_axes=(0, 0, None)))
+    problems, bstate = _stack([p for p, _ in pairs]), _stack(states)
+    for t in (5.0, 10.0, 15.0):
+        bstate, _ = batched(problems, bstate, jnp.asarray(t))
+    assert len(traces) == 1  # one trace for three segments of the same shape
+    single = eqx.filter_jit(integ.advance)
+    for i, ((p, _), s) in enumerate(zip(pairs, states)):
+        for t in (5.0, 10.0, 15.0):
+            s, _ = single(p, s, jnp.asarray(t))
+        assert rel_err(bstate.y["W"][i], s.y["W"]) <= 1e-12
+
+
+# ---------------------------------------------------------------- statuses
+
+def test_gd_divergence_is_a_status_with_the_step():
+    problem, p0 = make_problem(activation="relu")  # unbounded, so GD past 2/λ_max blows up
+    integ = make_descent_integrator({"kind": "gd", "learning_rate": 5.0, "divergence_factor": 1e6})
+    state, stats = jax.jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), 5000.0)
+    assert int(stats["status"]) == status.DIVERGED
+    assert 0 < int(state.step) < 100
+    assert np.isfinite(float(problem.loss(state.y)))  # the last good iterate is kept
+    assert float(problem.loss(state.y)) <= 1e6 * float(state.loss0)
+
+
+def test_flow_max_steps_and_stop_event():
+    problem, p0 = make_problem()
+    integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10, "max_steps": 5})
+    state, stats = jax.jit(integ.advance)(problem, integ.init(problem, p0), 50.0)
+    assert int(stats["status"]) == status.MAX_STEPS and int(stats["steps"]) == 5 and float(state.t) < 50.0
+    L0 = float(problem.loss(p0))
+    integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10},
+                                 stop_loss=0.5 * L0)
+    state, stats = jax.jit(integ.advance)(problem, integ.init(problem, p0), 1000.0)
+    assert int(stats["status"]) == status.STOPPED
+    assert float(problem.loss(state.y)) <= 0.5 * L0 and float(state.t) < 1000.0
+
+
+# ---------------------------------------------------------------- momentum and SGD
+
+def test_momentum_matches_a_plain_heavy_ball_loop():
+    problem, p0 = make_problem()
+    eta, beta = 0.05, 0.8
+    integ = make_descent_integrator({"kind": "momentum", "learning_rate": eta, "beta": beta})
+    state, _ = jax.jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), 30 * eta)
+    w, v = p0, jax.tree.map(jnp.zeros_like, p0)
+    for _ in range(30):
+        g = problem.grad(w)
+        v = jax.tree.map(lambda vi, gi: beta * vi - eta * gi, v, g)
+        w = jax.tree.map(lambda wi, vi: wi + vi, w, v)
+    np.testing.assert_allclose(state.y["W"], w["W"], rtol=1e-13, atol=1e-13)
+
+
+def test_sgd_with_full_batch_equals_gd_and_is_seeded():
+    problem, p0 = make_problem()
+    eta = 0.05
+    gd = make_descent_integrator({"kind": "gd", "learning_rate": eta})
+    sgd = make_descent_integrator({"kind": "sgd", "learning_rate": eta, "batch_size": problem.X.shape[0]})
+    key = jax.random.PRNGKey(3)
+    g, _ = jax.jit(gd.advance)(problem, gd.init(problem, p0, key), 20 * eta)
+    s, _ = jax.jit(sgd.advance)(problem, sgd.init(problem, p0, key), 20 * eta)
+    np.testing.assert_allclose(s.y["W"], g.y["W"], rtol=1e-12, atol=1e-12)
+    small = make_descent_integrator({"kind": "sgd", "learning_rate": eta, "batch_size": 5})
+    a, _ = jax.jit(small.advance)(problem, small.init(problem, p0, key), 20 * eta)
+    b, _ = jax.jit(small.advance)(problem, small.init(problem, p0, key), 20 * eta)
+    c, _ = jax.jit(small.advance)(problem, small.init(problem, p0, jax.random.PRNGKey(4)), 20 * eta)
+    assert np.array_equal(a.y["W"], b.y["W"]) and not np.allclose(a.y["W"], c.y["W"])
+    assert rel_err(a.y["W"], g.y["W"]) < 0.5  # a noisy estimate of the same descent
