@@ -1,0 +1,286 @@
+"""The driver: the only loop over checkpoints.
+
+For each sweep point, the runs of its seeds are one batch (`eqx.filter_vmap`), compiled
+once per solver. At each checkpoint time the batch is advanced, observed and appended to
+the archive with its full resumable state; a member that ends with a numerical status
+(diverged, max_steps, nonfinite, stopped) is recorded and then held still while the others
+go on. Integrators know nothing of files; the archive knows nothing of JAX.
+"""
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from . import __version__, status
+from .archive import ArchiveError, ArchiveWriter
+from .build import Built, data_seed, dataset_arrays
+from .descent import make_descent_integrator
+from .flow import make_flow_integrator
+from .observe import observe, reference, series_axes
+from .scenario import RunSpec, Scenario, checkpoint_times
+
+DISCRETE = frozenset({"gd", "momentum", "sgd"})
+STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals")
+
+
+def provenance() -> dict:
+    """What a result needs to be traced: versions, commit, platform, device."""
+    import diffrax
+    import h5py
+
+    def commit() -> str:
+        try:
+            out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                                 text=True, timeout=5)
+            return out.stdout.strip() if out.returncode == 0 else ""
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    dev = jax.devices()[0]
+    return {"flowsim": __version__, "git_commit": commit(), "jax": jax.__version__,
+            "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else "",
+            "equinox": eqx.__version__, "diffrax": diffrax.__version__, "numpy": np.__version__,
+            "h5py": h5py.__version__, "python": sys.version.split()[0], "platform": platform.platform(),
+            "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}"}
+
+
+def _stack(trees):
+    # numpy, not jnp: stacking eagerly in JAX would compile a kernel per leaf shape
+    return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *trees)
+
+
+# Module-level compiled functions take the integrator as an argument: its configuration is
+# static, so every batch with the same preset and shapes reuses one compilation.
+@eqx.filter_jit
+def _advance(integ, problems, state, t):
+    return eqx.filter_vmap(integ.advance)(problems, state, t)
+
+
+@eqx.filter_jit
+def _init_flow(integ, problems, params):
+    return eqx.filter_vmap(integ.init)(problems, params)
+
+
+@eqx.filter_jit
+def _init_descent(integ, problems, params, keys):
+    return eqx.filter_vmap(integ.init)(problems, params, keys)
+
+
+@eqx.filter_jit
+def _observe(problems, params, refs, names):
+    return eqx.filter_vmap(lambda p, y, r: observe(p, y, r, names))(problems, params, refs)
+
+
+@eqx.filter_jit
+def _references(problems, params):
+    return eqx.filter_vmap(reference)(problems, params)
+
+
+@dataclass
+class _Member:
+    """Book-keeping of one seed of a batch for one solver."""
+
+    run: RunSpec
+    done_rows: int          # checkpoint rows already in the archive (resume)
+    stats: dict
+    code: int = status.RUNNING
+
+
+class _Solver:
+    """One solver preset, its integrator and the compiled batched functions."""
+
+    def __init__(self, preset: dict, stop_loss: float):
+        self.preset = preset
+        self.discrete = preset["kind"] in DISCRETE
+        if self.discrete:
+            self.integ = make_descent_integrator(preset)
+        else:
+            self.integ = make_flow_integrator(preset, stop_loss=stop_loss)
+
+    def advance(self, problems, state, t):
+        return _advance(self.integ, problems, state, t)
+
+    def init(self, problems, params, built: list[Built]):
+        if self.discrete:
+            return _init_descent(self.integ, problems, params, _stack([b.key for b in built]))
+        return _init_flow(self.integ, problems, params)
+
+    def times(self, run_cfg: dict) -> tuple[np.ndarray, np.ndarray | None]:
+        """Checkpoint times from t = 0 (and GD step numbers, at t = kη exactly)."""
+        times = np.concatenate([[0.0], checkpoint_times(run_cfg)])
+        if not self.discrete:
+            return times, None
+        eta = self.preset["learning_rate"]
+        steps = np.unique(np.round(times / eta).astype(np.int64))
+        return steps * eta, steps
+
+    def position(self, state) -> jax.Array:
+        """Each member's current time (for GD, its step count × η)."""
+        if self.discrete:
+            return state.step * self.integ.learning_rate
+        return state.t
+
+
+def _series_spec(problem, params, names) -> dict:
+    ref = reference(problem, params)
+    shapes = jax.eval_shape(lambda: observe(problem, params, ref, names))
+    axes = series_axes(names)
+    return {k: (tuple(v.shape), v.dtype.str, axes[k]) for k, v in shapes.items()}
+
+
+def _data_key(r: RunSpec) -> tuple[str, int]:
+    return json.dumps(r.config["data"], sort_keys=True), data_seed(r.config, r.seed)
+
+
+def _checkpoint(state) -> dict[str, np.ndarray]:
+    return {f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state))}
+
+
+def _restore(template, i: int, arrays: dict[str, np.ndarray]):
+    """Put one member's stored leaves into row i of the batched `template` state."""
+    leaves, treedef = jax.tree.flatten(template)
+    if len(arrays) != len(leaves):
+        raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(leaves)}")
+    new = []
+    for j, x in enumerate(leaves):
+        x = np.array(x)
+        x[i] = arrays[f"leaf{j:03d}"]
+        new.append(jnp.asarray(x))
+    return jax.tree.unflatten(treedef, new)
+
+
+class Driver:
+    """Runs a scenario into an archive. `report` receives one line per finished batch."""
+
+    def __init__(self, scenario: Scenario, writer: ArchiveWriter, *, progress: bool | None = None,
+                 report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)):
+        self.scenario = scenario
+        self.writer = writer
+        self.progress = progress
+        self.report = report
+
+    def run(self, built: dict[str, Built]) -> dict[str, dict[str, str]]:
+        """Run every sweep point × solver; returns run → solver → final status."""
+        statuses: dict[str, dict[str, str]] = {r.name: {} for r in self.scenario.runs}
+        points: dict[int, list[RunSpec]] = {}
+        for r in self.scenario.runs:
+            points.setdefault(r.point, []).append(r)
+        # /data holds the first run's dataset; a run whose data differ (a per-seed data
+        # seed, a swept data key) also keeps its own under /runs/<run>/data.
+        first = self.scenario.runs[0]
+        if not self.writer.has_run(first.name):
+            self.writer.write_data(dataset_arrays(built[first.name].dataset))
+        for runs in points.values():
+            batch = [built[r.name] for r in runs]
+            for r, b in zip(runs, batch):
+                if self.writer.has_run(r.name):
+                    continue
+                self.writer.create_run(r.name, params=r.config, seed=r.seed, label=r.label, point=r.point,
+                                       init=b.init)
+                if _data_key(r) != _data_key(first):
+                    self.writer.write_data(dataset_arrays(b.dataset), run=r.name)
+            config = runs[0].config
+            for preset in config["run"]["solvers"]:
+                solver = _Solver(preset, config["run"]["stop_loss"])
+                for name, code in self._run_batch(solver, runs, batch).items():
+                    statuses[name][preset["name"]] = code
+        return statuses
+
+    def _run_batch(self, solver: _Solver, runs: list[RunSpec], batch: list[Built]) -> dict[str, str]:
+        name = solver.preset["name"]
+        config = runs[0].config
+        names = tuple(config["run"]["observe"])
+        problems = _stack([b.problem for b in batch])
+        params0 = _stack([b.params for b in batch])
+        spec = _series_spec(batch[0].problem, batch[0].params, names)
+        for r in runs:
+            self.writer.create_solver(r.name, name, preset=solver.preset, series=spec, discrete=solver.discrete)
+        state = solver.init(problems, params0, batch)
+        members = []
+        for i, r in enumerate(runs):
+            stored = self.writer.read_checkpoint(r.name, name)
+            member = _Member(run=r, done_rows=self.writer.n_checkpoints(r.name, name),
+                             stats=dict.fromkeys(STAT_KEYS, 0) | {"wall_time": 0.0})
+            if stored is not None:
+                arrays, attrs = stored
+                state = _restore(state, i, arrays)
+                member.stats = {k: attrs[k] for k in (*STAT_KEYS, "wall_time")}
+                member.code = attrs["code"]
+            members.append(member)
+        refs = _references(problems, params0)
+        times, steps = solver.times(config["run"])
+        start = min(m.done_rows for m in members)
+        bar = tqdm(total=len(times), initial=start, disable=self._bar_disabled(), unit="ckpt", leave=False,
+                   desc=f"{runs[0].label or config['name']} · {name}"[:60])
+        try:
+            for i in range(start, len(times)):
+                if all(m.code != status.RUNNING for m in members):
+                    break
+                state = self._step(solver, problems, state, members, i, times, steps, refs, names)
+                bar.update(1)
+                bar.set_postfix_str(f"t={times[i]:.4g}")
+        finally:
+            bar.close()
+        out = {}
+        for m in members:
+            final = status.DONE if m.code == status.RUNNING else m.code
+            self.writer.set_status(m.run.name, name, status=status.name(final), stats=m.stats,
+                                   wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)])
+            out[m.run.name] = status.name(final)
+        self._summarise(runs[0].label or config["name"], name, members, out)
+        return out
+
+    def _step(self, solver, problems, state, members, i, times, steps, refs, names):
+        """Advance the batch to checkpoint i, observe it, and append each member's row."""
+        moving = [m.code == status.RUNNING and m.done_rows <= i for m in members]
+        here = np.asarray(solver.position(state))
+        target = jnp.asarray(np.where(moving, times[i], here), dtype=here.dtype)
+        tic = time.perf_counter()
+        state, seg = solver.advance(problems, state, target)
+        values = _observe(problems, state.y, refs, names)
+        # one transfer to numpy per checkpoint; slicing members in JAX would dispatch
+        # (and compile) a small kernel per leaf
+        host, seg, values = jax.tree.map(np.asarray, (state, seg, values))
+        wall = time.perf_counter() - tic
+        position = np.asarray(solver.position(host))
+        for j, m in enumerate(members):
+            if not moving[j]:
+                continue
+            for k in STAT_KEYS:
+                m.stats[k] += int(seg[k][j])
+            m.stats["wall_time"] += wall
+            code = int(seg["status"][j])
+            if code == status.DONE and not solver.discrete and m.stats["steps"] >= solver.integ.max_steps:
+                code = status.MAX_STEPS
+            if code != status.DONE:
+                m.code = code
+            self.writer.append(m.run.name, solver.preset["name"], t=float(position[j]),
+                               step=None if steps is None else int(host.step[j]),
+                               values={k: v[j] for k, v in values.items()},
+                               checkpoint=_checkpoint(jax.tree.map(lambda x: x[j], host)),
+                               checkpoint_attrs=m.stats | {"code": m.code})
+            m.done_rows = i + 1
+        return state
+
+    def _bar_disabled(self):
+        return None if self.progress is None else not self.progress
+
+    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str]) -> None:
+        counts: dict[str, int] = {}
+        for s in out.values():
+            counts[s] = counts.get(s, 0) + 1
+        steps = sum(m.stats["steps"] for m in members)
+        wall = max(m.stats["wall_time"] for m in members)
+        states = ", ".join(f"{v} {k}" for k, v in counts.items())
+        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s)")

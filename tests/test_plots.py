@@ -1,0 +1,178 @@
+"""Tests of flowsim.plots on small synthetic archives (no simulation needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from matplotlib.image import imread
+
+from flowsim import archive as A
+from flowsim import plots
+
+POINTS = [
+    ('model.scaling={kind="ntk"}', {"kind": "ntk"}),
+    ('model.scaling={kind="asymmetric", gamma=0.5, alpha=0.7}',
+     {"kind": "asymmetric", "gamma": 0.5, "alpha": 0.7}),
+]
+ALL_SERIES = ("loss", "test_loss", "ntg", "ntg_eig", "ntg_change_spectral", "weight_change")
+
+
+def _series_spec(names, p, m):
+    spec = {"loss": ((), "float64", ()), "test_loss": ((), "float64", ()),
+            "ntg": ((p, p), "float64", ("point", "point_b")), "ntg_eig": ((p,), "float64", ("point",)),
+            "ntg_change_spectral": ((), "float64", ()), "weight_change": ((m,), "float64", ("node",))}
+    return {k: v for k, v in spec.items() if k in names}
+
+
+def _rows(rng, t, scale, lam, ntg0, names, blow_up=False):
+    """One checkpoint row of plausible values at time t."""
+    decay = np.exp(-1e-3 * t * (1 + scale))
+    loss = 50.0 * (decay if not blow_up else np.exp(2e-2 * t)) * (1 + 0.02 * rng.normal())
+    drift = (1 - decay) * scale
+    ntg = ntg0 * (1 - 0.3 * drift) + 0.05 * drift * np.eye(len(ntg0))
+    row = {"loss": loss, "test_loss": 1.3 * loss + 5 * (1 - decay), "ntg": ntg,
+           "ntg_eig": np.linalg.eigvalsh(ntg),
+           "ntg_change_spectral": np.linalg.norm(ntg - ntg0, ord=2),
+           "weight_change": np.sqrt(lam) * (1 - decay) * 3 * (1 + 0.1 * rng.random(len(lam)))}
+    return {k: v for k, v in row.items() if k in names}
+
+
+def make_archive(path, *, name="synthetic-fig1", seeds=(0, 1, 2), points=POINTS,
+                 series=ALL_SERIES, diverge=True, k=21, m=40, p=8, d=3, times=None):
+    """A small archive as the driver writes it: points × seeds runs, tsit5 + gd-lr1.
+
+    With ``diverge`` the GD run of the last point, first seed, blows up and stops early
+    with status "diverged".
+    """
+    rng = np.random.default_rng(0)
+    resolved = {"name": name, "loss": {"kind": "half-sse"}}
+    w = A.ArchiveWriter.create(path, scenario_text=f'name = "{name}"\n', resolved=resolved,
+                               provenance={}, dtype="float64")
+    try:
+        w.write_data({"X_train": rng.normal(size=(p, d)), "y_train": rng.normal(size=(p, 1))})
+        ts = np.linspace(0.0, 2000.0, k) if times is None else np.asarray(times, float)
+        k = len(ts)
+        solvers = {"tsit5": {"kind": "flow", "method": "tsit5"},
+                   "gd-lr1": {"kind": "gd", "learning_rate": 1.0}}
+        for pi, (label, scaling) in enumerate(points):
+            params = {"name": name, "model": {"width": m, "scaling": scaling},
+                      "loss": {"kind": "half-sse"}}
+            gamma = 1.0 if scaling["kind"] == "ntk" else scaling.get("gamma", 0.0)
+            lam = gamma / m + (1 - gamma) * (np.arange(1, m + 1) ** -1.4) / np.sum(np.arange(1, m + 1) ** -1.4)
+            for seed in seeds:
+                run = f"p{pi}-s{seed}"
+                a = rng.normal(size=(p, p))
+                ntg0 = a @ a.T / p + 0.2 * np.eye(p)
+                kappa = float(np.linalg.eigvalsh(ntg0)[0]) * 0.9
+                w.create_run(run, params=params, seed=seed, label=label, point=pi,
+                             init={"W0": rng.normal(size=(m, d)), "a": np.sign(rng.normal(size=m)),
+                                   "lam": lam, "c": np.zeros(1), "kappa_n": np.float64(kappa),
+                                   "loss0": np.float64(50.0)})
+                for sname, preset in solvers.items():
+                    discrete = preset["kind"] == "gd"
+                    w.create_solver(run, sname, preset=preset, series=_series_spec(series, p, m),
+                                    discrete=discrete)
+                    blow = diverge and discrete and pi == len(points) - 1 and seed == seeds[0]
+                    n = k // 2 if blow else k
+                    for i in range(n):
+                        w.append(run, sname, t=ts[i], step=int(ts[i]) if discrete else None,
+                                 values=_rows(rng, ts[i], pi, lam, ntg0, series, blow),
+                                 checkpoint={"x": np.zeros(1)}, checkpoint_attrs={})
+                    w.set_status(run, sname, status="diverged" if blow else "done",
+                                 stats={}, wall_time=0.1)
+    finally:
+        w.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def full_archive(tmp_path_factory):
+    return make_archive(tmp_path_factory.mktemp("plots") / "full.h5")
+
+
+def _texts(fig):
+    return [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+
+
+def test_plot_archive_writes_nontrivial_files(full_archive, tmp_path):
+    files = plots.plot_archive(full_archive, tmp_path / "figs")
+    names = sorted(f.name for f in files)
+    assert names == ["synthetic-fig1-fig1.pdf", "synthetic-fig1-fig1.png",
+                     "synthetic-fig1-test.pdf", "synthetic-fig1-test.png"]
+    for f in files:
+        assert f.exists() and f.stat().st_size > 5_000
+    png = tmp_path / "figs" / "synthetic-fig1-fig1.png"
+    assert png.stat().st_size > 20_000
+    img = imread(png)
+    assert img.ndim == 3 and img.shape[0] > 500
+    assert np.ptp(img[..., :3]) > 0.5                 # not one colour
+    grey = (img[::4, ::4, :3] @ np.array([0.299, 0.587, 0.114]) * 255).astype(np.uint8)
+    assert len(np.unique(grey)) > 30                  # lines, text, bands: many shades
+    assert (grey < 128).mean() > 0.002                # some ink on the white page
+
+
+def test_fig1_panels_and_legend(full_archive):
+    with A.open(full_archive) as arch:
+        traces = plots.gather(arch)
+    assert len(traces) == 4                                     # 2 points × 2 solvers
+    assert all(tr.series["loss"].shape[0] == 3 for tr in traces)  # 3 seeds stacked
+    fig = plots.figure_fig1(traces, "synthetic")
+    assert len(fig.axes) == 4
+    assert all(ax.has_data() for ax in fig.axes)
+    texts = _texts(fig)
+    assert "NTK" in texts and "asymmetric γ=0.5 α=0.7" in texts
+    gd = next(t for t in texts if t.startswith("gd-lr1"))
+    assert "diverged" in gd and "η=1" in gd
+    # the diverged seed is NaN-padded past its end, and its end is marked with ×
+    gd1 = next(tr for tr in traces if tr.solver == "gd-lr1" and tr.point == 1)
+    assert gd1.early_ends == [(0, "diverged")]
+    assert np.isnan(gd1.series["loss"][0, -1]) and np.isfinite(gd1.series["loss"][1, -1])
+    marks = [ln for ln in fig.axes[0].lines if ln.get_marker() == "x"]
+    assert len(marks) == 1
+    # theory overlays: two horizontal γκ_n/4 lines on (d), two flow bounds on (a)
+    dotted = [ln for ln in fig.axes[3].lines if ln.get_linestyle() == ":"]
+    assert len(dotted) == 2
+
+
+def test_missing_series_drawn_as_not_recorded(tmp_path):
+    path = make_archive(tmp_path / "few.h5", series=("loss",), seeds=(0,), diverge=True)
+    files = plots.plot_archive(path, tmp_path / "out", formats=("png",))
+    assert [f.name for f in files] == ["synthetic-fig1-fig1.png"]   # no test loss: no test fig
+    with A.open(path) as arch:
+        fig = plots.figure_fig1(plots.gather(arch), "few")
+    notes = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert sum("not recorded" in n for n in notes) == 3
+    assert fig.axes[0].has_data()
+
+
+def test_ntg_fallbacks_from_full_matrix(tmp_path):
+    path = make_archive(tmp_path / "ntg.h5", series=("loss", "ntg"), seeds=(0, 1),
+                        diverge=False, points=POINTS[:1])
+    with A.open(path) as arch:
+        traces = plots.gather(arch)
+    tr = traces[0]
+    assert tr.series["ntg_change"][:, 0] == pytest.approx(0.0)
+    assert np.all(np.isfinite(tr.series["eig_min"]))
+    fig = plots.figure_fig1(traces, "ntg")
+    assert [t.get_text() for t in fig.axes[1].texts] == ["weight change\nnot recorded"]
+
+
+def test_short_label():
+    asym = {"model": {"scaling": {"kind": "asymmetric", "gamma": 0.5, "alpha": 0.7}}}
+    assert plots.short_label(asym, 'model.scaling={kind="asymmetric", gamma=0.5, alpha=0.7}') \
+        == "asymmetric γ=0.5 α=0.7"
+    assert plots.short_label({"model": {"scaling": {"kind": "ntk"}}}, 'model.scaling={kind="ntk"}') == "NTK"
+    assert plots.short_label(asym, "") == "asymmetric γ=0.5 α=0.7"        # no sweep
+    assert plots.short_label({}, 'model.scaling={kind="single", gamma=0.0}') == "single γ=0"
+    both = {"model": {"width": 200, "scaling": {"kind": "ntk"}}}
+    assert plots.short_label(both, 'model.scaling={kind="ntk"}; model.width=200') == "NTK, m=200"
+    assert plots.short_label({}, 'data={kind="uci", name="concrete"}') == "data=uci name=concrete"
+    assert plots.short_label({}, "model.scaling.gamma=0.25") == "γ=0.25"
+
+
+def test_log_spaced_times_use_symlog_axis(tmp_path):
+    times = np.concatenate([[0.0], np.geomspace(1.0, 2000.0, 15)])
+    path = make_archive(tmp_path / "log.h5", seeds=(0,), times=times, points=POINTS[:1])
+    with A.open(path) as arch:
+        fig = plots.figure_fig1(plots.gather(arch), "log")
+    assert all(ax.get_xscale() == "symlog" for ax in fig.axes)
