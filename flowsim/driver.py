@@ -98,45 +98,81 @@ class _Member:
 
 
 class _Solver:
-    """One solver preset, its integrator and the compiled batched functions."""
+    """One solver preset, its integrator(s) and its checkpoint grid.
 
-    def __init__(self, preset: dict, stop_loss: float):
+    A flow preset with a `reference` integrates a second, tighter flow beside it; the
+    state is then the pair (flow, reference) and the difference is recorded as the
+    flow's global-error estimate.
+    """
+
+    def __init__(self, preset: dict, run_cfg: dict):
         self.preset = preset
         self.discrete = preset["kind"] in DISCRETE
+        self.ref = None
         if self.discrete:
             self.integ = make_descent_integrator(preset)
         else:
-            self.integ = make_flow_integrator(preset, stop_loss=stop_loss)
-
-    def advance(self, problems, state, t):
-        return _advance(self.integ, problems, state, t)
+            self.integ = make_flow_integrator(preset, stop_loss=run_cfg["stop_loss"])
+            if preset.get("reference"):
+                self.ref = make_flow_integrator(preset["reference"])
 
     def init(self, problems, params, built: list[Built]):
         if self.discrete:
             return _init_descent(self.integ, problems, params, _stack([b.key for b in built]))
-        return _init_flow(self.integ, problems, params)
+        state = _init_flow(self.integ, problems, params)
+        return state if self.ref is None else (state, _init_flow(self.ref, problems, params))
+
+    def advance(self, problems, state, t):
+        if self.ref is None:
+            return _advance(self.integ, problems, state, t)
+        main, seg = _advance(self.integ, problems, state[0], t)
+        ref, _ = _advance(self.ref, problems, state[1], t)
+        return (main, ref), seg
+
+    def main(self, state):
+        return state if self.ref is None else state[0]
+
+    def certificate(self, problems, state) -> dict[str, jax.Array]:
+        """‖W − W_ref‖ and |L − L_ref| per member: the flow's global-error estimate."""
+        if self.ref is None:
+            return {}
+        main, ref = state
+        diff = jax.tree.map(lambda a, b: jnp.sum((a - b) ** 2, axis=tuple(range(1, a.ndim))), main.y, ref.y)
+        loss = _observe(problems, main.y, None, ("loss",))["loss"]
+        loss_ref = _observe(problems, ref.y, None, ("loss",))["loss"]
+        return {"flow_error": jnp.sqrt(sum(jax.tree.leaves(diff))), "flow_loss_error": jnp.abs(loss - loss_ref)}
 
     def times(self, run_cfg: dict) -> tuple[np.ndarray, np.ndarray | None]:
-        """Checkpoint times from t = 0 (and GD step numbers, at t = kη exactly)."""
+        """Checkpoint times from t = 0, and GD step numbers (at t = kη exactly).
+
+        A flow also stops at every time a discrete solver of the scenario records, so
+        that flow and GD are compared at matched times, never by interpolation."""
         times = np.concatenate([[0.0], checkpoint_times(run_cfg)])
-        if not self.discrete:
-            return times, None
-        eta = self.preset["learning_rate"]
-        steps = np.unique(np.round(times / eta).astype(np.int64))
-        return steps * eta, steps
+        if self.discrete:
+            eta = self.preset["learning_rate"]
+            steps = np.unique(np.round(times / eta).astype(np.int64))
+            return steps * eta, steps
+        grids = [np.round(times / p["learning_rate"]).astype(np.int64) * p["learning_rate"]
+                 for p in run_cfg["solvers"] if p["kind"] in DISCRETE]
+        return np.unique(np.concatenate([times, *grids])), None
 
     def position(self, state) -> jax.Array:
         """Each member's current time (for GD, its step count × η)."""
+        state = self.main(state)
         if self.discrete:
             return state.step * self.integ.learning_rate
         return state.t
 
 
-def _series_spec(problem, params, names) -> dict:
+def _series_spec(problem, params, names, solver: "_Solver") -> dict:
     ref = reference(problem, params)
     shapes = jax.eval_shape(lambda: observe(problem, params, ref, names))
     axes = series_axes(names)
-    return {k: (tuple(v.shape), v.dtype.str, axes[k]) for k, v in shapes.items()}
+    spec = {k: (tuple(v.shape), v.dtype.str, axes[k]) for k, v in shapes.items()}
+    if solver.ref is not None:
+        dtype = params["W"].dtype.str
+        spec |= {"flow_error": ((), dtype, ()), "flow_loss_error": ((), dtype, ())}
+    return spec
 
 
 def _data_key(r: RunSpec) -> tuple[str, int]:
@@ -192,7 +228,7 @@ class Driver:
                     self.writer.write_data(dataset_arrays(b.dataset), run=r.name)
             config = runs[0].config
             for preset in config["run"]["solvers"]:
-                solver = _Solver(preset, config["run"]["stop_loss"])
+                solver = _Solver(preset, config["run"])
                 for name, code in self._run_batch(solver, runs, batch).items():
                     statuses[name][preset["name"]] = code
         return statuses
@@ -203,7 +239,7 @@ class Driver:
         names = tuple(config["run"]["observe"])
         problems = _stack([b.problem for b in batch])
         params0 = _stack([b.params for b in batch])
-        spec = _series_spec(batch[0].problem, batch[0].params, names)
+        spec = _series_spec(batch[0].problem, batch[0].params, names, solver)
         for r in runs:
             self.writer.create_solver(r.name, name, preset=solver.preset, series=spec, discrete=solver.discrete)
         state = solver.init(problems, params0, batch)
@@ -248,7 +284,7 @@ class Driver:
         target = jnp.asarray(np.where(moving, times[i], here), dtype=here.dtype)
         tic = time.perf_counter()
         state, seg = solver.advance(problems, state, target)
-        values = _observe(problems, state.y, refs, names)
+        values = _observe(problems, solver.main(state).y, refs, names) | solver.certificate(problems, state)
         # one transfer to numpy per checkpoint; slicing members in JAX would dispatch
         # (and compile) a small kernel per leaf
         host, seg, values = jax.tree.map(np.asarray, (state, seg, values))
@@ -266,7 +302,7 @@ class Driver:
             if code != status.DONE:
                 m.code = code
             self.writer.append(m.run.name, solver.preset["name"], t=float(position[j]),
-                               step=None if steps is None else int(host.step[j]),
+                               step=None if steps is None else int(solver.main(host).step[j]),
                                values={k: v[j] for k, v in values.items()},
                                checkpoint=_checkpoint(jax.tree.map(lambda x: x[j], host)),
                                checkpoint_attrs=m.stats | {"code": m.code})

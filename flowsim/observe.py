@@ -43,8 +43,9 @@ SERIES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-def observe(problem: Problem, params: Params, ref: Reference, names: tuple[str, ...]) -> dict[str, jax.Array]:
-    """The series of the observables `names` at `params` (one checkpoint, one seed)."""
+def observe(problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...]) -> dict[str, jax.Array]:
+    """The series of the observables `names` at `params` (one checkpoint, one seed).
+    `ref` is needed only by the change measures (ntg_change, weight_change)."""
     out: dict[str, jax.Array] = {}
     want = set(names)
     if "loss" in want:

@@ -314,6 +314,11 @@ _FLOW_KEYS: dict[str, Spec] = {
     "linear_rtol": _positive(1e-10),
     "newton_rtol": _positive(1e-8),
     "newton_atol": _positive(1e-10),
+    # A second, tighter flow solved beside this one: the archive then holds this flow's
+    # global-error estimate at every checkpoint (series `flow_error`).
+    "reference": Custom(fn=lambda v, k, c: _check_reference(v, k, c),
+                        text="\"\" (none), or the name or inline table of a `flow` preset",
+                        types=(str, dict), default=""),
 }
 # Diverged when the loss exceeds factor × initial loss (or is not finite).
 _DIVERGENCE = Float(lo=1.0, lo_open=True, default=1e8)
@@ -373,6 +378,16 @@ def _load_solver(spec: Any, key: str, ctx: Ctx) -> dict:
         return {"name": name, **preset}
     raise ctx.wrong_type(key, spec, "a solver preset name or an inline table with `name` "
                          "and `kind`")
+
+
+def _check_reference(value: Any, key: str, ctx: Ctx) -> str | dict:
+    if value == "":
+        return ""
+    preset = _load_solver(value, key, ctx)
+    if preset["kind"] != "flow" or preset["reference"]:
+        raise ctx.bad(key, value, "is not a plain `flow` preset",
+                      "the name or inline table of a `flow` preset without a reference of its own")
+    return preset
 
 
 def _check_solvers(value: Any, key: str, ctx: Ctx) -> list[dict]:
