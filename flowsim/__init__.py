@@ -7,3 +7,7 @@ import jax
 jax.config.update("jax_enable_x64", True)
 
 __version__ = "0.1.0"
+
+from .archive import open  # noqa: E402,A004  (flowsim.open reads an archive)
+
+__all__ = ["open", "__version__"]

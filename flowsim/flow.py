@@ -6,7 +6,8 @@ own state (e.g. Tsit5's first-same-as-last evaluation), the PID controller's err
 and the controller's proposal for the next step. Carrying all of it makes the segmented
 solve one computation — resuming from a stored `FlowState` is bit-identical to never having
 stopped — and makes a segmented solve agree with a single long solve to within tolerance
-(their only difference is that each segment's last step is clipped to its end time).
+(their difference is that each segment's last step is clipped to its end time, after which
+the next segment starts from the step the clipped one replaced).
 The initial state is built once, outside the segment function, so every segment has the
 same pytree structure and the segment function compiles once.
 """
@@ -50,13 +51,22 @@ class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
 
     def init(self, terms, t0, t1, y0, dt0, args, func, error_order):
         tnext, inner = self.pid.init(terms, t0, t1, y0, dt0, args, func, error_order)
-        return tnext, (inner, tnext - t0)
+        # PID's initial `at_dtmin` is a Python bool and becomes an array after one step: make
+        # it an array now, so that the state has one structure (one compilation, one
+        # checkpoint layout) from the first segment on.
+        return tnext, (jax.tree.map(jnp.asarray, inner), tnext - t0)
 
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
-        inner, _ = controller_state
+        inner, proposed = controller_state
         keep, next_t0, next_t1, jump, inner, result = self.pid.adapt_step_size(
             t0, t1, y0, y1_candidate, args, y_error, error_order, inner)
-        return keep, next_t0, next_t1, jump, (inner, next_t1 - next_t0), result
+        # A step shorter than the one proposed was clipped to a segment end. Its small error
+        # would let PID grow the next step by up to `factormax` from the clipped length; in a
+        # stability-limited tail that oversized first step of the next segment is rejected
+        # again and again. Carry at most the proposal the clipped step replaced.
+        step = next_t1 - next_t0
+        clipped = keep & (t1 - t0 < proposed)
+        return keep, next_t0, next_t1, jump, (inner, jnp.where(clipped, jnp.minimum(step, proposed), step)), result
 
 
 class FlowState(eqx.Module):
@@ -70,16 +80,23 @@ def _velocity(t, y, problem: Problem) -> Params:
     return problem.velocity(y)
 
 
-def _modified_velocity(eta: float):
+class _ModifiedVelocity(eqx.Module):
     """Backward-error-analysis flow of GD with step η (Barrett & Dherin 2021):
-    dW/dt = −∇L − (η/2) ∇²L ∇L, i.e. the gradient flow of L + (η/4)‖∇L‖², scaled by rate."""
+    dW/dt = −rate (∇L + (η/2) rate ∇²L ∇L), i.e. the gradient flow of L + (η·rate/4)‖∇L‖².
+    η is an array leaf, not a constant of the closure, so modified flows of different
+    steps share one compilation."""
 
-    def velocity(t, y, problem: Problem) -> Params:
+    eta: jax.Array
+
+    def __call__(self, t, y, problem: Problem) -> Params:
         g = problem.grad(y)
         hg = hessian_vector_product(problem, y, g)
-        return jax.tree.map(lambda gi, hi: -problem.rate * (gi + 0.5 * eta * problem.rate * hi), g, hg)
+        return jax.tree.map(lambda gi, hi: -problem.rate * (gi + 0.5 * self.eta.astype(gi.dtype) * problem.rate * hi),
+                            g, hg)
 
-    return velocity
+
+def _modified_velocity(eta: float) -> _ModifiedVelocity:
+    return _ModifiedVelocity(eta=jnp.asarray(eta, dtype=jnp.float64))
 
 
 class FlowIntegrator(eqx.Module):
@@ -113,6 +130,11 @@ class FlowIntegrator(eqx.Module):
         event = None
         if self.stop_loss > 0:
             event = dfx.Event(lambda t, y, args, **kw: args.loss(y) <= self.stop_loss)
+        # A state whose vector field is already non-finite cannot be integrated: the step
+        # controller would reject step after step until `max_steps` (minutes of work for a
+        # foregone result). Such a segment is solved over zero length and ends `nonfinite`.
+        finite0 = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(problem.grad(state.y))]))
+        t_next = jnp.where(finite0, t_next, state.t)
         sol = dfx.diffeqsolve(
             self.term, self.solver, t0=state.t, t1=t_next, dt0=state.controller_state[1], y0=state.y,
             args=problem, saveat=dfx.SaveAt(t1=True, solver_state=True, controller_state=True),
@@ -123,10 +145,11 @@ class FlowIntegrator(eqx.Module):
         new = FlowState(t=sol.ts[-1], y=y, solver_state=sol.solver_state,
                         controller_state=sol.controller_state)
         finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(problem.grad(y))]))
-        code = jnp.where(sol.result == dfx.RESULTS.successful, status.DONE,
+        code = jnp.where(~finite0, status.NONFINITE,
+               jnp.where(sol.result == dfx.RESULTS.successful, status.DONE,
                jnp.where(sol.result == dfx.RESULTS.event_occurred, status.STOPPED,
                jnp.where(~finite, status.NONFINITE,
-               jnp.where(sol.result == dfx.RESULTS.max_steps_reached, status.MAX_STEPS, status.FAILED))))
+               jnp.where(sol.result == dfx.RESULTS.max_steps_reached, status.MAX_STEPS, status.FAILED)))))
         steps = sol.stats["num_steps"]
         stats = {"steps": steps, "accepted": sol.stats["num_accepted_steps"],
                  "rejected": sol.stats["num_rejected_steps"],

@@ -1,5 +1,8 @@
 """Shared fixtures: float64 on (importing flowsim does it), small problems, helpers."""
 
+import os
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +12,13 @@ import flowsim  # noqa: F401  (enables float64)
 from flowsim.models import init_shallow
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
+
+# One persistent compilation cache for the whole suite, in-process and in the `flowsim`
+# subprocesses the end-to-end tests start (the CLI reads FLOWSIM_CACHE_DIR): each solver
+# program is compiled once per machine instead of once per test.
+os.environ.setdefault("FLOWSIM_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
+jax.config.update("jax_compilation_cache_dir", os.environ["FLOWSIM_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
 def sphere(rng, n, d):
