@@ -94,6 +94,7 @@ _HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _CHUNK_BYTES = 1 << 20        # cap for one chunk of a time-indexed dataset
 _ATTRS_CAPACITY = 4096        # initial bytes per slot for checkpoint attrs JSON
 _COMMIT_MAGIC = 0x5F1C0DE5A17C4EC5
+_SHORT_TAIL_MAX = 64 << 20   # a short file missing more than this is a truncated copy
 _FLAG_RETRY_S = 1.0           # how long open() waits for a live writer's structure change
 
 
@@ -103,6 +104,47 @@ class ArchiveError(Exception):
 
 class ArchiveLocked(ArchiveError):
     """Another process is writing this archive."""
+
+
+class ArchiveFull(ArchiveError, OSError):
+    """The disk (or the process's file-size limit) has no room for the next write.
+
+    Raised *before* writing, so the file stays as its last commit left it: a write that
+    HDF5 starts and cannot finish may leave metadata pointing past the end of the file."""
+
+
+_HEADROOM = 64 << 10         # bytes kept free beyond a write's own size (HDF5 metadata)
+
+
+def _room_left(path: str) -> float:
+    """Bytes the archive at ``path`` may still grow by: free disk space for us, and the
+    process's file-size limit (``ulimit -f``) minus the file's size."""
+    import resource
+
+    room = float("inf")
+    try:
+        st = os.statvfs(os.path.dirname(os.path.abspath(path)))
+        room = float(st.f_bavail * st.f_frsize)
+    except OSError:
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        try:
+            size = os.path.getsize(path)
+        except OSError:
+            size = 0
+        room = min(room, float(soft - size))
+    return room
+
+
+def _ensure_room(path: str, nbytes: int) -> None:
+    import errno
+
+    need = nbytes + _HEADROOM
+    room = _room_left(path)
+    if room < need:
+        raise ArchiveFull(errno.ENOSPC, f"{path}: no room for the next write (needs about {need} bytes, "
+                          f"{max(0, int(room))} left on the disk or under the file-size limit)")
 
 
 def _version() -> str:
@@ -201,11 +243,15 @@ class _FlagClearedFile(io.RawIOBase):
     without modifying the file on disk.
     """
 
-    def __init__(self, path: str, patched_head: bytes):
+    def __init__(self, path: str, patched_head: bytes, size: int | None = None):
         super().__init__()
         self._fh = io.open(path, "rb")
         self._head = patched_head
         self._pos = 0
+        # A file whose last writes failed (disk full, file-size limit) can be shorter than
+        # the end-of-file address its superblock records; it is presented zero-padded to
+        # that size (the committed rows all lie before the failed writes).
+        self._size = size
 
     def readable(self) -> bool:
         return True
@@ -214,6 +260,9 @@ class _FlagClearedFile(io.RawIOBase):
         return True
 
     def seek(self, offset: int, whence: int = 0) -> int:
+        if whence == io.SEEK_END and self._size is not None:
+            self._pos = max(self._size, self._fh.seek(0, io.SEEK_END)) + offset
+            return self._pos
         self._pos = self._fh.seek(offset, whence)
         return self._pos
 
@@ -276,6 +325,8 @@ def _open_h5_readonly(path: str) -> h5py.File:
     try:
         return h5py.File(path, "r", locking=False)
     except OSError as exc:
+        if "truncated file" in str(exc):
+            return _open_short(path, exc)
         if "already open for write" not in str(exc):
             raise _explain(path, exc) from exc
     deadline = time.monotonic() + _FLAG_RETRY_S
@@ -296,6 +347,39 @@ def _open_h5_readonly(path: str) -> h5py.File:
                 except OSError as exc2:
                     raise _explain(path, exc2) from exc2
             raise _explain(path, exc) from exc
+
+
+def _stored_eof(head: bytes) -> int | None:
+    """The end-of-file address a v2/v3 superblock records (8-byte offsets), or None."""
+    if len(head) < 48 or head[:8] != _HDF5_SIGNATURE or head[8] not in (2, 3) or head[9] != 8:
+        return None
+    return struct.unpack("<Q", head[28:36])[0]
+
+
+def _open_short(path: str, cause: Exception) -> h5py.File:
+    """Read a file shorter than its superblock says: a writer whose last writes failed
+    (disk full, file-size limit). Refused (as truncated) unless it is one of ours and the
+    missing tail is small, i.e. only the failed writes are missing."""
+    with io.open(path, "rb") as fh:
+        head = fh.read(48)
+        real = fh.seek(0, io.SEEK_END)
+    eof = _stored_eof(head)
+    # Only a file whose writer never closed it (status flags still set) is read this way: a
+    # short copy of a closed file is truncated, and its missing tail may hold committed rows.
+    if eof is None or eof <= real or eof - real > _SHORT_TAIL_MAX or head[11] == 0:
+        raise _explain(path, cause)
+    fobj = _FlagClearedFile(path, _superblock_cleared(head) or head, size=eof)
+    try:
+        f = h5py.File(fobj, "r", locking=False)
+    except OSError as exc:
+        fobj.close()
+        raise _explain(path, exc) from exc
+    if "flowsim_version" not in f.attrs:
+        f.close()
+        raise _explain(path, cause)
+    warnings.warn(f"{path}: the last {eof - real} bytes were never written (disk full or a file-size "
+                  "limit?); reading the checkpoints committed before that")
+    return f
 
 
 def _open_flag_cleared(path: str, cause: Exception) -> h5py.File:
@@ -530,6 +614,7 @@ class ArchiveWriter:
         self._lock = lock
         self._f: h5py.File | None = None
         self._swmr = False
+        self._pending = 0          # bytes the next structure change will add (room check)
         self.scenario_text = ""
         self.resolved: dict = {}
 
@@ -582,7 +667,7 @@ class ArchiveWriter:
         try:
             f = h5py.File(self.path, "r+", libver="latest", locking=False)
         except OSError as exc:
-            if "already open for write" not in str(exc):
+            if "already open for write" not in str(exc) and "truncated file" not in str(exc):
                 raise _explain(self.path, exc) from exc
             _rebuild(self.path)
             f = h5py.File(self.path, "r+", libver="latest", locking=False)
@@ -607,6 +692,8 @@ class ArchiveWriter:
     def _structure(self) -> Iterator[h5py.File]:
         """Leave SWMR, yield the file in plain write mode, close cleanly, back to SWMR."""
         self._require_open()
+        _ensure_room(self.path, self._pending)
+        self._pending = 0
         self._f.close()
         self._f = h5py.File(self.path, "r+", libver="latest", locking=False)
         self._swmr = False
@@ -632,6 +719,7 @@ class ArchiveWriter:
 
     def write_data(self, arrays: dict[str, np.ndarray], run: str | None = None) -> None:
         """Store the dataset in /data, or a run's own one in /runs/<run>/data."""
+        self._pending = sum(np.asarray(v).nbytes for v in arrays.values())
         with self._structure() as f:
             where = "data" if run is None else f"runs/{run}/data"
             if run is not None and f"runs/{run}" not in f:
@@ -647,6 +735,7 @@ class ArchiveWriter:
         """Create /runs/<run> with its attrs and init arrays (no-op if it exists)."""
         if self.has_run(run):
             return
+        self._pending = sum(np.asarray(v).nbytes for v in init.values())
         with self._structure() as f:
             g = f["runs"].create_group(run, track_order=True)
             g.attrs["params"] = _dumps(params)
@@ -684,6 +773,10 @@ class ArchiveWriter:
         rows = self._validate_values(g, spec, values)
         n = _n_committed(g)
         arrays = {k: np.ascontiguousarray(v) for k, v in checkpoint.items()}
+        growth = sum(r.nbytes for r in rows.values()) + 16
+        if not _checkpoint_fits(g.get("checkpoint"), arrays, 0):
+            growth += 2 * sum(a.nbytes for a in arrays.values()) + 2 * _ATTRS_CAPACITY
+        _ensure_room(self.path, growth)
         blob = _dumps(checkpoint_attrs).encode()
         discrete = bool(g.attrs.get("discrete", False))
         if discrete and step is None:
@@ -750,6 +843,26 @@ class ArchiveWriter:
         """The committed checkpoint (arrays, attrs) or None."""
         return _read_checkpoint(self._solver_group(run, solver))
 
+    def write_analysis(self, run: str, solver: str, name: str, arrays: dict[str, np.ndarray],
+                       attrs: dict | None = None) -> None:
+        """Store (or replace) the result ``<solver>/analysis/<name>`` (outside SWMR).
+
+        Written under a temporary name and then moved into place, so a kill leaves the
+        previous result or the new one, never a half-written one (readers skip ``_tmp-*``)."""
+        self._solver_group(run, solver)
+        with self._structure() as f:
+            g = f[f"runs/{run}/{solver}"].require_group("analysis")
+            tmp = f"_tmp-{name}"
+            if tmp in g:
+                del g[tmp]
+            t = g.create_group(tmp, track_order=True)
+            _write_arrays(t, arrays)
+            for k, v in (attrs or {}).items():
+                t.attrs[k] = v
+            if name in g:
+                del g[name]
+            g.move(tmp, name)
+
     def set_status(self, run: str, solver: str, *, status: str, stats: dict,
                    wall_time: float, message: str = "", status_time: float | None = None) -> None:
         """Record the solver's status (attribute rewrite: done outside SWMR)."""
@@ -774,8 +887,13 @@ class ArchiveWriter:
         try:
             if self._f is not None and self._f.id.valid:
                 self._f.close()
-                with h5py.File(self.path, "r+", libver="latest", locking=False) as f:
-                    _mirror_checkpoint_attrs(f)
+                try:
+                    with h5py.File(self.path, "r+", libver="latest", locking=False) as f:
+                        _mirror_checkpoint_attrs(f)
+                except OSError:
+                    # The advisory mirror only; a writer whose earlier write failed (disk
+                    # full) cannot reopen the file, and the commit records are the truth.
+                    pass
         finally:
             self._f = None
             self._lock.release()
@@ -915,6 +1033,8 @@ def _copy_solver(src: h5py.Group, run: h5py.Group, path: str) -> None:
         cp = _build_checkpoint(g, state[0], capacity)
         _write_slot(cp, n % 2, state[0], blob)
         _write_commit(cp, n % 2, n, len(blob))
+    if "analysis" in src:
+        src.file.copy(src["analysis"], g, name="analysis")
 
 
 # --------------------------------------------------------------------------------------
@@ -1031,6 +1151,16 @@ class SolverView:
     def checkpoint(self) -> tuple[dict[str, np.ndarray], dict] | None:
         """The committed checkpoint (arrays, attrs) or None."""
         return _read_checkpoint(self._g)
+
+    @property
+    def analysis(self) -> dict[str, tuple[dict[str, np.ndarray], dict]]:
+        """Stored analyses (name -> (arrays, attrs)), e.g. Caron pruning curves."""
+        g = self._g.get("analysis")
+        if g is None:
+            return {}
+        return {k: (_read_arrays(v), {a: _attr_str(x) if isinstance(x, (bytes, str)) else x
+                                      for a, x in v.attrs.items()})
+                for k, v in g.items() if not k.startswith("_tmp-")}
 
     def __contains__(self, name: str) -> bool:
         return name in self._spec

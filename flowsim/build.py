@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from . import theory
-from .data import Dataset, make_dataset
+from .data import Dataset, DataError, make_dataset
 from .models import Params, init_shallow
 from .problem import Problem
 from .scaling import output_scale
@@ -50,7 +50,8 @@ def _load_npz(path: str, key: str, names: tuple[str, ...]) -> dict[str, np.ndarr
     except (OSError, ValueError) as err:
         if isinstance(err, BuildError):
             raise
-        raise BuildError(f"{path} (from `{key}`): not a readable .npz file ({err})") from None
+        raise BuildError(f"{path} (from `{key}`): not a readable .npz file ({str(err)[:120]}); allowed: an "
+                         f".npz file (numpy.savez) holding {', '.join(names)}") from None
 
 
 def _scaling_params(cfg: dict, m: int) -> dict:
@@ -90,11 +91,50 @@ def _check_compatible(config: dict, ds: Dataset) -> None:
                              f"{n} training points; allowed: an integer in [1, {n}]")
 
 
+_DATA_ALLOWED = {
+    "csv": "a UTF-8 CSV file with one header row, at least one data row, the same number of fields "
+           "on every line, finite numbers in every cell, and the `data.target` column(s)",
+    "npz": "an .npz holding X_train (rows × features) and y_train with as many rows (and optionally "
+           "X_test, y_test), all finite",
+}
+
+
+def _dataset(config: dict, seed: int) -> Dataset:
+    """The run's data; a bad data file is a DataError naming the file, the key and what is
+    allowed (make_dataset names the file and what is wrong with it)."""
+    try:
+        return make_dataset(config["data"], data_seed(config, seed))
+    except (DataError, UnicodeDecodeError) as err:
+        text = str(err) if isinstance(err, DataError) else \
+            f"{config['data'].get('path', '?')}: is not UTF-8 text ({err.reason} at byte {err.start})"
+        if "allowed:" in text:
+            raise
+        kind = config["data"]["kind"]
+        key = "data.path" if "path" in config["data"] else "data"
+        allowed = _DATA_ALLOWED.get(kind, f"data of kind {kind!r} as described in the scenario docs")
+        raise DataError(f"{text} (from `{key}`); allowed: {allowed}") from None
+
+
+def _kappa_n(X: np.ndarray, activation: str) -> float:
+    """κ_n for the theory overlays; NaN when the data overflow its computation (huge but
+    finite inputs): the run then records a numerical status instead of failing here."""
+    with np.errstate(all="ignore"):
+        try:
+            k = float(theory.kappa_n(X, activation))
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+            return float("nan")
+    return k if np.isfinite(k) else float("nan")
+
+
 def build_run(config: dict, seed: int) -> Built:
     """Data, network, loss and initial weights of one run."""
     dtype = dtype_of(config)
-    ds = make_dataset(config["data"], data_seed(config, seed))
+    ds = _dataset(config, seed)
     _check_compatible(config, ds)
+    if config["model"]["kind"] == "embedded":  # Chen et al.'s models: flowsim/embedding.py
+        from .embedding import build_embedded
+
+        return build_embedded(config, ds, seed)
     model = config["model"]
     n, d = ds.X_train.shape
     m = model["width"]
@@ -110,7 +150,7 @@ def build_run(config: dict, seed: int) -> Built:
                       X_test=jnp.asarray(ds.X_test, dtype), y_test=jnp.asarray(ds.y_test, dtype),
                       rate=scale.rate, loss_kind=config["loss"]["kind"], ntg_points=p)
     init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
-            "kappa_n": np.asarray(theory.kappa_n(ds.X_train[:p], model["activation"])),
+            "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model["activation"])),
             "loss0": np.asarray(problem.loss(params))}
     return Built(problem=problem, params=params, dataset=ds, init=init, key=solver_key)
 
@@ -119,3 +159,153 @@ def dataset_arrays(ds: Dataset) -> dict[str, np.ndarray]:
     return {"X_train": ds.X_train, "y_train": ds.y_train, "X_test": ds.X_test, "y_test": ds.y_test,
             **{k: np.asarray(v) for k, v in ds.extra.items()}}
 
+
+
+# ---------------------------------------------------------------------------------------
+# Resource estimate: a scenario that would exhaust memory (or the disk) is refused before
+# anything is built, with the estimate and the limit in the message.
+# ---------------------------------------------------------------------------------------
+
+_GIB = float(1 << 30)
+# Copies of the parameter vector a solver keeps alive (stages, error estimate, state, the
+# host copy of a checkpoint); implicit methods add the Krylov basis of their GMRES.
+_STATE_COPIES = {"tsit5": 11, "dopri5": 11, "dopri8": 18, "heun": 6, "bosh3": 8, "euler": 5,
+                 "kvaerno5": 40}
+_DISCRETE_COPIES = {"gd": 4, "momentum": 5, "sgd": 4}
+_SYNTHETIC_SHAPE = ("n", "d")     # data kinds that state their size in the scenario
+
+
+class ResourceError(BuildError):
+    """A scenario whose estimated memory or disk need exceeds what is available."""
+
+
+def _limit_from_env(name: str) -> float | None:
+    import os
+
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    units = {"k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    scale = units.get(text[-1].lower(), 1)
+    try:
+        return float(text[:-1] if scale != 1 else text) * scale
+    except ValueError:
+        raise BuildError(f"{name} = {text!r} is not a size; allowed: bytes, or a number with "
+                         "a suffix K, M, G, T (e.g. 8G)") from None
+
+
+def memory_limit() -> tuple[float, str]:
+    """Bytes the run may use, and where that number comes from. `FLOWSIM_MEMORY_LIMIT`
+    (e.g. "8G") overrides; otherwise the available RAM (MemAvailable) and, on an
+    accelerator, its memory."""
+    env = _limit_from_env("FLOWSIM_MEMORY_LIMIT")
+    if env is not None:
+        return env, "FLOWSIM_MEMORY_LIMIT"
+    limit, source = float("inf"), "unknown"
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    limit, source = float(line.split()[1]) * 1024, "available RAM"
+    except OSError:
+        import os
+
+        try:
+            limit = float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+            source = "available RAM"
+        except (ValueError, OSError, AttributeError):
+            pass
+    try:
+        dev = jax.devices()[0]
+        if dev.platform != "cpu":
+            stats = dev.memory_stats() or {}
+            if stats.get("bytes_limit") and stats["bytes_limit"] < limit:
+                limit, source = float(stats["bytes_limit"]), f"{dev.platform} memory"
+    except Exception:  # noqa: BLE001 - the estimate must never be what fails a run
+        pass
+    return limit, source
+
+
+def _data_shape(cfg: dict, seed: int, cache: dict) -> tuple[int, int, int]:
+    """(n, n_test, d) of a run's data: from the scenario when it says, else by loading it
+    (file-backed data are bounded by their file)."""
+    data = cfg["data"]
+    if all(k in data for k in _SYNTHETIC_SHAPE):
+        return int(data["n"]), int(data.get("n_test", 0)), int(data["d"])
+    import json
+
+    key = json.dumps(data, sort_keys=True, default=str) + str(data_seed(cfg, seed))
+    if key not in cache:
+        ds = _dataset(cfg, seed)
+        cache[key] = (ds.X_train.shape[0], ds.X_test.shape[0], ds.X_train.shape[1])
+    return cache[key]
+
+
+def estimate_resources(config: dict, n: int, n_test: int, d: int, seeds: int) -> dict[str, float]:
+    """Rough bytes of one sweep point's batch of `seeds` runs: memory and archive size.
+
+    Memory: per seed, the solver's copies of the parameters (m·d), the forward/backward
+    intermediates (≈ 4·n·m), the NTG work (2·p·m + 3·p²) and the data (stacked twice).
+    Disk: every checkpoint row of every observed series plus the double-buffered
+    checkpoint, per seed and solver, uncompressed."""
+    item = 4 if config["dtype"] == "float32" else 8
+    m = int(config["model"]["width"])
+    params = m * d + (m if config["model"].get("output") == "trained" else 0)
+    p = min(int(config["run"]["ntg_points"]), n)
+    solvers = config["run"]["solvers"]
+    copies = 0
+    for s in solvers:
+        c = _DISCRETE_COPIES.get(s["kind"]) or _STATE_COPIES.get(s.get("method", "tsit5"), 11)
+        copies = max(copies, c * (2 if s.get("reference") else 1))
+    data = (n + n_test) * (d + 1)
+    memory = item * seeds * (copies * params + 4 * n * m + 2 * p * m + 3 * p * p + 2 * data)
+    from .scenario import checkpoint_times
+
+    rows = len(checkpoint_times(config["run"])) + 1
+    row = 0
+    for name in config["run"]["observe"]:
+        row += {"weights": m * d, "ntg": p * p, "ntg_eig": p, "weight_change": m, "importance": m,
+                "hidden": 2 * m}.get(name, 2)
+    disk = item * seeds * len(solvers) * (2 * rows * row + 2 * copies * params) + item * data
+    return {"memory": float(memory), "disk": float(disk), "params": float(params), "copies": float(copies)}
+
+
+def check_resources(scenario, out_dir=None) -> None:
+    """Refuse, before anything is built, a scenario whose largest sweep point would not fit
+    in memory (or whose archive would not fit on the disk). The message gives the estimate,
+    the limit and the keys that drive it."""
+    import shutil
+
+    limit, source = memory_limit()
+    disk_free = None
+    if out_dir is not None:
+        try:
+            disk_free = float(shutil.disk_usage(out_dir).free)
+        except OSError:
+            disk_free = None
+    file = getattr(scenario, "path", "scenario")
+    cache: dict = {}
+    points: dict[int, list] = {}
+    for r in scenario.runs:
+        points.setdefault(r.point, []).append(r)
+    disk_total = 0.0
+    for runs in points.values():
+        cfg = runs[0].config
+        n, n_test, d = _data_shape(cfg, runs[0].seed, cache)
+        est = estimate_resources(cfg, n, n_test, d, len(runs))
+        disk_total += est["disk"]
+        if est["memory"] > limit:
+            where = f" (sweep point {runs[0].label})" if runs[0].label else ""
+            raise ResourceError(
+                f"{file}: this scenario needs an estimated {est['memory'] / _GIB:.3g} GiB of memory{where}: "
+                f"`model.width` = {cfg['model']['width']} × d = {d} parameters × {int(est['copies'])} solver "
+                f"copies × {len(runs)} seed(s) (`seeds`), plus n = {n} points (`data.n`) × width and "
+                f"`run.ntg_points` = {cfg['run']['ntg_points']}; the limit is {limit / _GIB:.3g} GiB ({source}); "
+                "allowed: a scenario whose estimate fits (lower model.width, data.n, run.ntg_points or the "
+                "number of seeds; FLOWSIM_MEMORY_LIMIT sets the limit)")
+    if disk_free is not None and disk_total > disk_free:
+        raise ResourceError(
+            f"{file}: the archive would need an estimated {disk_total / _GIB:.3g} GiB (uncompressed: every "
+            f"checkpoint row of `run.observe` = {scenario.resolved['run']['observe']} for every run and "
+            f"solver), more than the {disk_free / _GIB:.3g} GiB free at {out_dir}; allowed: fewer "
+            "checkpoints (`run.checkpoints`), no `weights`/`ntg` in `run.observe`, or a smaller model")

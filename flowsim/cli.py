@@ -1,4 +1,4 @@
-"""The `flowsim` command: run | list | inspect | plot.
+"""The `flowsim` command: run | merge | list | inspect | plot | compare | analyze.
 
 Exit status: 0 when every run finished (numerical statuses such as `diverged` included),
 2 for bad input (scenario, data, archive refused), 1 for an internal failure, 130 when
@@ -7,6 +7,7 @@ interrupted (the archive then holds every finished checkpoint and `--resume` goe
 
 import argparse
 import json
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -32,62 +33,202 @@ def _input_errors():
     return (ScenarioError, DataError, BuildError, ArchiveError, InputError)
 
 
-def _on_sigterm(signum, frame):
-    # SIGTERM (a batch scheduler's stop) ends the run like Ctrl-C: the checkpoint being
-    # computed is dropped, every finished one is already committed, and the lock is released.
-    raise KeyboardInterrupt
+class _StopRequest:
+    """SIGTERM (a batch scheduler's stop) and Ctrl-C during `flowsim run`: the first one
+    asks the driver to stop once the checkpoint being computed is committed (exit 130, the
+    archive resumable); a second one stops at once (the archive is crash-safe anyway).
+    Nothing is printed inside the handler (a write there can collide with one it interrupted)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self):
+        self.requested = False
+        self._saved: dict = {}
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def install(self) -> None:
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                self._saved[sig] = signal.signal(sig, self._handle)
+
+    def restore(self) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        self._saved.clear()
+
+
+_DISK_ERRNOS = {"ENOSPC", "EFBIG", "EDQUOT", "EROFS", "EIO"}
+
+
+def _write_failure(out: Path, err: OSError, resume_cmd: str) -> str | None:
+    """The message for an archive write that failed because of the disk (None: not that)."""
+    import errno as _errno
+
+    code = _errno.errorcode.get(getattr(err, "errno", None) or 0, "")
+    text = str(err)
+    import re
+
+    found = re.search(r"errno = (\d+), error message = '([^']*)'", text)
+    if found:   # h5py wraps the OS error in HDF5's own words: keep the OS's
+        code, text = _errno.errorcode.get(int(found.group(1)), code), f"{found.group(2)} (errno {found.group(1)})"
+    disk = code in _DISK_ERRNOS or any(w in text for w in (
+        "No space left", "File too large", "Disk quota", "Read-only file system", "file write failed"))
+    if not disk:
+        return None
+    return (f"writing {out} failed: {text.strip() or code}. The disk is full or the file hit a size "
+            f"limit. {out} keeps every checkpoint committed before the failure (see `flowsim inspect "
+            f"{out}`); free space, then continue with `{resume_cmd}`")
+
+
+def _quiet_hdf5_unraisable(unraisable) -> None:
+    """After a failed write, h5py reports every object it cannot release as an ignored
+    exception with a traceback; the run reports the failure once, in words."""
+    if isinstance(unraisable.exc_value, RuntimeError) and "errno" in str(unraisable.exc_value):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def _check_output_folder(out: Path) -> None:
+    """The archive's folder (or its nearest existing ancestor) must be a writable folder."""
+    import os
+
+    folder = out.parent if str(out.parent) else Path(".")
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise InputError(f"-o {out}: {probe} is a file, not a folder; allowed: an archive path in a "
+                         "writable folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"-o {out}: the folder {probe} is not writable; allowed: an archive path in a "
+                         "writable folder")
+    if out.exists() and out.is_dir():
+        raise InputError(f"-o {out}: is a folder; allowed: an archive file path such as {out / 'run.h5'}")
 
 
 def cmd_run(args) -> int:
     from .archive import ArchiveWriter
-    from .build import build_run
+    from .build import build_run, check_resources
     from .driver import Driver, provenance
     from .scenario import find_scenario, load_scenario
 
     if args.overwrite and args.resume:
         raise InputError("--overwrite and --resume exclude each other")
     scenario = load_scenario(find_scenario(args.scenario), args.set)
-    out = Path(args.output or Path("runs") / f"{scenario.resolved['name']}.h5")
+    runs, shard = scenario.runs, None
+    if args.shard:   # a job array's part: its own archive, joined later by `flowsim merge`
+        from .merge import ShardError, parse_shard, shard_runs
+
+        try:
+            i, n = parse_shard(args.shard)
+        except ShardError as err:
+            raise InputError(str(err)) from None
+        runs, shard = shard_runs(scenario.runs, i, n), f"{i}/{n}"
+        if not runs:
+            raise InputError(f"--shard {shard}: this part holds none of the scenario's {len(scenario.runs)} "
+                             f"run(s); allowed: N ≤ {len(scenario.runs)}")
+    stem = scenario.resolved['name'] + (f".part{shard.replace('/', 'of')}" if shard else "")
+    out = Path(args.output or Path("runs") / f"{stem}.h5")
     if out.exists() and not (args.overwrite or args.resume):
         raise InputError(f"{out} exists; pass --resume to continue it or --overwrite to replace it")
     if args.resume and not out.exists():
         raise InputError(f"{out} does not exist; nothing to resume (run without --resume)")
+    _check_output_folder(out)
+    # Refuse what would exhaust memory (or the disk) before anything is allocated.
+    check_resources(scenario, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
     # Build every run first: bad data or shapes fail here, before the archive is touched.
-    built = {r.name: build_run(r.config, r.seed) for r in scenario.runs}
-    if args.resume:
-        writer = ArchiveWriter.resume(out)
-        if writer.resolved != json.loads(json.dumps(scenario.resolved)):
-            writer.close()
-            raise InputError(f"{out} was written by a different scenario (or different --set values); "
-                             "resume with the same scenario and overrides, or use --overwrite")
-    else:
-        writer = ArchiveWriter.create(out, scenario_text=scenario.text, resolved=scenario.resolved,
-                                      provenance=provenance(), dtype=scenario.resolved["dtype"],
-                                      overwrite=args.overwrite)
-    signal.signal(signal.SIGTERM, _on_sigterm)
-    print(f"flowsim: {scenario.resolved['name']}: {len(scenario.runs)} run(s) → {out}", file=sys.stderr)
+    built = {r.name: build_run(r.config, r.seed) for r in [scenario.runs[0], *runs]}
+    resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
+                           "--resume"])
+    if _STOP.requested:
+        print("flowsim: interrupted before the archive was touched", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    try:
+        if args.resume:
+            writer = ArchiveWriter.resume(out)
+        else:
+            writer = ArchiveWriter.create(out, scenario_text=scenario.text, resolved=scenario.resolved,
+                                          provenance=provenance() | ({"shard": shard} if shard else {}),
+                                          dtype=scenario.resolved["dtype"],
+                                          overwrite=args.overwrite)
+    except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
+        raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
+    if args.resume and writer.resolved != json.loads(json.dumps(scenario.resolved)):
+        writer.close()
+        raise InputError(f"{out} was written by a different scenario (or different --set values); "
+                         "resume with the same scenario and overrides, or use --overwrite")
+    print(f"flowsim: {scenario.resolved['name']}: {len(runs)} run(s)" + (f" (part {shard} of {len(scenario.runs)})"
+          if shard else "") + f" → {out}", file=sys.stderr)
+    saved_hook = sys.unraisablehook
+    sys.unraisablehook = _quiet_hdf5_unraisable
     try:
         with writer:
-            statuses = Driver(scenario, writer, progress=None if not args.quiet else False).run(built)
+            statuses = Driver(scenario, writer, progress=None if not args.quiet else False,
+                              should_stop=_STOP, runs=runs).run(built)
     except KeyboardInterrupt:
         print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
-              f"`flowsim run {args.scenario} -o {out} --resume`", file=sys.stderr)
+              f"`{resume_cmd}`", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except (OSError, RuntimeError) as err:   # h5py reports failed writes as either
+        msg = _write_failure(out, err, resume_cmd)
+        if msg is None:
+            raise
+        _err(msg)
+        if _COMMAND_LINE:
+            # HDF5 still holds the file it could not flush and retries at interpreter exit,
+            # which can crash (SIGSEGV); every commit is on disk, so leave at once.
+            sys.stdout.flush()
+            sys.stderr.flush()
+            import os
+
+            os._exit(EXIT_INTERNAL)
+        return EXIT_INTERNAL
+    finally:
+        sys.unraisablehook = saved_hook
     bad = sorted({s for per in statuses.values() for s in per.values()} - {"done"})
     tail = f" (statuses: {', '.join(bad)}; see `flowsim inspect {out}`)" if bad else ""
     print(f"flowsim: wrote {out}{tail}", file=sys.stderr)
     return EXIT_OK
 
 
+def cmd_merge(args) -> int:
+    from .merge import ShardError, merge
+
+    try:
+        summary = merge(args.output, args.parts, overwrite=args.overwrite)
+    except ShardError as err:
+        raise InputError(str(err)) from None
+    print(f"flowsim: wrote {args.output}: {summary['runs']} run(s) linked from {summary['parts']} part(s)"
+          + (f"; missing shard(s) {', '.join(summary['missing_shards'])}" if summary["missing_shards"] else ""),
+          file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_list(args) -> int:
     from .scenario import list_scenarios, list_solvers
 
+    width = shutil.get_terminal_size((120, 24)).columns
+
+    def line(name: str, desc: str) -> str:
+        # one line each, cut to the terminal's width
+        text = f"  {name:<28} {desc}"
+        return text if len(text) <= width else text[: width - 1] + "…"
+
     print("scenarios:")
     for name, desc in list_scenarios():
-        print(f"  {name:<28} {desc}")
+        print(line(name, desc))
     print("solvers:")
     for name, desc in list_solvers():
-        print(f"  {name:<28} {desc}")
+        print(line(name, desc))
     return EXIT_OK
 
 
@@ -112,7 +253,7 @@ def cmd_inspect(args) -> int:
                                   ("steps", "rejected", "vf_evals"))
                 print(f"    {sname:<14} {sv.status:<9} {sv.n_checkpoints:>4} checkpoints, {reach}"
                       + (f", {stats}" if stats else "") + f", {sv.wall_time:.2f} s"
-                      + (f"\n{'':20}{sv.message}" if sv.message else ""))
+                      + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
     return EXIT_OK
 
@@ -123,6 +264,33 @@ def cmd_plot(args) -> int:
     out = Path(args.output or Path(args.archive).with_suffix(""))
     for path in plot_archive(args.archive, out):
         print(path)
+    return EXIT_OK
+
+
+def cmd_compare(args) -> int:
+    from .analysis.compare import compare_archive, format_report, write_csv, write_figures
+
+    if not args.factor > 0:
+        raise InputError(f"--factor {args.factor}: must be a positive number")
+    rep = compare_archive(args.archive, factor=args.factor)
+    print(format_report(rep), flush=True)
+    if args.csv:
+        print(f"flowsim: wrote {write_csv(rep, args.csv)}", file=sys.stderr)
+    if args.output:
+        for path in write_figures(rep, args.output, formats=tuple(args.format.split(","))):
+            print(f"flowsim: wrote {path}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_analyze(args) -> int:
+    from .analysis.caron import analyze_archive
+
+    only = [x for x in (args.only or "").split(",") if x]
+    bad = sorted(set(only) - {"prune", "transfer", "pca"})
+    if bad:
+        raise InputError(f"--only {args.only!r}: unknown analysis {', '.join(bad)}; allowed: prune, transfer, pca")
+    count = analyze_archive(args.archive, only=only or None)
+    print(f"flowsim: {count} analysis result(s) stored in {args.archive}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -139,7 +307,14 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted scenario key (TOML value), e.g. --set model.width=500")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    r.add_argument("--shard", metavar="i/N", help="run only the i-th (0 ≤ i < N) of N parts of the scenario's "
+                   "runs into its own archive (default runs/<name>.part<i>of<N>.h5); join with `flowsim merge`")
     r.set_defaults(func=cmd_run)
+    mg = sub.add_parser("merge", help="join `--shard` part archives into one (external links, no copying)")
+    mg.add_argument("output", help="the merged archive to write")
+    mg.add_argument("parts", nargs="+", help="the part archives (they must stay in place)")
+    mg.add_argument("--overwrite", action="store_true", help="replace an existing merged archive")
+    mg.set_defaults(func=cmd_merge)
     sub.add_parser("list", help="the scenario catalog and solver presets").set_defaults(func=cmd_list)
     i = sub.add_parser("inspect", help="an archive's runs, statuses and solver statistics")
     i.add_argument("archive")
@@ -148,6 +323,18 @@ def parser() -> argparse.ArgumentParser:
     pl.add_argument("archive")
     pl.add_argument("-o", "--output", help="output folder (default: beside the archive, named after it)")
     pl.set_defaults(func=cmd_plot)
+    cp = sub.add_parser("compare", help="discrete (GD) versus flow trajectories at matched times t = kη")
+    cp.add_argument("archive")
+    cp.add_argument("--csv", help="write one row per solver pair and matched time to this CSV file")
+    cp.add_argument("-o", "--output", help="write one figure per run into this folder")
+    cp.add_argument("--format", default="png", help="figure formats, comma-separated (default png)")
+    cp.add_argument("--factor", type=float, default=2.0,
+                    help="certificate: a gap ≤ factor × the flow's error estimate is unresolved (default 2)")
+    cp.set_defaults(func=cmd_compare)
+    an = sub.add_parser("analyze", help="(re)run the Caron analyses (pruning, transfer, PCA) on an archive")
+    an.add_argument("archive")
+    an.add_argument("--only", help="comma-separated subset of prune,transfer,pca")
+    an.set_defaults(func=cmd_analyze)
     return p
 
 
@@ -164,12 +351,26 @@ def _compilation_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 
+_STOP = _StopRequest()
+_COMMAND_LINE = False      # main() called as the `flowsim` command (not with an argv list)
+
+
 def main(argv: list[str] | None = None) -> int:
+    global _COMMAND_LINE
+    _COMMAND_LINE = argv is None
+    if _COMMAND_LINE:
+        import warnings
+
+        warnings.formatwarning = lambda message, category, *a, **k: f"flowsim: warning: {message}\n"
     args = parser().parse_args(argv)
     if args.command == "run":
-        _compilation_cache()
+        _STOP.requested = False
+        _STOP.install()          # first, so that a stop during start-up is graceful too
+    errors: tuple = ()
     try:
         errors = _input_errors()
+        if args.command == "run":
+            _compilation_cache()
         return args.func(args)
     except errors as err:
         _err(str(err))
@@ -180,6 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # `flowsim inspect … | head`
         sys.stderr.close()
         return EXIT_OK
+    finally:
+        _STOP.restore()
 
 
 if __name__ == "__main__":

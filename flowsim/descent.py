@@ -32,10 +32,11 @@ class DescentIntegrator(eqx.Module):
     (batches drawn without replacement, independently per step).
     """
 
-    learning_rate: float = eqx.field(static=True)
-    beta: float = eqx.field(static=True)
-    batch_size: int = eqx.field(static=True)        # 0: full batch
-    divergence_factor: float = eqx.field(static=True)
+    # Arrays, not static fields: a ladder of step sizes shares one compiled program.
+    learning_rate: jax.Array
+    beta: jax.Array
+    divergence_factor: jax.Array
+    batch_size: int = eqx.field(static=True)        # 0: full batch (a shape, so static)
 
     def init(self, problem: Problem, params: Params, key: jax.Array) -> DescentState:
         dtype = jax.tree.leaves(params)[0].dtype
@@ -59,7 +60,9 @@ class DescentIntegrator(eqx.Module):
         """Run steps until k = round(t_next/η), or until divergence."""
         k_end = self.steps_for(t_next)
         k_start = state.step
-        eta = self.learning_rate * problem.rate
+        dtype = jax.tree.leaves(state.y)[0].dtype  # keep float32 runs in float32
+        eta = (self.learning_rate * problem.rate).astype(dtype)
+        beta = self.beta.astype(dtype)
 
         def healthy(loss):
             # A non-finite weight makes the loss non-finite, so the loss alone is checked:
@@ -73,7 +76,7 @@ class DescentIntegrator(eqx.Module):
         def body(carry):
             s, prev = carry
             loss, g = self._loss_and_grad(problem, s)
-            v = jax.tree.map(lambda vi, gi: self.beta * vi - eta * gi, s.velocity, g)
+            v = jax.tree.map(lambda vi, gi: beta * vi - eta * gi, s.velocity, g)
             y = jax.tree.map(lambda w, vi: w + vi, s.y, v)
             advanced = eqx.tree_at(lambda z: (z.y, z.velocity, z.step), s, (y, v, s.step + 1))
             # The loss just computed belongs to W_k: if it is bad, W_k is dropped and the
@@ -81,7 +84,12 @@ class DescentIntegrator(eqx.Module):
             stopped = eqx.tree_at(lambda z: z.code, prev, jnp.asarray(status.DIVERGED))
             return jax.lax.cond(healthy(loss), lambda: (advanced, s), lambda: (stopped, prev))
 
-        new, _ = jax.lax.while_loop(cond, body, (state, state))
+        new, prev = jax.lax.while_loop(cond, body, (state, state))
+        # The loop checks each iterate when it takes its gradient, so the chunk's last iterate
+        # is unchecked: check it here, and fall back to the one before if it is bad.
+        bad_end = (new.code == status.RUNNING) & ~healthy(problem.loss(new.y))
+        stopped = eqx.tree_at(lambda z: z.code, prev, jnp.asarray(status.DIVERGED))
+        new = jax.tree.map(lambda a, b: jnp.where(bad_end, a, b), stopped, new)
         taken = new.step - k_start
         stats = {"steps": taken, "accepted": taken, "rejected": jnp.zeros_like(taken),
                  "vf_evals": taken, "status": jnp.where(new.code == status.RUNNING, status.DONE, new.code)}
@@ -91,7 +99,7 @@ class DescentIntegrator(eqx.Module):
 def make_descent_integrator(preset: dict) -> DescentIntegrator:
     """Build the integrator of a `gd`, `momentum` or `sgd` solver preset."""
     kind = preset["kind"]
-    return DescentIntegrator(learning_rate=float(preset["learning_rate"]),
-                             beta=float(preset.get("beta", 0.9)) if kind == "momentum" else 0.0,
-                             batch_size=int(preset.get("batch_size", 64)) if kind == "sgd" else 0,
-                             divergence_factor=float(preset.get("divergence_factor", 1e8)))
+    return DescentIntegrator(learning_rate=jnp.asarray(float(preset["learning_rate"])),
+                             beta=jnp.asarray(float(preset.get("beta", 0.9)) if kind == "momentum" else 0.0),
+                             divergence_factor=jnp.asarray(float(preset.get("divergence_factor", 1e8))),
+                             batch_size=int(preset.get("batch_size", 64)) if kind == "sgd" else 0)

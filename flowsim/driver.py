@@ -7,6 +7,7 @@ the archive with its full resumable state; a member that ends with a numerical s
 go on. Integrators know nothing of files; the archive knows nothing of JAX.
 """
 
+import importlib.metadata
 import json
 import platform
 import subprocess
@@ -47,17 +48,64 @@ def provenance() -> dict:
         except (OSError, subprocess.SubprocessError):
             return ""
 
+    def dirty() -> str:
+        """"true" when the checkout that holds this package has uncommitted changes."""
+        try:
+            here = Path(__file__).resolve().parent
+            top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True,
+                                 text=True, timeout=5)
+            if top.returncode != 0 or Path(top.stdout.strip()).resolve() != here.parent:
+                return ""          # not our checkout (e.g. an installed copy inside some other repo)
+            out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                                 capture_output=True, text=True, timeout=5)
+            return "" if out.returncode else ("true" if out.stdout.strip() else "false")
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    def version(name: str) -> str:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return ""
+
     dev = jax.devices()[0]
+    extra = {"git_dirty": dirty(), "lineax": version("lineax"), "optimistix": version("optimistix"),
+             "device_count": str(jax.device_count()), "processor": platform.processor() or platform.machine(),
+             "x64": str(bool(jax.config.jax_enable_x64)).lower()}
     return {"flowsim": __version__, "git_commit": commit(), "jax": jax.__version__,
             "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else "",
             "equinox": eqx.__version__, "diffrax": diffrax.__version__, "numpy": np.__version__,
             "h5py": h5py.__version__, "python": sys.version.split()[0], "platform": platform.platform(),
-            "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}"}
+            "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}"} | extra
 
 
 def _stack(trees):
     # numpy, not jnp: stacking eagerly in JAX would compile a kernel per leaf shape
     return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *trees)
+
+
+def _shard(tree):
+    """Spread the leading (seed) axis of a stacked batch over the visible devices.
+
+    With one device this is the identity. With several (GPUs, TPU cores, or CPU devices from
+    XLA_FLAGS=--xla_force_host_platform_device_count=N), every array whose leading axis is
+    the batch gets a NamedSharding over a 1-D mesh ("batch"), so the compiled segment runs
+    each device's members there; the program and its results are the same as on one device.
+    A batch that the device count does not divide uses the largest count that divides it.
+    Single process only: under `jax.distributed` the checkpoint copies to numpy below would
+    need `multihost_utils.process_allgather` (use `flowsim run --shard i/N` across hosts)."""
+    n = jax.device_count()
+    leaves = [x for x in jax.tree.leaves(tree) if eqx.is_array(x) and x.ndim > 0]
+    if n == 1 or not leaves:
+        return tree
+    b = leaves[0].shape[0]
+    k = max(k for k in range(1, n + 1) if b % k == 0)
+    if k == 1:
+        return tree
+    mesh = jax.sharding.Mesh(np.array(jax.devices()[:k]), ("batch",))
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
+    return jax.tree.map(lambda x: jax.device_put(x, spec) if eqx.is_array(x) and x.ndim > 0 and x.shape[0] == b
+                        else x, tree)
 
 
 # Module-level compiled functions take the integrator as an argument: its configuration is
@@ -87,6 +135,10 @@ def _references(problems, params):
     return eqx.filter_vmap(reference)(problems, params)
 
 
+class Interrupted(KeyboardInterrupt):
+    """A stop was requested (SIGTERM, Ctrl-C) and honoured after a committed checkpoint."""
+
+
 @dataclass
 class _Member:
     """Book-keeping of one seed of a batch for one solver."""
@@ -114,7 +166,10 @@ class _Solver:
         else:
             self.integ = make_flow_integrator(preset, stop_loss=run_cfg["stop_loss"])
             if preset.get("reference"):
-                self.ref = make_flow_integrator(preset["reference"])
+                ref = preset["reference"]
+                if preset["kind"] == "modified-flow":  # the reference solves the same equation
+                    ref = ref | {"kind": "modified-flow", "learning_rate": preset["learning_rate"]}
+                self.ref = make_flow_integrator(ref)
 
     def init(self, problems, params, built: list[Built]):
         if self.discrete:
@@ -160,7 +215,7 @@ class _Solver:
         """Each member's current time (for GD, its step count × η)."""
         state = self.main(state)
         if self.discrete:
-            return state.step * self.integ.learning_rate
+            return state.step * self.preset["learning_rate"]
         return state.t
 
 
@@ -180,42 +235,51 @@ def _data_key(r: RunSpec) -> tuple[str, int]:
 
 
 def _checkpoint(state) -> dict[str, np.ndarray]:
-    return {f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(state))}
+    """A member's state as named arrays (its static, non-array parts are rebuilt on resume)."""
+    return {f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(eqx.filter(state, eqx.is_array)))}
 
 
 def _restore(template, i: int, arrays: dict[str, np.ndarray]):
-    """Put one member's stored leaves into row i of the batched `template` state."""
-    leaves, treedef = jax.tree.flatten(template)
+    """Put one member's stored arrays into row i of the batched `template` state."""
+    dynamic, static = eqx.partition(template, eqx.is_array)
+    leaves, treedef = jax.tree.flatten(dynamic)
     if len(arrays) != len(leaves):
         raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(leaves)}")
     new = []
     for j, x in enumerate(leaves):
         x = np.array(x)
-        x[i] = arrays[f"leaf{j:03d}"]
+        x[i] = np.reshape(arrays[f"leaf{j:03d}"], x.shape[1:])  # the archive stores 0-d as (1,)
         new.append(jnp.asarray(x))
-    return jax.tree.unflatten(treedef, new)
+    return eqx.combine(jax.tree.unflatten(treedef, new), static)
 
 
 class Driver:
     """Runs a scenario into an archive. `report` receives one line per finished batch."""
 
     def __init__(self, scenario: Scenario, writer: ArchiveWriter, *, progress: bool | None = None,
-                 report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)):
+                 report: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+                 should_stop: Callable[[], bool] = lambda: False, runs: list[RunSpec] | None = None):
         self.scenario = scenario
+        # `runs`: a part of the scenario's runs (`flowsim run --shard i/N`); /data still holds
+        # the scenario's first run's dataset, so that merged parts read like one run.
+        self.runs = list(scenario.runs if runs is None else runs)
         self.writer = writer
         self.progress = progress
         self.report = report
+        # Polled after every committed checkpoint (SIGTERM / Ctrl-C set it): the run then
+        # ends with `Interrupted`, leaving statuses `running` and the archive resumable.
+        self.should_stop = should_stop
 
     def run(self, built: dict[str, Built]) -> dict[str, dict[str, str]]:
         """Run every sweep point × solver; returns run → solver → final status."""
-        statuses: dict[str, dict[str, str]] = {r.name: {} for r in self.scenario.runs}
+        statuses: dict[str, dict[str, str]] = {r.name: {} for r in self.runs}
         points: dict[int, list[RunSpec]] = {}
-        for r in self.scenario.runs:
+        for r in self.runs:
             points.setdefault(r.point, []).append(r)
         # /data holds the first run's dataset; a run whose data differ (a per-seed data
         # seed, a swept data key) also keeps its own under /runs/<run>/data.
         first = self.scenario.runs[0]
-        if not self.writer.has_run(first.name):
+        if not self.writer.has_run(self.runs[0].name):
             self.writer.write_data(dataset_arrays(built[first.name].dataset))
         for runs in points.values():
             batch = [built[r.name] for r in runs]
@@ -231,14 +295,18 @@ class Driver:
                 solver = _Solver(preset, config["run"])
                 for name, code in self._run_batch(solver, runs, batch).items():
                     statuses[name][preset["name"]] = code
+                if config.get("analysis"):   # Caron analyses of the final weights
+                    from .analysis.caron import analyze_runs
+                    analyze_runs(self.writer, runs, batch, preset["name"], self._final_params,
+                                 report=self.report)
         return statuses
 
     def _run_batch(self, solver: _Solver, runs: list[RunSpec], batch: list[Built]) -> dict[str, str]:
         name = solver.preset["name"]
         config = runs[0].config
         names = tuple(config["run"]["observe"])
-        problems = _stack([b.problem for b in batch])
-        params0 = _stack([b.params for b in batch])
+        problems = _shard(_stack([b.problem for b in batch]))
+        params0 = _shard(_stack([b.params for b in batch]))
         spec = _series_spec(batch[0].problem, batch[0].params, names, solver)
         for r in runs:
             self.writer.create_solver(r.name, name, preset=solver.preset, series=spec, discrete=solver.discrete)
@@ -254,6 +322,7 @@ class Driver:
                 member.stats = {k: attrs[k] for k in (*STAT_KEYS, "wall_time")}
                 member.code = attrs["code"]
             members.append(member)
+        state = _shard(state)   # restored rows come back unsharded
         refs = _references(problems, params0)
         times, steps = solver.times(config["run"])
         start = min(m.done_rows for m in members)
@@ -266,13 +335,18 @@ class Driver:
                 state = self._step(solver, problems, state, members, i, times, steps, refs, names)
                 bar.update(1)
                 bar.set_postfix_str(f"t={times[i]:.4g}")
+                if self.should_stop():   # checkpoint i is committed: stop here, resumable
+                    raise Interrupted(f"stopped after checkpoint {i + 1} of {len(times)} ({name})")
         finally:
             bar.close()
+        self._final_params = solver.main(state).y      # for the analyses of run()
         out = {}
-        for m in members:
+        ends = np.asarray(solver.position(state))   # where each member stopped (held still after)
+        for j, m in enumerate(members):
             final = status.DONE if m.code == status.RUNNING else m.code
             self.writer.set_status(m.run.name, name, status=status.name(final), stats=m.stats,
-                                   wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)])
+                                   wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)],
+                                   status_time=float(ends[j]))
             out[m.run.name] = status.name(final)
         self._summarise(runs[0].label or config["name"], name, members, out)
         return out

@@ -161,6 +161,7 @@ def make_flow_integrator(preset: dict, *, stop_loss: float = 0.0) -> FlowIntegra
     """Build the integrator of a `flow` or `modified-flow` solver preset (see solvers/*.toml)."""
     method = preset.get("method", "tsit5")
     pid = dfx.PIDController(rtol=preset["rtol"], atol=preset["atol"],
+                            pcoeff=preset.get("pcoeff", 0.0), icoeff=preset.get("icoeff", 1.0),
                             dtmin=preset.get("dtmin") or None, dtmax=preset.get("dtmax") or None)
     if method in EXPLICIT:
         solver = EXPLICIT[method]()
@@ -173,7 +174,8 @@ def make_flow_integrator(preset: dict, *, stop_loss: float = 0.0) -> FlowIntegra
         newton = optx.Newton(rtol=preset.get("newton_rtol", 1e-8), atol=preset.get("newton_atol", 1e-10),
                              linear_solver=lx.GMRES(rtol=preset.get("linear_rtol", 1e-10),
                                                     atol=preset.get("linear_rtol", 1e-10),
-                                                    restart=20, max_steps=200))
+                                                    restart=preset.get("krylov_restart", 20),
+                                                    max_steps=preset.get("krylov_max_steps", 200)))
         solver = dfx.Kvaerno5(root_finder=newton)
         evals = 0
     else:

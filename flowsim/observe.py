@@ -11,6 +11,7 @@ import jax.numpy as jnp
 
 from .models import Params
 from .problem import Problem
+from .stability import gn_sharpness, sharpness
 
 
 class Reference(eqx.Module):
@@ -40,6 +41,12 @@ SERIES: dict[str, dict[str, tuple[str, ...]]] = {
     "weight_change": {"weight_change": ("node",)},
     "importance": {"importance": ("node",)},
     "weights": {"weights": ("node", "feature")},
+    # preactivations h_i(x) = w_i·x/√d at two probes: the first training and first test point
+    "hidden": {"hidden": ("node", "probe")},
+    # rate·λ_max of the loss Hessian (Lanczos) and of its Gauss–Newton part: GD with step η
+    # is linearly stable iff η·sharpness < 2 (flowsim/stability.py)
+    "sharpness": {"sharpness": (), "sharpness_residual": ()},
+    "gn_sharpness": {"gn_sharpness": ()},
 }
 
 
@@ -73,6 +80,13 @@ def observe(problem: Problem, params: Params, ref: Reference | None, names: tupl
         out["importance"] = problem.net.lam * jnp.sum(W**2, axis=-1)
     if "weights" in want:
         out["weights"] = W
+    if "hidden" in want:  # Chen et al. Fig. 4 scatter (x₂ = a training point when no test set)
+        probes = jnp.concatenate([problem.X[:1], problem.X_test[:1] if problem.X_test.shape[0] else problem.X[1:2]])
+        out["hidden"] = (probes @ W.T).T / jnp.sqrt(probes.shape[-1])
+    if "sharpness" in want:
+        out["sharpness"], out["sharpness_residual"] = sharpness(problem, params)
+    if "gn_sharpness" in want:
+        out["gn_sharpness"] = gn_sharpness(problem, params)
     return out
 
 

@@ -637,10 +637,18 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    from flowsim import plots_chen
+
     with _archive.open(path) as arch:
         name = _scenario_name(arch, path)
-        traces = gather(arch)
+        chen = plots_chen.figure_kind(arch)
+        traces = [] if chen else gather(arch)
+    if chen:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
+        return plots_chen.plot_archive(path, out, formats=formats, name=name)
     figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name)}
+    from flowsim.plots_caron import caron_figures  # pruning, transfer, PCA, lr transfer
+
+    figures.update(caron_figures(path, name))
     written = []
     for tag, fig in figures.items():
         if fig is None:

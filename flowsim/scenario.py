@@ -97,7 +97,7 @@ UCI_NAMES = ("concrete", "energy", "airfoil", "plant")
 ACTIVATIONS = ("relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity")
 LOSSES = ("half-sse", "mse", "cross-entropy")
 OBSERVABLES = ("loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig",
-               "ntg_change", "weight_change", "importance", "weights")
+               "ntg_change", "weight_change", "importance", "weights", "sharpness", "gn_sharpness", "hidden")
 DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
 SOLVER_KINDS = ("flow", "modified-flow", "gd", "momentum", "sgd")
 FLOW_METHODS = ("tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5")
@@ -251,18 +251,50 @@ SCALING = Tagged(
     tag_default="ntk",
 )
 
-MODEL = Table(
-    fields={
-        "kind": Str(choices=("shallow",), default="shallow",
-                    note='only "shallow" is implemented for now; "embedded" is planned'),
-        "width": Int(lo=1, default=1000),
-        "activation": Str(choices=ACTIVATIONS, default="relu"),
-        "init_std": _positive(1.0),
-        "output": Str(choices=("fixed", "trained"), default="fixed"),
-        "zeroed": Bool(default=False),
-        "init_path": FilePath(empty_ok=True, default=""),
-        "scaling": SCALING,
+EMBEDDINGS = ("identity", "quadratic", "random-features")
+CHEN_SCALINGS = ("theirs", "ntk", "mean-field")
+
+
+def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
+    """`features` is D of the random-features embedding only (default D = width, as in
+    Chen et al.'s P-3L net); the NTK scaling pairs nodes, so it needs an even width."""
+    fk = join(key, "features")
+    if t["embedding"] == "random-features":
+        t.setdefault("features", t["width"])
+    elif "features" in t:
+        raise ctx.bad(fk, t["features"], f"does not apply to `{join(key, 'embedding')}` = "
+                      f"{toml_string(t['embedding'])} (its D is fixed by the embedding)",
+                      'no `features` key, or `embedding` = "random-features"')
+    if t["chen_scaling"] == "ntk" and t["width"] % 2:
+        raise ctx.bad(join(key, "width"), t["width"], 'is odd; `chen_scaling` = "ntk" '
+                      "symmetrises the initialisation with pairs of nodes",
+                      "an even integer >= 2")
+
+
+_MODEL_COMMON: dict[str, Spec] = {
+    "width": Int(lo=1, default=1000),
+    "activation": Str(choices=ACTIVATIONS, default="relu"),
+    "init_std": _positive(1.0),
+}
+MODEL = Tagged(
+    variants={
+        # Caron et al.: f = Σ_j c_j a_j σ(w_j·x/√d) with a node scaling.
+        "shallow": {**_MODEL_COMMON,
+                    "output": Str(choices=("fixed", "trained"), default="fixed"),
+                    "zeroed": Bool(default=False),
+                    "init_path": FilePath(empty_ok=True, default=""),
+                    "scaling": SCALING},
+        # Chen, Vanden-Eijnden & Bruna: f = (1/m) Σ c_i σ(D^{-1/2} Σ_j W_ij φ_j(x)), c_i = ±ĉ
+        # (flowsim/embedding.py); chen_scaling picks a column of their Table 1.
+        "embedded": {**_MODEL_COMMON,
+                     "zeroed": Bool(default=False),
+                     "embedding": Str(choices=EMBEDDINGS, default="identity"),
+                     "features": Int(lo=1, default=ABSENT),
+                     "chen_scaling": Str(choices=CHEN_SCALINGS, default="theirs"),
+                     "c_hat": _positive(1.0)},
     },
+    tag_default="shallow",
+    rules={"embedded": (_embedded_keys,)},
     default=REQUIRED,
 )
 
@@ -314,6 +346,12 @@ _FLOW_KEYS: dict[str, Spec] = {
     "linear_rtol": _positive(1e-10),
     "newton_rtol": _positive(1e-8),
     "newton_atol": _positive(1e-10),
+    "krylov_restart": Int(lo=1, default=20),      # GMRES restart length
+    "krylov_max_steps": Int(lo=1, default=200),   # GMRES iterations per linear solve
+    # PID step control (Diffrax's PIDController): pcoeff ≈ 0.2–0.4, icoeff ≈ 0.3–0.4 suit
+    # stiff problems; the defaults (0, 1) are plain integral control.
+    "pcoeff": Float(lo=0.0, default=0.0),
+    "icoeff": Float(lo=0.0, lo_open=True, default=1.0),
     # A second, tighter flow solved beside this one: the archive then holds this flow's
     # global-error estimate at every checkpoint (series `flow_error`).
     "reference": Custom(fn=lambda v, k, c: _check_reference(v, k, c),
@@ -512,6 +550,42 @@ SWEEP = Custom(fn=_check_sweep, types=(dict,), default=ABSENT,
                text='a table: mode = "product" | "zip" and "dotted.key" = [values, ...]',
                kids={"mode": Str(choices=SWEEP_MODES)})
 
+def _analysis_tables(t: dict, key: str, ctx: Ctx) -> None:
+    """`prune = true` is shorthand for the table with its defaults (`false`: disabled)."""
+    for name, spec in _ANALYSIS_TABLES.items():
+        if isinstance(t.get(name), bool):
+            t[name] = spec.check({"enabled": t[name]}, join(key, name), ctx)
+
+
+_IMPORTANCE = Str(choices=("weight", "lambda"))  # λ_j‖w_j‖² (as written) | λ_j‖a_j‖² (as run)
+_ANALYSIS_TABLES = {
+    "prune": Table(fields={"enabled": Bool(default=True), "points": Int(lo=2, hi=100_000, default=41),
+                           "importance": ListOf(item=_IMPORTANCE, nonempty=True, distinct=True,
+                                                default=["weight", "lambda"])}),
+    "transfer": Table(fields={"enabled": Bool(default=True),
+                              "k": ListOf(item=Int(lo=1), nonempty=True, distinct=True,
+                                          default=[1, 2, 5, 10, 20, 50, 100, 200, 500]),
+                              "hidden": Int(lo=1, default=64), "steps": Int(lo=1, default=5000),
+                              # the text's η = 1.0 diverges (see flowsim.analysis.transfer)
+                              "learning_rate": _positive(0.1),
+                              "importance": ListOf(item=_IMPORTANCE, nonempty=True, distinct=True,
+                                                   default=["weight"]),
+                              "standardize": Bool(default=True)}),
+    "pca": Table(fields={"enabled": Bool(default=True), "points": Int(lo=2, default=1000)}),
+}
+# Caron et al. analyses of the trained networks (flowsim.analysis.caron), run by the driver
+# when a solver finishes; absent = none.
+ANALYSIS = Table(
+    fields={"solvers": ListOf(item=Str(nonempty=True), distinct=True, default=[]),
+            **{name: OneOf(options=(Bool(), spec), default=False) for name, spec in _ANALYSIS_TABLES.items()}},
+    rules=(_analysis_tables,),
+    default=ABSENT,
+)
+
+# `flowsim plot` layout: "default" (Caron Fig. 1 panels) or a paper figure (flowsim/plots_chen.py).
+PLOT_FIGURES = ("default", "chen-exp1", "chen-exp2", "chen-exp3")
+PLOT = Table(fields={"figure": Str(choices=PLOT_FIGURES, default="default")}, default=ABSENT)
+
 SCENARIO = Table(
     fields={
         "name": Str(nonempty=True, default=lambda ctx: ctx.stem),
@@ -523,6 +597,8 @@ SCENARIO = Table(
         "loss": LOSS,
         "run": RUN,
         "sweep": SWEEP,
+        "analysis": ANALYSIS,
+        "plot": PLOT,
     },
     rules=(_k_within_width,),
     default=REQUIRED,

@@ -133,7 +133,7 @@ def test_vf_eval_count_matches_a_counting_callback():
     counting = Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})
     integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10})
     state = integ.init(counting, p0)
-    state, stats = jax.jit(integ.advance)(counting, state, 20.0)
+    state, stats = eqx.filter_jit(integ.advance)(counting, state, 20.0)
     assert len(calls) == integ.init_evals + int(stats["vf_evals"])
 
 
@@ -212,7 +212,7 @@ def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
 def test_gd_divergence_is_a_status_with_the_step():
     problem, p0 = make_problem(activation="relu")  # unbounded, so GD past 2/λ_max blows up
     integ = make_descent_integrator({"kind": "gd", "learning_rate": 5.0, "divergence_factor": 1e6})
-    state, stats = jax.jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), 5000.0)
+    state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), 5000.0)
     assert int(stats["status"]) == status.DIVERGED
     assert 0 < int(state.step) < 100
     assert np.isfinite(float(problem.loss(state.y)))  # the last good iterate is kept
@@ -222,12 +222,12 @@ def test_gd_divergence_is_a_status_with_the_step():
 def test_flow_max_steps_and_stop_event():
     problem, p0 = make_problem()
     integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10, "max_steps": 5})
-    state, stats = jax.jit(integ.advance)(problem, integ.init(problem, p0), 50.0)
+    state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0), 50.0)
     assert int(stats["status"]) == status.MAX_STEPS and int(stats["steps"]) == 5 and float(state.t) < 50.0
     L0 = float(problem.loss(p0))
     integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10},
                                  stop_loss=0.5 * L0)
-    state, stats = jax.jit(integ.advance)(problem, integ.init(problem, p0), 1000.0)
+    state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0), 1000.0)
     assert int(stats["status"]) == status.STOPPED
     assert float(problem.loss(state.y)) <= 0.5 * L0 and float(state.t) < 1000.0
 
@@ -238,7 +238,7 @@ def test_momentum_matches_a_plain_heavy_ball_loop():
     problem, p0 = make_problem()
     eta, beta = 0.05, 0.8
     integ = make_descent_integrator({"kind": "momentum", "learning_rate": eta, "beta": beta})
-    state, _ = jax.jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), 30 * eta)
+    state, _ = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), 30 * eta)
     w, v = p0, jax.tree.map(jnp.zeros_like, p0)
     for _ in range(30):
         g = problem.grad(w)
@@ -253,12 +253,12 @@ def test_sgd_with_full_batch_equals_gd_and_is_seeded():
     gd = make_descent_integrator({"kind": "gd", "learning_rate": eta})
     sgd = make_descent_integrator({"kind": "sgd", "learning_rate": eta, "batch_size": problem.X.shape[0]})
     key = jax.random.PRNGKey(3)
-    g, _ = jax.jit(gd.advance)(problem, gd.init(problem, p0, key), 20 * eta)
-    s, _ = jax.jit(sgd.advance)(problem, sgd.init(problem, p0, key), 20 * eta)
+    g, _ = eqx.filter_jit(gd.advance)(problem, gd.init(problem, p0, key), 20 * eta)
+    s, _ = eqx.filter_jit(sgd.advance)(problem, sgd.init(problem, p0, key), 20 * eta)
     np.testing.assert_allclose(s.y["W"], g.y["W"], rtol=1e-12, atol=1e-12)
     small = make_descent_integrator({"kind": "sgd", "learning_rate": eta, "batch_size": 5})
-    a, _ = jax.jit(small.advance)(problem, small.init(problem, p0, key), 20 * eta)
-    b, _ = jax.jit(small.advance)(problem, small.init(problem, p0, key), 20 * eta)
-    c, _ = jax.jit(small.advance)(problem, small.init(problem, p0, jax.random.PRNGKey(4)), 20 * eta)
+    a, _ = eqx.filter_jit(small.advance)(problem, small.init(problem, p0, key), 20 * eta)
+    b, _ = eqx.filter_jit(small.advance)(problem, small.init(problem, p0, key), 20 * eta)
+    c, _ = eqx.filter_jit(small.advance)(problem, small.init(problem, p0, jax.random.PRNGKey(4)), 20 * eta)
     assert np.array_equal(a.y["W"], b.y["W"]) and not np.allclose(a.y["W"], c.y["W"])
     assert rel_err(a.y["W"], g.y["W"]) < 0.5  # a noisy estimate of the same descent

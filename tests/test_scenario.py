@@ -346,7 +346,7 @@ BAD = [
     ("data-missing", {"data": None}, "", "data", "missing"),
     ("low-above-high", {"data.kind": '"random-labels"', "data.n": None, "data.d": None,
                         "data.low": "1.0"}, "", "data.high", "data.low"),
-    ("model-kind", {"model.kind": '"embedded"'}, "", "model.kind", "only \"shallow\""),
+    ("model-kind", {"model.kind": '"embeded"'}, "", "model.kind", 'did you mean "embedded"'),
     ("activation-unknown", {"model.activation": '"rleu"'}, "", "model.activation",
      'did you mean "relu"'),
     ("loss-unknown", {}, '[loss]\nkind = "l2"\n', "loss.kind", '"l2"'),

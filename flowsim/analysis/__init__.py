@@ -1,0 +1,1 @@
+"""Analyses of archived runs (pruning, transfer, PCA, flow-vs-GD comparison)."""

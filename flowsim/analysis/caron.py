@@ -1,0 +1,195 @@
+"""Caron et al. analyses run on trained networks: pruning, transfer, PCA of features.
+
+A scenario asks for them in an ``[analysis]`` table (see `flowsim.scenario.ANALYSIS`)::
+
+    [analysis]
+    prune = { points = 41, importance = ["weight", "lambda"] }     # or prune = true
+    transfer = { k = [1, 2, 5, 10, 20, 50], hidden = 64, steps = 5000, learning_rate = 1.0 }
+    pca = true
+    solvers = []          # which solvers' final weights to analyse; [] = all
+
+The driver calls :func:`analyze_runs` once a solver has finished a batch of seeds; the
+command ``flowsim analyze OUT.h5`` recomputes them from an existing archive (final weights
+restored from each solver's checkpoint). Results go to
+``/runs/<run>/<solver>/analysis/<name>/`` (arrays, attrs ``importance`` etc.), read back
+with ``SolverView.analysis``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+
+import numpy as np
+
+from . import pca as _pca
+from . import prune as _prune
+from . import transfer as _transfer
+
+DEFAULTS = {
+    "prune": {"enabled": False, "points": 41, "importance": ["weight", "lambda"]},
+    "transfer": {"enabled": False, "k": [1, 2, 5, 10, 20, 50, 100, 200, 500], "hidden": 64,
+                 "steps": 5000, "learning_rate": 0.1, "importance": ["weight"],
+                 "standardize": True},
+    "pca": {"enabled": False, "points": 1000},
+}
+
+
+def _validation(dataset, problem):
+    """Held-out points for transfer/PCA: the `valid` split when the data have one (UCI),
+    else the test set (digits, npz features)."""
+    extra = dataset.extra
+    if "X_valid" in extra and len(extra["X_valid"]):
+        return np.asarray(extra["X_valid"]), np.asarray(extra["y_valid"]), "valid"
+    return np.asarray(problem.X_test), np.asarray(problem.y_test), "test"
+
+
+def analyze_one(config: dict, problem, params, dataset, seed: int) -> dict[str, tuple[dict, dict]]:
+    """Every requested analysis of one trained network: name -> (arrays, attrs)."""
+    cfg = config.get("analysis") or {}
+    out = {}
+    net = problem.net
+    loss_kind = config["loss"]["kind"]
+    if cfg.get("prune", {}).get("enabled"):
+        p = cfg["prune"]
+        counts = _prune.prune_counts(net.width, p["points"])
+        arrays = _prune.prune_curve(net, params, problem.X, problem.y, problem.X_test, problem.y_test,
+                                    loss_kind=loss_kind, counts=counts, importances=p["importance"])
+        out["prune"] = (arrays, {"importance": json.dumps(p["importance"]), "loss_kind": loss_kind})
+    want_transfer = cfg.get("transfer", {}).get("enabled")
+    want_pca = cfg.get("pca", {}).get("enabled")
+    if want_transfer or want_pca:
+        Xv, yv, source = _validation(dataset, problem)
+        F = np.asarray(_prune.node_outputs(net, params, Xv))
+    if want_transfer:
+        t = cfg["transfer"]
+        rows: dict[str, list] = {}
+        for kind in t["importance"]:
+            res = _transfer.transfer_curve(
+                F, yv, _prune.importance(net, params, kind), t["k"], hidden=t["hidden"], steps=t["steps"],
+                learning_rate=t["learning_rate"], cross_entropy=loss_kind == "cross-entropy", seed=seed,
+                standardise=t["standardize"])
+            for k, v in res.items():
+                if k != "k":
+                    rows.setdefault(k, []).append(v)
+        arrays = {"k": res["k"], **{k: np.stack(v) for k, v in rows.items()}}
+        out["transfer"] = (arrays, {"importance": json.dumps(t["importance"]), "source": source,
+                                    "hidden": t["hidden"], "steps": t["steps"],
+                                    "learning_rate": t["learning_rate"]})
+    if want_pca:
+        npts = min(cfg["pca"]["points"], len(Xv))
+        labels = np.argmax(yv[:npts], axis=1) if yv.shape[1] > 1 else yv[:npts, 0]
+        ref = net.ref if net.ref is not None else None
+        F0 = np.asarray(_prune.node_outputs(net, _initial(params, problem, dataset, config, seed, ref), Xv[:npts]))
+        s0, r0 = _pca.pca_scores(F0)
+        s1, r1 = _pca.pca_scores(F[:npts])
+        out["pca"] = ({"scores_init": s0, "explained_init": r0, "scores": s1, "explained": r1,
+                       "labels": labels.astype(np.float64),
+                       "separation": np.array([_pca.class_separation(s0, labels),
+                                               _pca.class_separation(s1, labels)])},
+                      {"source": source})
+    return out
+
+
+def _initial(params, problem, dataset, config, seed, ref):
+    """The initial weights of the run (rebuilt deterministically from config and seed)."""
+    if ref is not None:
+        return ref
+    from ..build import build_run
+
+    return build_run(config, seed).params
+
+
+def _select(config: dict, solver: str) -> bool:
+    chosen = (config.get("analysis") or {}).get("solvers") or []
+    return not chosen or solver in chosen
+
+
+def wanted(config: dict) -> bool:
+    cfg = config.get("analysis") or {}
+    return any(cfg.get(k, {}).get("enabled") for k in ("prune", "transfer", "pca"))
+
+
+def analyze_runs(writer, runs, batch, solver: str, final_params, *,
+                 report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> None:
+    """Analyse each seed's final weights of `solver` and store the results (driver hook).
+    `final_params` is the batched params pytree (leading axis = seed)."""
+    import jax
+
+    config = runs[0].config
+    if not wanted(config) or not _select(config, solver):
+        return
+    for i, (r, b) in enumerate(zip(runs, batch)):
+        params = jax.tree.map(lambda x: x[i], final_params)
+        for name, (arrays, attrs) in analyze_one(r.config, b.problem, params, b.dataset, r.seed).items():
+            writer.write_analysis(r.name, solver, name, arrays, attrs)
+    report(f"{runs[0].label or config['name']} · {solver}: analyses "
+           f"{', '.join(k for k in ('prune', 'transfer', 'pca') if config['analysis'][k]['enabled'])} stored")
+
+
+def final_params_from_archive(config: dict, seed: int, preset: dict, checkpoint):
+    """Rebuild a run and restore a solver's committed checkpoint: (built, final params)."""
+    import jax
+
+    from ..build import build_run
+    from ..driver import _restore, _Solver, _stack
+
+    built = build_run(config, seed)
+    solver = _Solver(preset, config["run"])
+    template = solver.init(_stack([built.problem]), _stack([built.params]), [built])
+    leaves = jax.tree.leaves(template)
+    arrays = {f"leaf{j:03d}": np.asarray(checkpoint[0][f"leaf{j:03d}"]).reshape(x.shape[1:])
+              for j, x in enumerate(leaves)}
+    state = _restore(template, 0, arrays)
+    return built, jax.tree.map(lambda x: x[0], solver.main(state).y)
+
+
+def analyze_archive(path, *, only: list[str] | None = None,
+                    report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> int:
+    """(Re)run the analyses of an archive in place; returns the number of results stored.
+
+    Uses each run's `[analysis]` table; a run without one gets every analysis with the
+    defaults. `only` restricts to some of prune, transfer, pca."""
+    from .. import archive
+
+    jobs = []
+    with archive.open(path) as a:
+        for run in a.runs.values():
+            config = dict(run.params)
+            cfg = resolve_analysis(config.get("analysis"), all_on=not config.get("analysis"))
+            if only:
+                cfg = {k: (v | {"enabled": v["enabled"] and k in only} if isinstance(v, dict) and "enabled" in v
+                           else v) for k, v in cfg.items()}
+            config["analysis"] = cfg
+            presets = {p["name"]: p for p in config["run"]["solvers"]}
+            for name, view in run.solvers.items():
+                cp = view.checkpoint
+                if cp is not None and name in presets and _select(config, name):
+                    jobs.append((run.name, run.seed, config, presets[name], cp))
+    count = 0
+    writer = archive.ArchiveWriter.resume(path)
+    try:
+        for run_name, seed, config, preset, cp in jobs:
+            built, params = final_params_from_archive(config, seed, preset, cp)
+            for name, (arrays, attrs) in analyze_one(config, built.problem, params, built.dataset, seed).items():
+                writer.write_analysis(run_name, preset["name"], name, arrays, attrs)
+                count += 1
+            report(f"{run_name} · {preset['name']}: analysed")
+    finally:
+        writer.close()
+    return count
+
+
+def resolve_analysis(raw, *, all_on: bool = False) -> dict:
+    """Fill defaults of an [analysis] table (bool shorthands allowed)."""
+    raw = raw or {}
+    out = {"solvers": list(raw.get("solvers", []))}
+    for name, default in DEFAULTS.items():
+        v = raw.get(name, all_on)
+        if isinstance(v, bool):
+            v = {"enabled": v}
+        out[name] = {**default, "enabled": True, **v}
+        if all_on and name == "transfer" and name not in raw:
+            out[name]["enabled"] = True
+    return out

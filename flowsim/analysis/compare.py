@@ -1,0 +1,659 @@
+"""Flow versus discrete trajectories at matched times (`flowsim compare`).
+
+For every run of an archive, each discrete solver (GD, momentum, SGD; step η, step k at
+flow time t = kη) is paired with each plain flow solver of the same run, and each `gd`
+solver with the modified flow (`modified-flow`) of the *same* η — a modified flow of
+another step size is a different equation, not a reference for this GD. The driver makes
+every flow checkpoint at every GD time kη, so rows are matched by time (|t_a − t_b| ≤
+1e-9·max(1, t)); a GD row with no flow row at its time (e.g. the last good iterate of a
+diverged run) is counted as unmatched and left out — never interpolated, never the
+nearest checkpoint. t = 0, where both are W_0, is left out.
+
+At each matched time t > 0:
+
+    weight_gap       ‖W_GD(k) − W_flow(kη)‖_F                      (needs series `weights`)
+    weight_gap_rel   weight_gap / ‖W_flow(kη) − W_0‖_F
+    loss_gap         |L_GD − L_flow|                                (series `loss`)
+    ntg_gap          ‖Θ̂_GD − Θ̂_flow‖_2 (spectral norm)            (series `ntg`)
+    weight_change_gap max_j |‖w_j,GD − w_j0‖ − ‖w_j,flow − w_j0‖|  (series `weight_change`)
+
+Certificate. A flow preset with a `reference` records `flow_error` = ‖W − W_ref‖, an
+estimate of its own global error e. The measured gap g̃ differs from the true GD–flow gap
+g by at most e. A matched time is *unresolved* when g̃ ≤ CERTIFICATE_FACTOR · flow_error
+with the factor 2: outside that band g ≥ g̃ − e > g̃/2 (and g < 3g̃/2), i.e. the reported
+gap is right to within a factor of two even if the estimate is only good to its own
+order, and order fits are unaffected; inside it the gap may be mostly the flow's own
+error. Without `weights`, the loss gap is certified against `flow_loss_error` instead.
+
+Step-size ladder. For the discrete solvers of one kind (and otherwise equal settings) with
+several η, the gap measure max_t weight_gap (max_t loss_gap without weights) is taken over
+the matched times common to all of them, and log(gap) = p log η + c is fitted by least
+squares; the order p is printed with its standard error from the regression. Diverged
+members and members whose max gap is unresolved are left out of the fit, with the reason.
+
+Stability. For each discrete solver with `sharpness` (else `gn_sharpness`) recorded —
+rate·λ_max, see flowsim/stability.py — the verdict is whether η·λ stayed below 2 (for
+heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diverged`).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from flowsim import archive as _archive
+
+CERTIFICATE_FACTOR = 2.0
+TIME_RTOL = 1e-9
+DISCRETE_KINDS = ("gd", "momentum", "sgd")
+FLOW_KINDS = ("flow", "modified-flow")
+GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap")
+CSV_COLUMNS = ("run", "label", "seed", "discrete", "discrete_kind", "eta", "flow", "flow_kind", "t", "step",
+               *GAPS, "flow_error", "flow_loss_error", "unresolved", "eta_sharpness", "discrete_status")
+
+
+# --------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------
+
+@dataclass
+class Pair:
+    """One discrete solver against one flow solver of one run, at their matched times."""
+
+    run: str
+    label: str
+    seed: int
+    discrete: str
+    flow: str
+    discrete_kind: str
+    flow_kind: str
+    eta: float
+    status: str                      # the discrete solver's status
+    preset: dict                     # the discrete solver's preset
+    flow_preset: dict
+    t: np.ndarray                    # matched times, t > 0
+    step: np.ndarray
+    gaps: dict[str, np.ndarray | None] = field(default_factory=dict)
+    flow_error: np.ndarray | None = None
+    flow_loss_error: np.ndarray | None = None
+    unresolved: np.ndarray | None = None      # bool per matched time; None: no certificate
+    certified_on: str = ""                    # "weights" | "loss" | ""
+    unmatched: int = 0                        # discrete rows (t > 0) with no flow row at their time
+    eta_sharpness: np.ndarray | None = None   # η · sharpness of the discrete run at the matched times
+    flow_displacement: np.ndarray | None = None   # ‖W_flow − W_0‖ at the matched times
+
+    def measure(self) -> tuple[str, np.ndarray | None]:
+        """The gap the ladder fits: the weight distance, else the loss gap."""
+        if self.gaps.get("weight_gap") is not None:
+            return "weight_gap", self.gaps["weight_gap"]
+        return "loss_gap", self.gaps.get("loss_gap")
+
+
+@dataclass
+class Ladder:
+    run: str
+    discrete_kind: str
+    flow: str                        # the flow solver's name, or "modified flow (same η)"
+    flow_kind: str
+    measure: str
+    etas: np.ndarray                 # every member's η (descending)
+    gaps: np.ndarray                 # max-over-common-times gap per member (NaN if none)
+    used: np.ndarray                 # bool: member in the fit
+    reasons: list[str]               # why a member is left out ("" when used)
+    n_times: int                     # common matched times the max is taken over
+    order: float = math.nan
+    stderr: float = math.nan
+    intercept: float = math.nan
+    warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Stability:
+    run: str
+    solver: str
+    eta: float
+    status: str
+    source: str                      # "sharpness" | "gn_sharpness" | ""
+    limit: float                     # 2 (or 2(1+β) for momentum), in units of η·λ
+    verdict: str                     # "below" | "crossed" | "diverged" | "unknown"
+    max_eta_lambda: float = math.nan
+    t_cross: float = math.nan
+    final_eta_lambda: float = math.nan
+    t: np.ndarray | None = None
+    sharp: np.ndarray | None = None  # λ (rate·λ_max) per checkpoint
+
+    def text(self) -> str:
+        lim = "2/η" if self.limit == 2.0 else f"{self.limit:.3g}/η"
+        what = {"sharpness": "sharpness", "gn_sharpness": "Gauss–Newton sharpness"}.get(self.source, "")
+        if self.verdict == "diverged":
+            more = (f"; η·λ reached {self.max_eta_lambda:.3g}" if what else "")
+            if what and math.isfinite(self.t_cross):
+                more += f", crossing {lim} at t = {self.t_cross:.4g}"
+            return f"diverged (status `diverged`){more}"
+        if not what:
+            return "stability unknown: record `sharpness` or `gn_sharpness` to decide"
+        if self.verdict == "below":
+            return f"stayed below {lim}: max η·{what} = {self.max_eta_lambda:.3g} < {self.limit:.3g}"
+        back = " (back below the limit: a catapult)" if self.final_eta_lambda < self.limit else ""
+        return (f"crossed {lim} at t = {self.t_cross:.4g}: max η·{what} = {self.max_eta_lambda:.3g}, "
+                f"final {self.final_eta_lambda:.3g}{back}")
+
+
+@dataclass
+class Report:
+    path: str
+    name: str
+    factor: float
+    pairs: list[Pair]
+    ladders: list[Ladder]
+    stability: list[Stability]
+    notes: list[str]
+    runs: dict[str, str]             # run → label
+
+
+# --------------------------------------------------------------------------------------
+# Computation
+# --------------------------------------------------------------------------------------
+
+def match_times(ta: np.ndarray, tb: np.ndarray, rtol: float = TIME_RTOL) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (ia, ib) of the rows of `ta` and `tb` at the same time (to rtol·max(1, |t|))."""
+    ta, tb = np.asarray(ta, float), np.asarray(tb, float)
+    order = np.argsort(tb, kind="stable")
+    sb = tb[order]
+    ia, ib = [], []
+    for i, t in enumerate(ta):
+        if not np.isfinite(t) or not sb.size:
+            continue
+        j = int(np.searchsorted(sb, t))
+        for c in (j - 1, j):
+            if 0 <= c < sb.size and abs(sb[c] - t) <= rtol * max(1.0, abs(t)):
+                ia.append(i)
+                ib.append(int(order[c]))
+                break
+    return np.asarray(ia, int), np.asarray(ib, int)
+
+
+def fit_order(etas, gaps) -> tuple[float, float, float]:
+    """Least-squares slope of log(gap) against log(η): (order, its standard error, intercept).
+    The standard error is sqrt(s² / Σ(x − x̄)²) with s² the residual variance on n − 2
+    degrees of freedom (NaN with fewer than three points)."""
+    x, y = np.log(np.asarray(etas, float)), np.log(np.asarray(gaps, float))
+    if x.size < 2 or np.ptp(x) == 0:
+        return math.nan, math.nan, math.nan
+    xm = x.mean()
+    sxx = float(np.sum((x - xm) ** 2))
+    slope = float(np.sum((x - xm) * (y - y.mean())) / sxx)
+    intercept = float(y.mean() - slope * xm)
+    if x.size < 3:
+        return slope, math.nan, intercept
+    resid = y - (intercept + slope * x)
+    return slope, float(math.sqrt(np.sum(resid**2) / (x.size - 2) / sxx)), intercept
+
+
+def _series(view, name):
+    return np.asarray(view[name], float) if name in view else None
+
+
+def _sharp_source(view) -> str:
+    return "sharpness" if "sharpness" in view else "gn_sharpness" if "gn_sharpness" in view else ""
+
+
+def compare_pair(run, dview, fview, factor: float = CERTIFICATE_FACTOR) -> Pair:
+    """Gaps of the discrete solver `dview` from the flow `fview` at their matched times."""
+    td, tf = np.asarray(dview.t, float), np.asarray(fview.t, float)
+    ia, ib = match_times(td, tf)
+    keep = td[ia] > 0
+    ia, ib = ia[keep], ib[keep]
+    unmatched = int(np.sum(td > 0) - ia.size)
+    step = dview.step
+    step = np.asarray(step)[ia] if step is not None else np.round(td[ia] / dview.preset["learning_rate"]).astype(int)
+    pair = Pair(run=run.name, label=run.label, seed=run.seed, discrete=dview.name, flow=fview.name,
+                discrete_kind=dview.preset.get("kind", "gd"), flow_kind=fview.preset.get("kind", "flow"),
+                eta=float(dview.preset["learning_rate"]), status=dview.status, preset=dview.preset,
+                flow_preset=fview.preset, t=td[ia], step=step, unmatched=unmatched)
+    gaps: dict[str, np.ndarray | None] = dict.fromkeys(GAPS)
+    Wd, Wf = _series(dview, "weights"), _series(fview, "weights")
+    if Wd is not None and Wf is not None:
+        diff = Wd[ia] - Wf[ib]
+        gaps["weight_gap"] = np.sqrt(np.sum(diff.reshape(diff.shape[0], -1) ** 2, axis=1))
+        W0 = np.asarray(run.init["W0"], float) if "W0" in run.init else Wf[0]
+        disp = Wf[ib] - W0
+        pair.flow_displacement = np.sqrt(np.sum(disp.reshape(disp.shape[0], -1) ** 2, axis=1))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gaps["weight_gap_rel"] = gaps["weight_gap"] / pair.flow_displacement
+    Ld, Lf = _series(dview, "loss"), _series(fview, "loss")
+    if Ld is not None and Lf is not None:
+        gaps["loss_gap"] = np.abs(Ld[ia] - Lf[ib]).reshape(ia.size, -1).max(axis=1)
+    Nd, Nf = _series(dview, "ntg"), _series(fview, "ntg")
+    if Nd is not None and Nf is not None:
+        gaps["ntg_gap"] = np.array([_spectral(a - b) for a, b in zip(Nd[ia], Nf[ib])])
+    Cd, Cf = _series(dview, "weight_change"), _series(fview, "weight_change")
+    if Cd is not None and Cf is not None:
+        gaps["weight_change_gap"] = np.abs(Cd[ia] - Cf[ib]).reshape(ia.size, -1).max(axis=1)
+    pair.gaps = gaps
+    fe, fle = _series(fview, "flow_error"), _series(fview, "flow_loss_error")
+    pair.flow_error = None if fe is None else fe[ib]
+    pair.flow_loss_error = None if fle is None else fle[ib]
+    if pair.flow_error is not None and gaps["weight_gap"] is not None:
+        pair.unresolved, pair.certified_on = ~(gaps["weight_gap"] > factor * pair.flow_error), "weights"
+    elif pair.flow_loss_error is not None and gaps["loss_gap"] is not None:
+        pair.unresolved, pair.certified_on = ~(gaps["loss_gap"] > factor * pair.flow_loss_error), "loss"
+    src = _sharp_source(dview)
+    if src:
+        pair.eta_sharpness = pair.eta * _series(dview, src)[ia]
+    return pair
+
+
+def _spectral(m: np.ndarray) -> float:
+    if not np.all(np.isfinite(m)):
+        return math.nan
+    return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (m + m.T)))))
+
+
+def _stability(run, view) -> Stability:
+    preset = view.preset
+    eta = float(preset["learning_rate"])
+    limit = 2.0 * (1.0 + float(preset.get("beta", 0.9))) if preset.get("kind") == "momentum" else 2.0
+    src = _sharp_source(view)
+    out = Stability(run=run.name, solver=view.name, eta=eta, status=view.status, source=src, limit=limit,
+                    verdict="unknown")
+    if src:
+        t, lam = np.asarray(view.t, float), _series(view, src)
+        out.t, out.sharp = t, lam
+        el = eta * lam
+        fin = np.isfinite(el)
+        if fin.any():
+            out.max_eta_lambda = float(np.max(el[fin]))
+            out.final_eta_lambda = float(el[fin][-1])
+            over = np.flatnonzero(fin & (el >= limit))
+            if over.size:
+                out.t_cross = float(t[over[0]])
+            out.verdict = "crossed" if over.size else "below"
+    if view.status == "diverged":
+        out.verdict = "diverged"
+    return out
+
+
+def _ladder_key(pair: Pair) -> tuple:
+    """Pairs in one ladder: same run, discrete kind and non-η settings, same flow (for
+    modified flows: the same method and tolerances, each at its own η)."""
+    settings = tuple(sorted((k, str(v)) for k, v in pair.preset.items()
+                            if k not in ("name", "description", "learning_rate")))
+    if pair.flow_kind == "modified-flow":
+        fp = pair.flow_preset
+        flow = ("modified-flow", fp.get("method"), fp.get("rtol"), fp.get("atol"))
+    else:
+        flow = ("flow", pair.flow)
+    return pair.run, pair.discrete_kind, settings, flow
+
+
+def ladders(pairs: list[Pair]) -> list[Ladder]:
+    groups: dict[tuple, list[Pair]] = {}
+    for p in pairs:
+        groups.setdefault(_ladder_key(p), []).append(p)
+    out = []
+    for key, members in groups.items():
+        if len({p.eta for p in members}) < 2:
+            continue
+        members = sorted(members, key=lambda p: -p.eta)
+        measure = "weight_gap" if all(p.gaps.get("weight_gap") is not None for p in members) else "loss_gap"
+        alive = [p for p in members if p.status != "diverged" and p.t.size]
+        common = None
+        for p in alive:
+            common = set(p.t.tolist()) if common is None else common & set(p.t.tolist())
+        common = np.array(sorted(common or ()))
+        gaps, used, reasons = [], [], []
+        for p in members:
+            g = p.gaps.get(measure)
+            if g is None or not p.t.size:
+                gaps.append(math.nan), used.append(False), reasons.append(f"no {measure}")
+                continue
+            if p.status == "diverged":
+                gaps.append(float(np.nanmax(g)) if np.isfinite(g).any() else math.nan)
+                used.append(False), reasons.append("diverged")
+                continue
+            sel = np.isin(p.t, common) if common.size else np.ones(p.t.size, bool)
+            gs = np.where(np.isfinite(g[sel]), g[sel], -np.inf)
+            if not gs.size or not np.isfinite(gs.max()):
+                gaps.append(math.nan), used.append(False), reasons.append("no finite gap")
+                continue
+            i = int(np.argmax(gs))
+            gaps.append(float(gs[i]))
+            unres = p.unresolved[sel][i] if p.unresolved is not None and (
+                (measure == "weight_gap") == (p.certified_on == "weights")) else False
+            if unres:
+                used.append(False), reasons.append("unresolved: gap ≤ factor × flow error")
+            elif gs[i] <= 0:
+                used.append(False), reasons.append("zero gap")
+            else:
+                used.append(True), reasons.append("")
+        lad = Ladder(run=key[0], discrete_kind=key[1],
+                     flow=members[0].flow if key[3][0] == "flow" else "modified flow (same η)",
+                     flow_kind=key[3][0], measure=measure, etas=np.array([p.eta for p in members]),
+                     gaps=np.array(gaps), used=np.array(used), reasons=reasons, n_times=int(common.size))
+        if lad.used.sum() >= 2:
+            lad.order, lad.stderr, lad.intercept = fit_order(lad.etas[lad.used], lad.gaps[lad.used])
+        out.append(lad)
+    return out
+
+
+def _scenario_name(arch, path) -> str:
+    resolved = arch.attrs.get("scenario_resolved") or {}
+    if isinstance(resolved, dict) and resolved.get("name"):
+        return str(resolved["name"])
+    return Path(os.fspath(path)).stem
+
+
+def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
+    """Every discrete/flow pair of every run of the archive at `path`."""
+    pairs: list[Pair] = []
+    stab: list[Stability] = []
+    notes: list[str] = []
+    runs: dict[str, str] = {}
+    with _archive.open(path) as arch:
+        name = _scenario_name(arch, path)
+        for run in arch.runs.values():
+            runs[run.name] = run.label
+            solvers = run.solvers
+            disc = [v for v in solvers.values() if v.preset.get("kind") in DISCRETE_KINDS]
+            flows = [v for v in solvers.values() if v.preset.get("kind") in FLOW_KINDS]
+            if not disc or not flows:
+                notes.append(f"run {run.name}: needs a discrete and a flow solver (has "
+                             f"{', '.join(solvers) or 'none'}); nothing to compare")
+            for d in disc:
+                stab.append(_stability(run, d))
+                for f in flows:
+                    if f.preset.get("kind") == "modified-flow" and not (
+                            d.preset.get("kind") == "gd"
+                            and math.isclose(float(f.preset["learning_rate"]), float(d.preset["learning_rate"]),
+                                             rel_tol=1e-12)):
+                        continue
+                    p = compare_pair(run, d, f, factor)
+                    pairs.append(p)
+                    if p.unmatched:
+                        notes.append(f"run {run.name}: {d.name} vs {f.name}: {p.unmatched} checkpoint(s) of "
+                                     f"{d.name} have no flow row at the same time (left out)")
+            missing = [v.name for v in [*disc, *flows] if "weights" not in v]
+            if disc and flows and missing:
+                notes.append(f"run {run.name}: series `weights` not recorded by {', '.join(missing)}: no "
+                             "weight distance (add \"weights\" to run.observe); loss, NTG and weight-change "
+                             "gaps are reported")
+            flows_plain = [f.name for f in flows if f.preset.get("kind") == "flow" and "flow_error" not in f]
+            if disc and flows_plain:
+                notes.append(f"run {run.name}: flow(s) {', '.join(flows_plain)} have no error estimate "
+                             "(give the preset a `reference`): gaps are not certified")
+    lads = ladders(pairs)
+    for lad in lads:   # a step past the stability limit is outside the asymptotic regime
+        for s in stab:
+            if s.run == lad.run and s.verdict == "crossed" and np.any(lad.used & (lad.etas == s.eta)):
+                lad.warnings.append(f"η = {s.eta:g} crossed {s.limit:g}/η: the fit includes a step outside "
+                                    "the small-step regime")
+    return Report(path=os.fspath(path), name=name, factor=factor, pairs=pairs, ladders=lads,
+                  stability=stab, notes=notes, runs=runs)
+
+
+# --------------------------------------------------------------------------------------
+# Output: table, CSV
+# --------------------------------------------------------------------------------------
+
+def _g(x) -> str:
+    if x is None:
+        return "—"
+    x = float(x)
+    return "nan" if not math.isfinite(x) else f"{x:.3g}"
+
+
+def _max_final(a: np.ndarray | None) -> tuple[str, str]:
+    if a is None or not a.size:
+        return "—", "—"
+    fin = a[np.isfinite(a)]
+    return (_g(fin.max()) if fin.size else "nan"), _g(a[-1])
+
+
+def format_report(rep: Report) -> str:
+    lines = [f"{rep.path}: scenario {rep.name!r} — discrete vs flow at matched times t = kη "
+             f"(certificate: a gap ≤ {rep.factor:g} × the flow's error estimate is unresolved)"]
+    head = (f"  {'discrete':<12}{'flow':<14}{'η':>7}{'times':>6}  {'rel ‖ΔW‖ max/final':>20}  "
+            f"{'|ΔL| max/final':>18}  {'‖ΔΘ̂‖ max/final':>18}  {'Δ‖w−w0‖ max/final':>18}  {'unresolved':>10}")
+    for run, label in rep.runs.items():
+        ps = [p for p in rep.pairs if p.run == run]
+        lines.append(f"run {run}" + (f" ({label})" if label else ""))
+        if ps:
+            lines.append(head)
+        for p in ps:
+            cols = []
+            for g in ("weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap"):
+                mx, fn = _max_final(p.gaps.get(g))
+                cols.append(f"{mx + ' / ' + fn:>18}")
+            unres = "no cert." if p.unresolved is None else f"{int(p.unresolved.sum())}/{p.unresolved.size}"
+            st = "" if p.status == "done" else f"  [{p.status}]"
+            lines.append(f"  {p.discrete:<12}{p.flow:<14}{p.eta:>7.4g}{p.t.size:>6}  {cols[0]:>20}  "
+                         f"{cols[1]}  {cols[2]}  {cols[3]}  {unres:>10}{st}")
+        for lad in (x for x in rep.ladders if x.run == run):
+            lines.append("  " + ladder_text(lad))
+        for s in (x for x in rep.stability if x.run == run):
+            lines.append(f"  stability {s.solver} (η = {s.eta:g}): {s.text()}")
+    if rep.notes:
+        lines.append("notes:")
+        lines += [f"  {n}" for n in rep.notes]
+    return "\n".join(lines)
+
+
+def ladder_text(lad: Ladder) -> str:
+    what = "‖W_GD − W_flow‖" if lad.measure == "weight_gap" else "|L_GD − L_flow|"
+    kind = {"gd": "GD", "momentum": "momentum", "sgd": "SGD"}.get(lad.discrete_kind, lad.discrete_kind)
+    target = f"flow `{lad.flow}`" if lad.flow_kind == "flow" else lad.flow
+    n = int(lad.used.sum())
+    if math.isfinite(lad.order):
+        se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else " (two steps: no error estimate)"
+        res = f"order {lad.order:.3f}{se}"
+    else:
+        res = "order not fitted (fewer than two usable steps)"
+    etas = ", ".join(f"{e:g}" for e in lad.etas[lad.used])
+    left = "; ".join(f"η = {e:g} left out: {r}" for e, r, u in zip(lad.etas, lad.reasons, lad.used) if not u)
+    times = f"{lad.n_times} common times" if lad.n_times else "each step's own times"
+    return (f"ladder {kind} → {target}: {res} (fit of log max_t {what} on log η, η = {etas}; "
+            f"max over {times})" + (f"; {left}" if left else "") + "".join(f"; {w}" for w in lad.warnings))
+
+
+def write_csv(rep: Report, path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(CSV_COLUMNS)
+        for p in rep.pairs:
+            for i in range(p.t.size):
+                def col(a):
+                    return "" if a is None else repr(float(a[i]))
+                w.writerow([p.run, p.label, p.seed, p.discrete, p.discrete_kind, repr(p.eta), p.flow, p.flow_kind,
+                            repr(float(p.t[i])), int(p.step[i]), *(col(p.gaps.get(g)) for g in GAPS),
+                            col(p.flow_error), col(p.flow_loss_error),
+                            "" if p.unresolved is None else int(bool(p.unresolved[i])),
+                            col(p.eta_sharpness), p.status])
+    return path
+
+
+# --------------------------------------------------------------------------------------
+# Figure
+# --------------------------------------------------------------------------------------
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "flowsim"
+
+
+def _colours(etas) -> dict[float, tuple]:
+    from matplotlib import colormaps
+
+    etas = sorted(set(etas), reverse=True)
+    cmap = colormaps["plasma"]
+    return {e: cmap(0.1 + 0.75 * i / max(1, len(etas) - 1)) for i, e in enumerate(etas)}
+
+
+def _positive(a):
+    a = np.asarray(a, float).copy()
+    a[~(a > 0)] = np.nan
+    return a
+
+
+def figure_run(rep: Report, run: str):
+    """Four panels for one run: (a) relative weight distance vs t with the certificate
+    band, (b) loss gap vs t, (c) η-scaled sharpness with the stability line 2/η, (d) the
+    step-size ladders with their fitted orders."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    pairs = [p for p in rep.pairs if p.run == run]
+    stab = [s for s in rep.stability if s.run == run]
+    lads = [x for x in rep.ladders if x.run == run]
+    col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
+    style = {"flow": "-", "modified-flow": (0, (1.5, 1.5))}
+    fig = Figure(figsize=(12.5, 9.0), layout="constrained")
+    (ax_w, ax_l), (ax_s, ax_o) = fig.subplots(2, 2)
+    label = rep.runs.get(run, "")
+    fig.suptitle(f"{rep.name} · {run}" + (f" · {label}" if label else "") + " — GD vs flow at t = kη", fontsize=12)
+
+    def gap_panel(ax, gap, err_name, ylabel, title):
+        drawn = False
+        band_done = set()
+        bands = []
+        for p in pairs:
+            g = p.gaps.get(gap)
+            if g is None or not p.t.size:
+                continue
+            drawn = True
+            ax.plot(p.t, _positive(g), ls=style.get(p.flow_kind, "-"), color=col[p.eta], lw=1.6,
+                    marker="o", ms=3)
+            if p.unresolved is not None and p.unresolved.any():
+                u = p.unresolved
+                ax.plot(p.t[u], _positive(g)[u], ls="none", marker="o", ms=8, mfc="none", mec="k", mew=1.0)
+            err = p.flow_error if err_name == "flow_error" else p.flow_loss_error
+            if err is not None and p.flow not in band_done:
+                band_done.add(p.flow)
+                level = rep.factor * err
+                if gap == "weight_gap_rel" and p.flow_displacement is not None:
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        level = level / p.flow_displacement
+                ax.fill_between(p.t, 1e-300, _positive(level), color="0.6", alpha=0.35, lw=0, zorder=0)
+                if np.isfinite(_positive(level)).any():
+                    bands.append(float(np.nanmax(_positive(level))))
+        if not drawn:
+            ax.text(0.5, 0.5, f"{ylabel}: not recorded", ha="center", va="center", transform=ax.transAxes,
+                    color="0.4")
+            return
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ys = np.concatenate([_positive(p.gaps[gap]) for p in pairs if p.gaps.get(gap) is not None])
+        ys = ys[np.isfinite(ys)]
+        if ys.size:
+            lo = ys.min() / 20
+            ax.set_ylim(lo, ys.max() * 3)
+            if bands and max(bands) < lo:
+                title += (f"\ngrey band ({rep.factor:g} × flow error, ≤ {max(bands):.2g}) lies below the axis: "
+                          "every gap resolved")
+        ax.set_xlabel("flow time t = kη")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+
+    gap_panel(ax_w, "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
+              "(a) relative weight distance")
+    gap_panel(ax_l, "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "(b) loss gap")
+
+    # (c) sharpness
+    any_s = False
+    for s in stab:
+        if s.sharp is None:
+            continue
+        any_s = True
+        ok = s.t > 0
+        ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
+        ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
+        ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta), xycoords=("axes fraction", "data"),
+                      xytext=(-4, 2), textcoords="offset points", ha="right", va="bottom", fontsize=7,
+                      color=col[s.eta])
+        if s.verdict == "diverged":
+            ax_s.plot(s.t[-1], s.sharp[-1], marker="x", ms=9, mew=2, color=col[s.eta])
+    with _archive.open(rep.path) as arch:
+        for v in arch.runs[run].solvers.values():
+            if v.preset.get("kind") == "flow" and _sharp_source(v):
+                t, lam = np.asarray(v.t, float), _series(v, _sharp_source(v))
+                ok = t > 0
+                ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
+                ax_s.annotate(f"flow `{v.name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
+                              textcoords="offset points", fontsize=8, color="0.3")
+                any_s = True
+                break
+    if any_s:
+        ax_s.set_xscale("log")
+        ax_s.set_yscale("log")
+        ax_s.set_xlabel("flow time t")
+        src = next((s.source for s in stab if s.source), "sharpness")
+        ax_s.set_ylabel("rate · λ_max(∇²L)" if src == "sharpness" else "rate · λ_max(Gauss–Newton)")
+        ax_s.set_title("(c) sharpness; dotted: stability limit 2/η (× marks divergence)", fontsize=10)
+        ax_s.grid(True, which="major", alpha=0.3)
+    else:
+        ax_s.text(0.5, 0.5, "sharpness not recorded\n(add \"sharpness\" to run.observe)", ha="center",
+                  va="center", transform=ax_s.transAxes, color="0.4")
+
+    # (d) ladder
+    if lads:
+        for lad in lads:
+            mk = "o" if lad.flow_kind == "flow" else "s"
+            c = "tab:blue" if lad.flow_kind == "flow" else "tab:red"
+            ok = np.isfinite(lad.gaps) & (lad.gaps > 0)
+            ax_o.plot(lad.etas[ok & lad.used], lad.gaps[ok & lad.used], ls="none", marker=mk, color=c, ms=7)
+            ax_o.plot(lad.etas[ok & ~lad.used], lad.gaps[ok & ~lad.used], ls="none", marker=mk, mfc="none",
+                      mec=c, ms=7)
+            name = "GD → flow" if lad.flow_kind == "flow" else "GD → modified flow"
+            if math.isfinite(lad.order):
+                e = np.geomspace(lad.etas.min(), lad.etas.max(), 20)
+                se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else ""
+                ax_o.plot(e, np.exp(lad.intercept) * e**lad.order, color=c, lw=1.2,
+                          label=f"{name}: order {lad.order:.2f}{se}")
+            else:
+                ax_o.plot([], [], color=c, marker=mk, ls="none", label=f"{name}: not fitted")
+        ax_o.set_xscale("log", base=2)
+        ax_o.set_yscale("log")
+        ax_o.set_xlabel("step η")
+        meas = lads[0].measure
+        ax_o.set_ylabel("max_t ‖W_GD − W‖" if meas == "weight_gap" else "max_t |L_GD − L|")
+        ax_o.set_title("(d) step-size ladder (open: left out of the fit)", fontsize=10)
+        ax_o.grid(True, which="both", alpha=0.3)
+        ax_o.legend(fontsize=8, loc="lower right")
+    else:
+        ax_o.text(0.5, 0.5, "no step-size ladder\n(one η per discrete kind)", ha="center", va="center",
+                  transform=ax_o.transAxes, color="0.4")
+
+    # legend: colours = η, styles = flow kind, grey band = certificate
+    handles = [Line2D([], [], color=col[e], lw=2, label=f"η = {e:g}") for e in sorted(col, reverse=True)]
+    kinds = sorted({p.flow_kind for p in pairs})
+    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6,
+                       label="vs flow" if k == "flow" else "vs modified flow (same η)") for k in kinds]
+    from matplotlib.patches import Patch
+    if any(p.unresolved is not None for p in pairs):
+        handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
+        handles.append(Line2D([], [], ls="none", marker="o", mfc="none", mec="k", ms=8, label="unresolved gap"))
+    ax_w.legend(handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
+    return fig
+
+
+def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for run in rep.runs:
+        if not any(p.run == run for p in rep.pairs):
+            continue
+        fig = figure_run(rep, run)
+        for fmt in formats:
+            path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
+            fig.savefig(path, dpi=110)
+            written.append(path)
+    return written

@@ -1,0 +1,127 @@
+"""Job arrays: split a scenario's runs into parts, and join the parts' archives into one.
+
+`flowsim run SCENARIO --shard i/N` runs the i-th of N contiguous parts of the scenario's
+run list (sweep points × seeds, point-major, so a part keeps the seeds of a point batched
+wherever it can) into its own archive. `flowsim merge OUT.h5 PART.h5 …` then writes a small
+HDF5 file whose `/runs/<run>` groups and `/data` are *external links* into the parts: no
+array is copied, the parts must stay where they are (a relative link is resolved against
+the merged file's folder first), and `flowsim.archive.open`, `flowsim inspect`, `plot` and
+`compare` read the merged file as if it were one run of the whole scenario.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+
+from .archive import ArchiveError, _decode_root_attrs, _loads, _open_h5_readonly, _require_flowsim
+
+
+class ShardError(ValueError):
+    """A malformed `--shard` value or a set of parts that cannot be merged."""
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """"i/N" with 0 ≤ i < N."""
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ShardError(f"--shard {text!r}: allowed: i/N with integers 0 ≤ i < N, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ShardError(f"--shard {text!r}: allowed: i/N with integers 0 ≤ i < N, e.g. 0/4")
+    return i, n
+
+
+def shard_runs(runs: list, i: int, n: int) -> list:
+    """The i-th of n contiguous, near-equal parts of `runs` (may be empty when n > len(runs))."""
+    total = len(runs)
+    return runs[i * total // n:(i + 1) * total // n]
+
+
+def _link_target(part: Path, out: Path) -> str:
+    """The part's path as the link stores it: relative to the merged file's folder when the
+    part lies below it (so the pair can be moved together), else absolute."""
+    part, folder = part.resolve(), out.resolve().parent
+    try:
+        return os.path.relpath(part, folder) if part.is_relative_to(folder) else str(part)
+    except ValueError:
+        return str(part)
+
+
+def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: bool = False) -> dict:
+    """Write `out` linking every run of `parts`; returns a summary (runs, parts, missing shards)."""
+    out = Path(out)
+    if not parts:
+        raise ShardError("flowsim merge: give at least one part archive")
+    if out.exists() and not overwrite:
+        raise ShardError(f"{out} exists; pass --overwrite to replace it")
+    if any(Path(p).resolve() == out.resolve() for p in parts):
+        raise ShardError(f"{out} is also one of the parts")
+    resolved, first_attrs, runs, shards = None, None, {}, set()
+    data_part = None
+    for p in parts:
+        f = _open_h5_readonly(os.fspath(p))
+        try:
+            _require_flowsim(os.fspath(p), f)
+            attrs = _decode_root_attrs(f.attrs)
+            if f.attrs.get("merged_from") is not None:
+                raise ShardError(f"{p}: is itself a merged archive; merge the original parts")
+            res = attrs.get("scenario_resolved")
+            if resolved is None:
+                resolved, first_attrs = res, dict(f.attrs)
+            elif json.dumps(res, sort_keys=True) != json.dumps(resolved, sort_keys=True):
+                raise ShardError(f"{p}: was written by a different scenario (or different --set values) "
+                                 f"than {parts[0]}; allowed: parts of one `flowsim run --shard` job")
+            shard = (attrs.get("provenance") or {}).get("shard", "")
+            if shard:
+                if shard in shards:
+                    raise ShardError(f"{p}: shard {shard} given twice")
+                shards.add(shard)
+            for name in f.get("runs", {}):
+                if name in runs:
+                    raise ShardError(f"{p}: run {name!r} is also in {runs[name]}")
+                runs[name] = Path(p)
+            # /data of every part holds the scenario's first run's dataset (the driver keeps
+            # it so); link the first part's.
+            if data_part is None and "data" in f:
+                data_part = Path(p)
+        finally:
+            f.close()
+    missing = []
+    counts = {int(s.split("/")[1]) for s in shards}
+    if len(counts) == 1:
+        n = counts.pop()
+        missing = [f"{i}/{n}" for i in range(n) if f"{i}/{n}" not in shards]
+    tmp = out.with_name(out.name + ".tmp")
+    with h5py.File(tmp, "w") as g:
+        for k, v in first_attrs.items():
+            g.attrs[k] = v
+        if "provenance" in first_attrs:     # the merged file is the whole job, not part 0
+            prov = _loads(first_attrs["provenance"])
+            prov.pop("shard", None)
+            g.attrs["provenance"] = json.dumps(prov | {"shards": sorted(shards)})
+            if "shard" in g.attrs:
+                del g.attrs["shard"]
+        g.attrs["merged_from"] = json.dumps([_link_target(Path(p), out) for p in parts])
+        if data_part is not None:
+            g["data"] = h5py.ExternalLink(_link_target(data_part, out), "/data")
+        r = g.create_group("runs")
+        for name in sorted(runs):
+            r[name] = h5py.ExternalLink(_link_target(runs[name], out), f"/runs/{name}")
+    os.replace(tmp, out)
+    return {"runs": len(runs), "parts": len(parts), "missing_shards": missing}
+
+
+def check_readable(out: str | os.PathLike) -> None:
+    """Open every link of a merged archive (a moved or deleted part is an ArchiveError)."""
+    f = _open_h5_readonly(os.fspath(out))
+    try:
+        for name in f.get("runs", {}):
+            try:
+                f["runs"][name]
+            except KeyError:
+                raise ArchiveError(f"{out}: run {name!r} links to a part that cannot be opened "
+                                   f"(moved or deleted?)") from None
+    finally:
+        f.close()

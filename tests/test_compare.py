@@ -1,0 +1,334 @@
+"""`flowsim compare`: GD against the flow at matched times, checked against the closed-form
+linear oracle, the orders of GD to the flow (1) and to the modified flow (2), the flow's
+error certificate, and the sharpness observables against dense eigen-decompositions."""
+
+import csv
+import math
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import make_problem
+from jax.flatten_util import ravel_pytree
+from test_engine import linear_closed_form
+
+from flowsim import archive
+from flowsim.analysis import compare
+from flowsim.build import build_run
+from flowsim.cli import main
+from flowsim.losses import loss_fn
+from flowsim.observe import SERIES, observe
+from flowsim.scenario import OBSERVABLES
+from flowsim.stability import gn_sharpness, lanczos_top, sharpness
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_scenario(tmp: Path, text: str, name: str) -> Path:
+    scen = tmp / f"{name}.toml"
+    scen.write_text(text)
+    out = tmp / f"{name}.h5"
+    assert main(["run", str(scen), "-o", str(out), "--overwrite", "-q"]) == 0
+    return out
+
+
+# ---------------------------------------------------------------- linear oracle through the CLI
+
+LINEAR = """
+name = "linear-compare"
+seeds = [3]
+[data]
+kind = "sphere-sine"
+n = 12
+d = 4
+noise = 0.1
+n_test = 4
+[model]
+width = 16
+activation = "identity"
+[model.scaling]
+kind = "asymmetric"
+gamma = 0.5
+alpha = 0.5
+[loss]
+kind = "half-sse"
+[run]
+t_end = 8.0
+checkpoints = { times = [0.5, 1.0, 2.0, 4.0, 8.0] }
+observe = ["loss", "ntg", "weight_change", "weights"]
+solvers = [
+  { name = "exact", kind = "flow", method = "dopri8", rtol = 1e-12, atol = 1e-14 },
+  { name = "loose", kind = "flow", method = "bosh3", rtol = 0.3, atol = 0.3, reference = { name = "ref", kind = "flow", method = "dopri8", rtol = 1e-12, atol = 1e-14 } },
+  { name = "gd-0.5", kind = "gd", learning_rate = 0.5 },
+  { name = "gd-0.25", kind = "gd", learning_rate = 0.25 },
+]
+"""
+
+
+@pytest.fixture(scope="module")
+def linear_archive(tmp_path_factory):
+    return run_scenario(tmp_path_factory.mktemp("lin"), LINEAR, "linear")
+
+
+def test_compare_distances_equal_the_linear_closed_form(linear_archive, capsys):
+    rep = compare.compare_archive(linear_archive)
+    with archive.open(linear_archive) as a:
+        (run,) = a.runs.values()
+        built = build_run(run.params, run.seed)
+    problem, p0 = built.problem, built.params
+    W0 = np.asarray(p0["W"])
+    assert {(p.discrete, p.flow) for p in rep.pairs} == {(g, f) for g in ("gd-0.5", "gd-0.25")
+                                                         for f in ("exact", "loose")}
+    for p in (p for p in rep.pairs if p.flow == "exact"):
+        assert p.unmatched == 0 and p.t.size == 5
+        for i, (t, k) in enumerate(zip(p.t, p.step)):
+            assert k * p.eta == t                      # matched at t = kη exactly
+            Wf, Lf = linear_closed_form(problem, p0, t=t)
+            Wg, Lg = linear_closed_form(problem, p0, eta=p.eta, k=int(k))
+            gap = np.linalg.norm(Wg - Wf)
+            rel = gap / np.linalg.norm(Wf - W0)
+            wc = np.max(np.abs(np.linalg.norm(Wg - W0, axis=1) - np.linalg.norm(Wf - W0, axis=1)))
+            assert abs(p.gaps["weight_gap"][i] - gap) <= 1e-8 * gap
+            assert abs(p.gaps["weight_gap_rel"][i] - rel) <= 1e-8 * rel
+            assert abs(p.gaps["loss_gap"][i] - abs(Lg - Lf)) <= 1e-8 * abs(Lg - Lf)
+            assert abs(p.gaps["weight_change_gap"][i] - wc) <= 1e-8 * wc
+            assert p.gaps["ntg_gap"][i] <= 1e-12          # σ' ≡ 1: the NTG never moves
+    # the CLI prints one table row per pair
+    assert main(["compare", str(linear_archive)]) == 0
+    out = capsys.readouterr().out
+    assert "gd-0.5" in out and "gd-0.25" in out and "no cert." in out
+    assert "flow(s) exact have no error estimate" in out                 # the flow has no reference
+
+
+# ---------------------------------------------------------------- orders and the certificate
+
+SMOOTH = """
+name = "smooth-ladder"
+seeds = [0]
+[data]
+kind = "sphere-sine"
+n = 16
+d = 4
+noise = 0.1
+n_test = 4
+[model]
+width = 24
+activation = "swish"
+[loss]
+kind = "half-sse"
+[run]
+t_end = 12.8
+checkpoints = { times = [0.8, 1.6, 3.2, 4.8, 6.4, 9.6, 12.8] }
+observe = ["loss", "weight_change", "weights"]
+solvers = [
+  { name = "flow", kind = "flow", method = "tsit5", rtol = 1e-10, atol = 1e-12, reference = "dopri8-tight" },
+  { name = "gd-0.8", kind = "gd", learning_rate = 0.8 },
+  { name = "gd-0.4", kind = "gd", learning_rate = 0.4 },
+  { name = "gd-0.2", kind = "gd", learning_rate = 0.2 },
+  { name = "gd-0.1", kind = "gd", learning_rate = 0.1 },
+  { name = "mf-0.8", kind = "modified-flow", learning_rate = 0.8, rtol = 1e-10, atol = 1e-12 },
+  { name = "mf-0.4", kind = "modified-flow", learning_rate = 0.4, rtol = 1e-10, atol = 1e-12 },
+  { name = "mf-0.2", kind = "modified-flow", learning_rate = 0.2, rtol = 1e-10, atol = 1e-12 },
+  { name = "mf-0.1", kind = "modified-flow", learning_rate = 0.1, rtol = 1e-10, atol = 1e-12 },
+]
+"""
+
+
+@pytest.fixture(scope="module")
+def smooth(tmp_path_factory):
+    path = run_scenario(tmp_path_factory.mktemp("smooth"), SMOOTH, "smooth")
+    return path, compare.compare_archive(path)
+
+
+def _ladder(rep, flow_kind, flow=None):
+    (lad,) = [x for x in rep.ladders if x.flow_kind == flow_kind and (flow is None or x.flow == flow)]
+    return lad
+
+
+def test_fitted_orders_flow_one_modified_flow_two(smooth, capsys):
+    path, rep = smooth
+    lad1 = _ladder(rep, "flow", "flow")
+    lad2 = _ladder(rep, "modified-flow")
+    assert lad1.used.all() and lad2.used.all() and lad1.n_times == 7
+    assert abs(lad1.order - 1.0) <= 0.15, (lad1.order, lad1.gaps)
+    assert abs(lad2.order - 2.0) <= 0.25, (lad2.order, lad2.gaps)
+    assert 0 < lad1.stderr < 0.1 and 0 < lad2.stderr < 0.1
+    # each GD is paired with the modified flow of its own η only
+    mf_pairs = {(p.discrete, p.flow) for p in rep.pairs if p.flow_kind == "modified-flow"}
+    assert mf_pairs == {(f"gd-{e}", f"mf-{e}") for e in ("0.8", "0.4", "0.2", "0.1")}
+    assert main(["compare", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"order {lad1.order:.3f} ± " in out and f"order {lad2.order:.3f} ± " in out
+    assert "stability unknown" in out       # no sharpness recorded here
+
+
+def test_certificate_flags_gaps_below_the_flow_error(linear_archive, tmp_path, capsys):
+    # a loose flow (Bogacki–Shampine at rtol 0.3) with a tight reference, on the linear
+    # problem: its true global error and the true GD–flow gap are known in closed form
+    rep = compare.compare_archive(linear_archive)
+    by = {(p.discrete, p.flow): p for p in rep.pairs}
+    with archive.open(linear_archive) as a:
+        (run,) = a.runs.values()
+        built = build_run(run.params, run.seed)
+        W_loose = {float(t): w for t, w in zip(run.solvers["loose"].t, run.solvers["loose"]["weights"])}
+    loose = by[("gd-0.25", "loose")]
+    assert loose.certified_on == "weights" and loose.unresolved.any() and not loose.unresolved.all()
+    # flagged exactly where the measured gap is not above 2 × the flow's error estimate
+    np.testing.assert_array_equal(loose.unresolved, loose.gaps["weight_gap"] <= 2 * loose.flow_error)
+    true_gap, true_err = [], []
+    for t, k in zip(loose.t, loose.step):
+        Wf, _ = linear_closed_form(built.problem, built.params, t=t)
+        Wg, _ = linear_closed_form(built.problem, built.params, eta=loose.eta, k=int(k))
+        true_gap.append(np.linalg.norm(Wg - Wf))
+        true_err.append(np.linalg.norm(W_loose[float(t)] - Wf))
+    true_gap, true_err = np.array(true_gap), np.array(true_err)
+    # the estimate is the true error (the reference is exact to ~1e-12)
+    np.testing.assert_allclose(loose.flow_error, true_err, rtol=1e-6)
+    # every time where the true gap is below the flow's error is flagged …
+    assert loose.unresolved[true_gap < true_err].all() and (true_gap < true_err).any()
+    # … and where a gap is reported, it is right to within a factor of two
+    ok = ~loose.unresolved
+    assert np.all(np.abs(loose.gaps["weight_gap"][ok] - true_gap[ok]) < 0.5 * loose.gaps["weight_gap"][ok])
+    # table count and CSV column
+    csv_path = tmp_path / "gaps.csv"
+    assert main(["compare", str(linear_archive), "--csv", str(csv_path)]) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.strip().startswith("gd-0.25") and " loose " in line)
+    assert f"{int(loose.unresolved.sum())}/{loose.unresolved.size}" in row
+    rows = list(csv.DictReader(csv_path.open()))
+    assert set(compare.CSV_COLUMNS) <= set(rows[0])
+    flagged = [r for r in rows if r["discrete"] == "gd-0.25" and r["flow"] == "loose" and r["unresolved"] == "1"]
+    assert len(flagged) == int(loose.unresolved.sum())
+    assert len(rows) == sum(p.t.size for p in rep.pairs)
+
+
+@pytest.mark.slow
+def test_modified_flow_reference_solves_the_modified_equation(tmp_path):
+    # the reference of a modified flow integrates the same modified equation: its error
+    # estimate is tiny, not the O(η) distance between the modified and the plain flow
+    keep = [line for line in SMOOTH.splitlines()
+            if not any(f'"{n}"' in line for n in ("gd-0.4", "gd-0.2", "gd-0.1", "mf-0.4", "mf-0.2", "mf-0.1"))]
+    text = "\n".join(keep).replace('atol = 1e-12 },\n]', 'atol = 1e-12, reference = "dopri8-tight" },\n]')
+    assert text.count('reference = "dopri8-tight"') == 2
+    rep = compare.compare_archive(run_scenario(tmp_path, text, "mfref"))
+    (p,) = [p for p in rep.pairs if p.flow == "mf-0.8"]
+    assert p.certified_on == "weights" and not p.unresolved.any()
+    assert np.max(p.flow_error) < 1e-5 * np.max(p.gaps["weight_gap"])
+
+
+# ---------------------------------------------------------------- pure helpers
+
+def _pair(eta, gap, err, status="done"):
+    t = np.array([1.0, 2.0, 4.0])
+    gap = np.asarray(gap, float)
+    return compare.Pair(run="r", label="", seed=0, discrete=f"gd-{eta}", flow="flow", discrete_kind="gd",
+                        flow_kind="flow", eta=eta, status=status, preset={"kind": "gd", "learning_rate": eta},
+                        flow_preset={"kind": "flow"}, t=t, step=np.round(t / eta).astype(int),
+                        gaps={"weight_gap": gap}, flow_error=np.full(3, err),
+                        unresolved=~(gap > 2 * err), certified_on="weights")
+
+
+def test_ladder_leaves_out_unresolved_and_diverged_steps():
+    pairs = [_pair(1.0, [1.0, 2.0, 1.5], 1e-6), _pair(0.5, [0.5, 1.0, 0.7], 1e-6),
+             _pair(0.25, [0.25, 0.5, 0.3], 1e-6), _pair(0.125, [0.1, 0.2, 0.1], 0.15),   # max ≤ 2 × error
+             _pair(2.0, [5.0, 50.0, 500.0], 1e-6, status="diverged")]
+    (lad,) = compare.ladders(pairs)
+    assert lad.used.tolist() == [False, True, True, True, False]      # η descending: 2, 1, 0.5, .25, .125
+    assert lad.reasons[0] == "diverged" and lad.reasons[4].startswith("unresolved")
+    assert abs(lad.order - 1.0) < 1e-12 and abs(lad.stderr) < 1e-12
+    text = compare.ladder_text(lad)
+    assert "order 1.000 ± 0" in text and "η = 0.125 left out: unresolved" in text
+
+
+
+def test_match_times_is_exact_never_nearest():
+    ia, ib = compare.match_times(np.array([0.0, 0.5, 1.0, 1.25, 2.0]), np.array([2.0, 1.0, 0.0, 1.5]))
+    assert ia.tolist() == [0, 2, 4] and ib.tolist() == [2, 1, 0]
+
+
+def test_fit_order_standard_error_matches_the_regression():
+    rng = np.random.default_rng(0)
+    etas = np.array([2.0, 1.0, 0.5, 0.25, 0.125])
+    gaps = 3.0 * etas**1.5 * np.exp(0.05 * rng.normal(size=etas.size))
+    order, se, c = compare.fit_order(etas, gaps)
+    p, V = np.polyfit(np.log(etas), np.log(gaps), 1, cov=True)
+    assert math.isclose(order, p[0], rel_tol=1e-12) and math.isclose(c, p[1], rel_tol=1e-12)
+    # numpy's cov=True scales by SSR/(n−2) as well (numpy ≥ 1.17)
+    assert math.isclose(se, math.sqrt(V[0, 0]), rel_tol=1e-9)
+    assert math.isnan(compare.fit_order([1.0, 0.5], [1.0, 0.5])[1])
+
+
+# ---------------------------------------------------------------- sharpness observables
+
+@pytest.mark.parametrize("kw", [dict(activation="swish"),
+                                dict(activation="tanh", output="trained", loss="cross-entropy", outputs=3)])
+def test_sharpness_equals_dense_hessian_top_eigenvalue(kw):
+    problem, p0 = make_problem(n=16, d=4, m=24, **kw)    # 96 (or 120) parameters, 32 Lanczos steps
+    p = jax.tree.map(lambda w: w + 0.3 * jnp.sin(3 * w), p0)
+    flat, unravel = ravel_pytree(p)
+    H = np.asarray(jax.jit(jax.hessian(lambda f: problem.loss(unravel(f))))(flat))
+    top = np.linalg.eigvalsh(0.5 * (H + H.T))[-1] * problem.rate
+    s, res = jax.jit(sharpness)(problem, p)
+    assert abs(float(s) - top) <= 1e-6 * abs(top)
+    assert float(res) <= 1e-6 * abs(top)
+    # Gauss–Newton: Jᵀ ∇²ℓ J, dense
+    pred = problem.net(p, problem.X)
+    J = np.asarray(jax.jit(jax.jacfwd(lambda f: problem.net(unravel(f), problem.X).reshape(-1)))(flat))
+    Hl = np.asarray(jax.jit(jax.hessian(lambda f: loss_fn(problem.loss_kind)(f.reshape(pred.shape), problem.y)))(
+        pred.reshape(-1)))
+    g_top = np.linalg.eigvalsh(J.T @ Hl @ J)[-1] * problem.rate
+    assert abs(float(jax.jit(gn_sharpness)(problem, p)) - g_top) <= 1e-6 * g_top
+
+
+@pytest.mark.parametrize("loss, factor", [("half-sse", 1.0), ("mse", 2.0 / 20)])
+def test_gn_sharpness_is_the_scaled_top_eigenvalue_of_the_full_ntg(loss, factor):
+    problem, p0 = make_problem(n=20, d=5, m=30, loss=loss, scaling="mean-field")   # rate ≠ 1
+    values = jax.jit(lambda p: observe(problem, p, None, ("gn_sharpness",)))(p0)
+    top = np.linalg.eigvalsh(np.asarray(problem.net.ntg(p0, problem.X)))[-1]
+    assert abs(float(values["gn_sharpness"]) - problem.rate * factor * top) <= 1e-9 * problem.rate * factor * top
+    assert {"sharpness", "sharpness_residual"} == set(SERIES["sharpness"]) and "gn_sharpness" in OBSERVABLES
+
+
+def test_lanczos_survives_an_early_invariant_subspace():
+    A = np.diag([5.0, 1.0, 0.5])   # 3 dimensions, 32 steps: breakdown after 3
+    lam, res = jax.jit(lambda v: lanczos_top(lambda u: jnp.asarray(A) @ u, v, 32))(jnp.ones(3))
+    assert abs(float(lam) - 5.0) <= 1e-12 and float(res) <= 1e-12
+    B = jnp.asarray(np.diag(np.arange(1.0, 101.0)))   # low rank start: invariant after 2 steps
+    v0 = jnp.zeros(100).at[0].set(1.0).at[99].set(1.0)
+    lam, _ = jax.jit(lambda v: lanczos_top(lambda u: B @ u, v, 32))(v0)
+    assert abs(float(lam) - 100.0) <= 1e-12
+
+
+# ---------------------------------------------------------------- the two scenarios, end to end
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["flow-vs-gd-ladder", "edge-of-stability"])
+def test_compare_on_the_new_scenarios(name, tmp_path, capsys):
+    out = tmp_path / f"{name}.h5"
+    assert main(["run", str(ROOT / "scenarios" / f"{name}.toml"), "-o", str(out), "-q"]) == 0
+    capsys.readouterr()
+    figs, csv_path = tmp_path / "figs", tmp_path / f"{name}.csv"
+    assert main(["compare", str(out), "--csv", str(csv_path), "-o", str(figs)]) == 0
+    table = capsys.readouterr().out
+    assert "ladder GD → flow" in table and "stability gd-" in table
+    rows = list(csv.DictReader(csv_path.open()))
+    assert rows and all(r["unresolved"] in ("0", "1", "") for r in rows)
+    pngs = sorted(figs.glob("*.png"))
+    assert pngs and all(p.stat().st_size > 20_000 for p in pngs)
+    rep = compare.compare_archive(out)
+    if name == "flow-vs-gd-ladder":
+        for lad in rep.ladders:
+            target = 1.0 if lad.flow_kind == "flow" else 2.0
+            assert abs(lad.order - target) <= 0.15, ladder_text(lad)
+        assert all(s.verdict == "below" for s in rep.stability)
+    else:
+        verdicts = {s.solver: s.verdict for s in rep.stability}
+        assert verdicts["gd-4"] == "below" and verdicts["gd-12"] == "crossed"
+        assert verdicts["gd-16"] == "diverged" and verdicts["gd-32"] == "diverged"
+        assert "diverged (status `diverged`)" in table and "catapult" in table
+
+
+def ladder_text(lad):
+    return compare.ladder_text(lad)
