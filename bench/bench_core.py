@@ -115,6 +115,17 @@ class Table:
 
 # ----------------------------------------------------------------------------- 1. flow vs GD
 
+def publish(text: str, name: str, quick: bool) -> None:
+    """Print a script's tables and write them to results/<name>.md (results/quick/ for
+    --quick runs, which bench/run never publishes)."""
+    print()
+    print(text)
+    out = (RESULTS / "quick" if quick else RESULTS) / f"{name}.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"written to {out.relative_to(ROOT)}")
+
+
 def gd_run(problem, p0, t_end, segments, eta=1.0):
     """GD over `segments` equal compiled chunks; returns final state and per-segment times."""
     integ = make_descent_integrator({"kind": "gd", "learning_rate": eta})
@@ -383,14 +394,7 @@ def main(argv=None) -> int:
             f"{jax.device_count()} device(s); ratios measured in one process, best of repeats, compile excluded; "
             f"script took {time.perf_counter() - t_start:.0f} s.\n")
     text = head + "\n" + "\n".join(tb.markdown() for tb in [summary, *tables])
-    print()
-    print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    # --quick writes into results/quick/, which bench/run does not publish
-    out = (RESULTS / "quick" if args.quick else RESULTS) / "core.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"written to {out.relative_to(ROOT)}")
+    publish(text, "core", args.quick)
     return 0
 
 

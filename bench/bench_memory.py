@@ -15,9 +15,6 @@ its duration does). Three runs show what is kept:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -27,9 +24,8 @@ from pathlib import Path
 import h5py
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).resolve().parent / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import Table  # noqa: E402
+from bench_core import Table, publish  # noqa: E402
 
 
 def run(sets: list[str], out: Path) -> tuple[float, float]:
@@ -97,11 +93,7 @@ def main(argv=None) -> int:
             f"{'--quick run. ' if args.quick else ''}Horizon shortened to t_end = {t_end:g} (memory does not depend "
             f"on it); script took {time.perf_counter() - t0:.0f} s.\n")
     text = head + "\n" + summary.markdown() + "\n" + tb.markdown()
-    print(text)
-    out = (RESULTS / "quick" if args.quick else RESULTS) / "memory.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"written to {out.relative_to(ROOT)}")
+    publish(text, "memory", args.quick)
     return 0
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import RESULTS, ROOT, Table, build, fmt, interleaved_best, pct, preset, ready, timed
+from bench_core import Table, build, fmt, interleaved_best, pct, preset, ready, timed, publish  # noqa: E402
 from flowsim import status
 from flowsim.descent import make_descent_integrator
 from flowsim.driver import _advance, _init_flow, _observe, _references, _stack
@@ -221,11 +221,7 @@ def main(argv=None) -> int:
             f"{jax.device_count()} device(s); best of {cfg['reps']}, compile excluded; script took "
             f"{time.perf_counter() - t0:.0f} s.\n")
     text = head + "\n" + "\n".join(tb.markdown() for tb in [summary, *tables])
-    print(text)
-    out = (RESULTS / "quick" if args.quick else RESULTS) / "scale.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"written to {out.relative_to(ROOT)}")
+    publish(text, "scale", args.quick)
     return 0
 
 

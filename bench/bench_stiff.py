@@ -17,15 +17,13 @@ end of the chunk that crosses it and marked "capped".
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 
-from bench_core import RESULTS, ROOT, Table, flow_run, fmt, pct, preset, ready, timed
+from bench_core import ROOT, Table, flow_run, fmt, pct, preset, ready, timed, publish  # noqa: E402
 from flowsim.build import build_run
 from flowsim.scenario import load_scenario
 
@@ -87,11 +85,7 @@ def main(argv=None) -> int:
             f"Budget {budget:.0f} s per preset; one timed call after compiling; script took "
             f"{time.perf_counter() - t0:.0f} s.\n")
     text = head + "\n" + summary.markdown() + "\n" + tb.markdown()
-    print(text)
-    out = (RESULTS / "quick" if args.quick else RESULTS) / "stiff.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"written to {out.relative_to(ROOT)}")
+    publish(text, "stiff", args.quick)
     return 0
 
 

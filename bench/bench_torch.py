@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import RESULTS, ROOT, Table, build, fmt, preset, ready
+from bench_core import Table, build, preset, ready, publish  # noqa: E402
 from flowsim.descent import make_descent_integrator
 from flowsim.driver import _advance, _init_descent, _init_flow, _observe, _references, _stack
 from flowsim.flow import make_flow_integrator
@@ -140,11 +140,7 @@ def main(argv=None) -> int:
             f"step at any horizon, the flow's ratio grows with the horizon); script took "
             f"{time.perf_counter() - t0:.0f} s.\n")
     text = head + "\n" + summary.markdown() + "\n" + tb.markdown()
-    print(text)
-    out = (RESULTS / "quick" if args.quick else RESULTS) / "torch.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(f"written to {out.relative_to(ROOT)}")
+    publish(text, "torch", args.quick)
     return 0
 
 

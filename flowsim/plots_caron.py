@@ -147,7 +147,7 @@ def figure_pca(groups: dict, name: str) -> Figure:
 
 
 def figure_accuracy(arch, name: str) -> Figure | None:
-    from flowsim.plots import gather, _Style, panel_loss, _legends
+    from flowsim.plots import gather, _Style, _legends
 
     traces = gather(arch)
     if not any("test_accuracy" in tr.series for tr in traces):

@@ -449,7 +449,6 @@ def ladder_text(lad: Ladder) -> str:
     what = "‖W_GD − W_flow‖" if lad.measure == "weight_gap" else "|L_GD − L_flow|"
     kind = {"gd": "GD", "momentum": "momentum", "sgd": "SGD"}.get(lad.discrete_kind, lad.discrete_kind)
     target = f"flow `{lad.flow}`" if lad.flow_kind == "flow" else lad.flow
-    n = int(lad.used.sum())
     if math.isfinite(lad.order):
         se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else " (two steps: no error estimate)"
         res = f"order {lad.order:.3f}{se}"

@@ -23,7 +23,7 @@ import pytest
 
 from flowsim import archive as A
 
-from .conftest import (FAULT, GD_ONLY, assert_same_archive, committed, env_for, flowsim_cmd, run_sub,
+from .conftest import (FAULT, GD_ONLY, assert_same_archive, committed, env_for, run_sub,
                        series_rows, set_args, start_sub, wait_for)
 
 QUICK = set_args(GD_ONLY)

@@ -8,7 +8,6 @@ allowed; no archive is created or touched. Bad archives given to `inspect`, `plo
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
