@@ -76,6 +76,11 @@ class FlowState(eqx.Module):
     controller_state: object
 
 
+def _finite(tree) -> jax.Array:
+    """True when every entry of every leaf is finite."""
+    return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(tree)]))
+
+
 def _velocity(t, y, problem: Problem) -> Params:
     return problem.velocity(y)
 
@@ -133,7 +138,7 @@ class FlowIntegrator(eqx.Module):
         # A state whose vector field is already non-finite cannot be integrated: the step
         # controller would reject step after step until `max_steps` (minutes of work for a
         # foregone result). Such a segment is solved over zero length and ends `nonfinite`.
-        finite0 = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(problem.grad(state.y))]))
+        finite0 = _finite(problem.grad(state.y))
         t_next = jnp.where(finite0, t_next, state.t)
         sol = dfx.diffeqsolve(
             self.term, self.solver, t0=state.t, t1=t_next, dt0=state.controller_state[1], y0=state.y,
@@ -144,7 +149,7 @@ class FlowIntegrator(eqx.Module):
         y = jax.tree.map(lambda x: x[-1], sol.ys)
         new = FlowState(t=sol.ts[-1], y=y, solver_state=sol.solver_state,
                         controller_state=sol.controller_state)
-        finite = jnp.all(jnp.asarray([jnp.all(jnp.isfinite(v)) for v in jax.tree.leaves(problem.grad(y))]))
+        finite = _finite(problem.grad(y))
         code = jnp.where(~finite0, status.NONFINITE,
                jnp.where(sol.result == dfx.RESULTS.successful, status.DONE,
                jnp.where(sol.result == dfx.RESULTS.event_occurred, status.STOPPED,
