@@ -42,8 +42,11 @@ class ShallowNet(eqx.Module):
         return params["a"] if self.train_output else self.a
 
     def _raw(self, params: Params, X: jax.Array) -> jax.Array:
-        z = X @ params["W"].T / math.sqrt(X.shape[-1])
-        return activation(self.activation)(z) @ (self.c[:, None] * self.output_weights(params))
+        # Hidden units along rows, (m, n): the backward product is then ∇W = δ X, a plain
+        # row-major matmul. In the (n, m) layout it is δᵀX, which XLA:CPU runs at half the
+        # speed (bench/bench_core.py measures a GD step ~30 % faster in float64 this way).
+        z = params["W"] @ X.T / math.sqrt(X.shape[-1])
+        return ((self.c[:, None] * self.output_weights(params)).T @ activation(self.activation)(z)).T
 
     def __call__(self, params: Params, X: jax.Array) -> jax.Array:
         """Predictions (n, k) at inputs X (n, d)."""
