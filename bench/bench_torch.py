@@ -25,7 +25,7 @@ import numpy as np
 
 from bench_core import Table, build, preset, ready, publish  # noqa: E402
 from flowsim.descent import make_descent_integrator
-from flowsim.driver import _advance, _init_descent, _init_flow, _observe, _references, _stack
+from flowsim.driver import _advance, _init_descent, _init_flow, _observe, _references, _stack, stack_problems
 from flowsim.flow import make_flow_integrator
 
 
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     X, y = np.asarray(problem.X), np.asarray(problem.y)
     coef = np.asarray(net.c) * np.asarray(net.a)[:, 0]
     names = ("loss", "ntg")
-    problems, params = _stack([problem]), _stack([p0])
+    problems, params = stack_problems([problem]), _stack([p0])
     refs = _references(problems, params)
 
     gd = make_descent_integrator({"kind": "gd", "learning_rate": 1.0})

@@ -133,11 +133,11 @@ def final_params_from_archive(config: dict, seed: int, preset: dict, checkpoint)
     import jax
 
     from ..build import build_run
-    from ..driver import _restore, _Solver, _stack
+    from ..driver import _restore, _Solver, _stack, stack_problems
 
     built = build_run(config, seed)
     solver = _Solver(preset, config["run"])
-    template = solver.init(_stack([built.problem]), _stack([built.params]), [built])
+    template = solver.init(stack_problems([built.problem]), _stack([built.params]), [built])
     leaves = jax.tree.leaves(template)
     arrays = {f"leaf{j:03d}": np.asarray(checkpoint[0][f"leaf{j:03d}"]).reshape(x.shape[1:])
               for j, x in enumerate(leaves)}
