@@ -50,7 +50,10 @@ def gd_solve(problem, p0, t_end):
 # ----------------------------------------------------------------------------- float32
 
 def case_dtype(cfg, tables, summary):
-    t_end = cfg["dtype_t_end"]
+    """Flow vs GD in both dtypes to the paper's horizon. The flow is timed over the whole
+    solve; GD, whose cost per step does not depend on the iterate, over a chunk of
+    `dtype_gd_chunk` steps scaled to the horizon (bench_core does the same)."""
+    t_end, chunk = cfg["dtype_t_end"], cfg["dtype_gd_chunk"]
     tb = Table(f"Flow (tsit5) vs GD (η = 1) by dtype (n = 100, d = 50, m = 2000, t_end = {t_end:g}, one segment)",
                ["dtype", "flow steps (rejected)", "evals / GD evals", "wall / GD wall", "final loss flow", "final loss GD",
                 "status"])
@@ -60,18 +63,18 @@ def case_dtype(cfg, tables, summary):
         if dtype == jnp.float32:   # rtol 1e-8 is below float32's resolution: use 1e-5/1e-7
             spec = spec | {"rtol": 1e-5, "atol": 1e-7}
         flow, integ, _, _ = flow_solve(problem, p0, t_end, spec)
-        gd = gd_solve(problem, p0, t_end)
+        gd = gd_solve(problem, p0, chunk)
         best = interleaved_best({"flow": flow, "gd": gd}, cfg["reps"])
+        gd_wall = best["gd"] * t_end / chunk
         st, stats = flow()
-        gst, _ = gd()
+        gst, _ = gd_solve(problem, p0, t_end)()
         evals = int(stats["vf_evals"]) + integ.init_evals
         name = jnp.dtype(dtype).name
         tb.add(name + (" (rtol 1e-5)" if dtype == jnp.float32 else " (rtol 1e-8)"),
-               f"{int(stats['steps'])} ({int(stats['rejected'])})", pct(evals / t_end), pct(best["flow"] / best["gd"]),
+               f"{int(stats['steps'])} ({int(stats['rejected'])})", pct(evals / t_end), pct(best["flow"] / gd_wall),
                fmt(float(problem.loss(st.y))), fmt(float(problem.loss(gst.y))), status.name(int(stats["status"])))
-        summary.add(f"flow/GD wall, {name}, t_end {t_end:g}", pct(best["flow"] / best["gd"]),
-                    "≤ 15 % (at t_end 50 000)", "see core.md for 50 000" if t_end < 50_000 else
-                    ("yes" if best["flow"] / best["gd"] <= 0.15 else "**no**"))
+        summary.add(f"flow/GD wall, {name}, t_end {t_end:g}", pct(best["flow"] / gd_wall), "≤ 15 % (at t_end 50 000)",
+                    ("yes" if best["flow"] / gd_wall <= 0.15 else "**no**") if t_end >= 50_000 else "(--quick)")
     tables.append(tb)
 
 
@@ -216,10 +219,10 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     if args.quick:
-        cfg = dict(reps=1, dtype_t_end=200.0, obs_t_end=2000.0, obs_m=500, width_t_end=200.0, widths=[250, 500, 1000],
+        cfg = dict(reps=1, dtype_t_end=200.0, dtype_gd_chunk=100.0, obs_t_end=2000.0, obs_m=500, width_t_end=200.0, widths=[250, 500, 1000],
                    ns=[50, 100], n_m=500, seed_m=300, seed_t_end=500.0)
     else:
-        cfg = dict(reps=2, dtype_t_end=5000.0, obs_t_end=50_000.0, obs_m=2000, width_t_end=2000.0,
+        cfg = dict(reps=2, dtype_t_end=50_000.0, dtype_gd_chunk=5000.0, obs_t_end=50_000.0, obs_m=2000, width_t_end=2000.0,
                    widths=[500, 2000, 8000, 32000], ns=[100, 200, 400, 800], n_m=2000, seed_m=1000, seed_t_end=5000.0)
     t0 = time.perf_counter()
     summary = Table("Scale ratios" + (" (--quick)" if args.quick else ""), ["what", "measured", "target", "met?"])

@@ -25,6 +25,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from flowsim import archive as _archive
+from flowsim.theory import chen_loss_bound
 
 __all__ = ["figure_kind", "plot_archive", "read_runs", "fitted_rate", "exp1_summary",
            "exp2_summary", "exp3_summary", "ChenRun"]
@@ -234,7 +235,7 @@ def _loss_overlay(ax, group: list[ChenRun], t: np.ndarray, colour) -> bool:
     if not (lam > 1e-10 and math.isfinite(rr)) or r.get("loss.kind") not in (None, "half-sse"):
         return False
     l0 = np.mean([g.scalar("loss0") for g in group])
-    ax.plot(t, l0 * np.exp(-rr * c**2 * lam * t), color=colour, ls=":", lw=1.2)
+    ax.plot(t, chen_loss_bound(t, l0, rr, c, lam), color=colour, ls=":", lw=1.2)
     return True
 
 

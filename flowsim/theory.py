@@ -207,6 +207,8 @@ def gram_matrix(Phi) -> np.ndarray:
 
 
 def chen_loss_bound(t, L0: float, rate: float, c_hat: float, lam_min: float) -> np.ndarray:
-    """Chen et al.'s convergence bound L_t ≤ L_0 exp(−r ĉ² λ_min(G) t), with r the flow rate
-    of the parameterisation (e.g. m for theirs) and ĉ the output weight magnitude."""
+    """Chen et al.'s convergence guide line L_0 exp(−r ĉ² λ_min(G) t), with ĉ the output
+    weight magnitude and r their PL constant: the overlays pass `chen_r` = 2η_0 r_rate s_f² m s̃
+    (embedding.py's module docstring derives it; for their scaling it is 2η_0, not the flow
+    rate m). It is exact at t = 0 and a guide afterwards, not a proven bound."""
     return L0 * np.exp(-rate * c_hat**2 * lam_min * np.asarray(t, dtype=np.float64))
