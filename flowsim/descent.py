@@ -76,7 +76,8 @@ class DescentIntegrator(eqx.Module):
             # Look ahead: step to W_{k+1}, take its loss and gradient (which the next step
             # needs anyway), and keep W_{k+1} only if that loss is healthy. A bad iterate is
             # thus never committed, and no copy of the previous state is carried: carrying
-            # one cost a float64 GD step ~30 % of its time (bench/bench_core.py).
+            # one (with a lax.cond between the two) made a float64 GD step at n = 100,
+            # d = 50, m = 2000 take 2.4 ms instead of 1.7 ms.
             s, loss, g = carry
             v = jax.tree.map(lambda vi, gi: beta * vi - eta * gi, s.velocity, g)
             y = jax.tree.map(lambda w, vi: w + vi, s.y, v)

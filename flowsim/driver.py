@@ -15,8 +15,8 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -90,8 +90,8 @@ class Problems(NamedTuple):
     """A batch of Problems for vmap: `tree` holds the members stacked along a leading axis,
     except leaves equal in every member, which stay single; `axes` is vmap's `in_axes`
     (0 or None per leaf). Seeds that share their data then share X in one matmul instead of
-    a batched one: 8 seeds' flow solves take ~0.7× the time of 8 sequential ones on CPU,
-    against ~1.4× with the data copied per seed (bench/bench_scale.py)."""
+    a batched one: 8 seeds' flow solves take about the time of 8 sequential ones on CPU,
+    against ~1.3× with the data copied per seed (bench/bench_scale.py)."""
 
     tree: Problem
     axes: Problem
