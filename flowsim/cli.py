@@ -115,10 +115,46 @@ def _check_output_folder(out: Path) -> None:
         raise InputError(f"-o {out}: is a folder; allowed: an archive file path such as {out / 'run.h5'}")
 
 
-def cmd_run(args) -> int:
+def _check_output(args, out: Path) -> None:
+    if out.exists() and not (args.overwrite or args.resume):
+        raise InputError(f"{out} exists; pass --resume to continue it or --overwrite to replace it")
+    if args.resume and not out.exists():
+        raise InputError(f"{out} does not exist; nothing to resume (run without --resume)")
+    _check_output_folder(out)
+
+
+def _open_archive(args, scenario, out: Path, shard: str | None, resume_cmd: str):
     from .archive import ArchiveWriter
+    from .driver import provenance
+
+    try:
+        if args.resume:
+            writer = ArchiveWriter.resume(out)
+        else:
+            writer = ArchiveWriter.create(out, scenario_text=scenario.text, resolved=scenario.resolved,
+                                          provenance=provenance() | ({"shard": shard} if shard else {}),
+                                          dtype=scenario.resolved["dtype"],
+                                          overwrite=args.overwrite)
+    except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
+        raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
+    if args.resume and writer.resolved != json.loads(json.dumps(scenario.resolved)):
+        writer.close()
+        raise InputError(f"{out} was written by a different scenario (or different --set values); "
+                         "resume with the same scenario and overrides, or use --overwrite")
+    return writer
+
+
+def cmd_run(args) -> int:
+    if args.distributed:   # before anything starts JAX's backends
+        from .devices import DistributedError, initialize
+
+        try:
+            initialize()
+        except DistributedError as err:
+            raise InputError(str(err)) from None
     from .build import build_run, check_resources
-    from .driver import Driver, provenance
+    from .devices import SharedWriter, any_process, is_primary, on_primary
+    from .driver import Driver
     from .scenario import find_scenario, load_scenario
 
     if args.overwrite and args.resume:
@@ -138,42 +174,31 @@ def cmd_run(args) -> int:
                              f"run(s); allowed: N ≤ {len(scenario.runs)}")
     stem = scenario.resolved['name'] + (f".part{shard.replace('/', 'of')}" if shard else "")
     out = Path(args.output or Path("runs") / f"{stem}.h5")
-    if out.exists() and not (args.overwrite or args.resume):
-        raise InputError(f"{out} exists; pass --resume to continue it or --overwrite to replace it")
-    if args.resume and not out.exists():
-        raise InputError(f"{out} does not exist; nothing to resume (run without --resume)")
-    _check_output_folder(out)
+    # Under --distributed only process 0 touches the archive; every process raises its errors.
+    on_primary(lambda: _check_output(args, out))
     # Refuse what would exhaust memory (or the disk) before anything is allocated.
     check_resources(scenario, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
     # Build every run first: bad data or shapes fail here, before the archive is touched.
     built = {r.name: build_run(r.config, r.seed) for r in [scenario.runs[0], *runs]}
     resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
-                           "--resume"])
-    if _STOP.requested:
+                           "--resume", *(["--distributed"] if args.distributed else [])])
+    if any_process(_STOP.requested):
         print("flowsim: interrupted before the archive was touched", file=sys.stderr)
         return EXIT_INTERRUPTED
-    try:
-        if args.resume:
-            writer = ArchiveWriter.resume(out)
-        else:
-            writer = ArchiveWriter.create(out, scenario_text=scenario.text, resolved=scenario.resolved,
-                                          provenance=provenance() | ({"shard": shard} if shard else {}),
-                                          dtype=scenario.resolved["dtype"],
-                                          overwrite=args.overwrite)
-    except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
-        raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
-    if args.resume and writer.resolved != json.loads(json.dumps(scenario.resolved)):
-        writer.close()
-        raise InputError(f"{out} was written by a different scenario (or different --set values); "
-                         "resume with the same scenario and overrides, or use --overwrite")
-    print(f"flowsim: {scenario.resolved['name']}: {len(runs)} run(s)" + (f" (part {shard} of {len(scenario.runs)})"
-          if shard else "") + f" → {out}", file=sys.stderr)
+    writer = on_primary(lambda: _open_archive(args, scenario, out, shard, resume_cmd))
+    primary = is_primary()
+    if args.distributed:
+        writer = SharedWriter(writer)
+    if primary:
+        print(f"flowsim: {scenario.resolved['name']}: {len(runs)} run(s)" + (f" (part {shard} of "
+              f"{len(scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
     saved_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_hdf5_unraisable
     try:
         with writer:
-            statuses = Driver(scenario, writer, progress=None if not args.quiet else False,
-                              should_stop=_STOP, runs=runs).run(built)
+            statuses = Driver(scenario, writer, progress=None if primary and not args.quiet else False,
+                              report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
+                              should_stop=lambda: any_process(_STOP()), runs=runs).run(built)
     except KeyboardInterrupt:
         print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
               f"`{resume_cmd}`", file=sys.stderr)
@@ -196,7 +221,8 @@ def cmd_run(args) -> int:
         sys.unraisablehook = saved_hook
     bad = sorted({s for per in statuses.values() for s in per.values()} - {"done"})
     tail = f" (statuses: {', '.join(bad)}; see `flowsim inspect {out}`)" if bad else ""
-    print(f"flowsim: wrote {out}{tail}", file=sys.stderr)
+    if primary:
+        print(f"flowsim: wrote {out}{tail}", file=sys.stderr)
     return EXIT_OK
 
 
@@ -307,6 +333,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted scenario key (TOML value), e.g. --set model.width=500")
     r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    r.add_argument("--distributed", action="store_true", help="one run over the devices of several processes "
+                   "(jax.distributed; start the same command in each, see README 'Running at scale')")
     r.add_argument("--shard", metavar="i/N", help="run only the i-th (0 ≤ i < N) of N parts of the scenario's "
                    "runs into its own archive (default runs/<name>.part<i>of<N>.h5); join with `flowsim merge`")
     r.set_defaults(func=cmd_run)

@@ -28,6 +28,7 @@ from . import __version__, status
 from .archive import ArchiveError, ArchiveWriter
 from .build import Built, data_seed, dataset_arrays
 from .descent import make_descent_integrator
+from .devices import is_primary, shard, to_host
 from .flow import make_flow_integrator
 from .observe import observe, reference, series_axes
 from .problem import Problem
@@ -72,7 +73,8 @@ def provenance() -> dict:
 
     dev = jax.devices()[0]
     extra = {"git_dirty": dirty(), "lineax": version("lineax"), "optimistix": version("optimistix"),
-             "device_count": str(jax.device_count()), "processor": platform.processor() or platform.machine(),
+             "device_count": str(jax.device_count()), "process_count": str(jax.process_count()),
+             "processor": platform.processor() or platform.machine(),
              "x64": str(bool(jax.config.jax_enable_x64)).lower()}
     return {"flowsim": __version__, "git_commit": commit(), "jax": jax.__version__,
             "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else "",
@@ -107,33 +109,6 @@ def stack_problems(problems: list[Problem]) -> Problems:
     is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
     return Problems(tree=jax.tree.map(lambda p: p[0], pairs, is_leaf=is_pair),
                     axes=jax.tree.map(lambda p: p[1], pairs, is_leaf=is_pair))
-
-
-def _shard(tree, axes=None):
-    """Spread the leading (seed) axis of a stacked batch over the visible devices.
-
-    With one device this is the identity. With several (GPUs, TPU cores, or CPU devices from
-    XLA_FLAGS=--xla_force_host_platform_device_count=N), every array whose leading axis is
-    the batch gets a NamedSharding over a 1-D mesh ("batch"), so the compiled segment runs
-    each device's members there; the program and its results are the same as on one device.
-    A batch that the device count does not divide uses the largest count that divides it.
-    Single process only: under `jax.distributed` the checkpoint copies to numpy below would
-    need `multihost_utils.process_allgather` (use `flowsim run --shard i/N` across hosts)."""
-    n = jax.device_count()
-    axes = jax.tree.map(lambda x: 0, tree) if axes is None else axes
-    batched = lambda x, ax: eqx.is_array(x) and ax == 0  # noqa: E731
-    leaves = [x for x, ax in zip(jax.tree.leaves(tree), jax.tree.leaves(axes, is_leaf=lambda a: a is None))
-              if batched(x, ax)]
-    if n == 1 or not leaves:
-        return tree
-    b = leaves[0].shape[0]
-    k = max(k for k in range(1, n + 1) if b % k == 0)
-    if k == 1:
-        return tree
-    mesh = jax.sharding.Mesh(np.array(jax.devices()[:k]), ("batch",))
-    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("batch"))
-    return jax.tree.map(lambda x, ax: jax.device_put(x, spec) if batched(x, ax) else x, tree, axes,
-                        is_leaf=lambda a: a is None)
 
 
 # Module-level compiled functions take the integrator as an argument: its configuration is
@@ -202,7 +177,7 @@ class _Solver:
 
     def init(self, problems, params, built: list[Built]):
         if self.discrete:
-            return _init_descent(self.integ, problems, params, _stack([b.key for b in built]))
+            return _init_descent(self.integ, problems, params, shard(_stack([b.key for b in built])))
         state = _init_flow(self.integ, problems, params)
         return state if self.ref is None else (state, _init_flow(self.ref, problems, params))
 
@@ -269,7 +244,7 @@ def _checkpoint(state) -> dict[str, np.ndarray]:
 
 
 def _restore(template, i: int, arrays: dict[str, np.ndarray]):
-    """Put one member's stored arrays into row i of the batched `template` state."""
+    """Put one member's stored arrays into row i of the batched `template` state (numpy)."""
     dynamic, static = eqx.partition(template, eqx.is_array)
     leaves, treedef = jax.tree.flatten(dynamic)
     if len(arrays) != len(leaves):
@@ -278,7 +253,7 @@ def _restore(template, i: int, arrays: dict[str, np.ndarray]):
     for j, x in enumerate(leaves):
         x = np.array(x)
         x[i] = np.reshape(arrays[f"leaf{j:03d}"], x.shape[1:])  # the archive stores 0-d as (1,)
-        new.append(jnp.asarray(x))
+        new.append(x)
     return eqx.combine(jax.tree.unflatten(treedef, new), static)
 
 
@@ -324,7 +299,7 @@ class Driver:
                 solver = _Solver(preset, config["run"])
                 for name, code in self._run_batch(solver, runs, batch).items():
                     statuses[name][preset["name"]] = code
-                if config.get("analysis"):   # Caron analyses of the final weights
+                if config.get("analysis") and is_primary():   # Caron analyses of the final weights
                     from .analysis.caron import analyze_runs
                     analyze_runs(self.writer, runs, batch, preset["name"], self._final_params,
                                  report=self.report)
@@ -335,24 +310,25 @@ class Driver:
         config = runs[0].config
         names = tuple(config["run"]["observe"])
         problems = stack_problems([b.problem for b in batch])
-        problems = problems._replace(tree=_shard(problems.tree, problems.axes))
-        params0 = _shard(_stack([b.params for b in batch]))
+        problems = problems._replace(tree=shard(problems.tree, problems.axes))
+        params0 = shard(_stack([b.params for b in batch]))
         spec = _series_spec(batch[0].problem, batch[0].params, names, solver)
         for r in runs:
             self.writer.create_solver(r.name, name, preset=solver.preset, series=spec, discrete=solver.discrete)
         state = solver.init(problems, params0, batch)
-        members = []
+        members, restored = [], None
         for i, r in enumerate(runs):
             stored = self.writer.read_checkpoint(r.name, name)
             member = _Member(run=r, done_rows=self.writer.n_checkpoints(r.name, name),
                              stats=dict.fromkeys(STAT_KEYS, 0) | {"wall_time": 0.0})
             if stored is not None:
                 arrays, attrs = stored
-                state = _restore(state, i, arrays)
+                restored = _restore(to_host(state) if restored is None else restored, i, arrays)
                 member.stats = {k: attrs[k] for k in (*STAT_KEYS, "wall_time")}
                 member.code = attrs["code"]
             members.append(member)
-        state = _shard(state)   # restored rows come back unsharded
+        if restored is not None:
+            state = shard(restored)
         refs = _references(problems, params0)
         times, steps = solver.times(config["run"])
         start = min(m.done_rows for m in members)
@@ -369,9 +345,9 @@ class Driver:
                     raise Interrupted(f"stopped after checkpoint {i + 1} of {len(times)} ({name})")
         finally:
             bar.close()
-        self._final_params = solver.main(state).y      # for the analyses of run()
+        self._final_params = to_host(solver.main(state).y)      # for the analyses of run()
         out = {}
-        ends = np.asarray(solver.position(state))   # where each member stopped (held still after)
+        ends = to_host(solver.position(state))   # where each member stopped (held still after)
         for j, m in enumerate(members):
             final = status.DONE if m.code == status.RUNNING else m.code
             self.writer.set_status(m.run.name, name, status=status.name(final), stats=m.stats,
@@ -384,14 +360,14 @@ class Driver:
     def _step(self, solver, problems, state, members, i, times, steps, refs, names):
         """Advance the batch to checkpoint i, observe it, and append each member's row."""
         moving = [m.code == status.RUNNING and m.done_rows <= i for m in members]
-        here = np.asarray(solver.position(state))
-        target = jnp.asarray(np.where(moving, times[i], here), dtype=here.dtype)
+        here = to_host(solver.position(state))
+        target = np.where(moving, times[i], here).astype(here.dtype)
         tic = time.perf_counter()
         state, seg = solver.advance(problems, state, target)
         values = _observe(problems, solver.main(state).y, refs, names) | solver.certificate(problems, state)
         # one transfer to numpy per checkpoint; slicing members in JAX would dispatch
         # (and compile) a small kernel per leaf
-        host, seg, values = jax.tree.map(np.asarray, (state, seg, values))
+        host, seg, values = to_host((state, seg, values))
         wall = time.perf_counter() - tic
         position = np.asarray(solver.position(host))
         for j, m in enumerate(members):

@@ -1,5 +1,6 @@
 """Scale: no recompilation per segment or per seed; the seed axis sharded over several
-(CPU) devices gives the one-device results; `run --shard i/N` + `merge` reads like one run."""
+(CPU) devices gives the one-device results, and so does one run over two processes
+(`jax.distributed`); `run --shard i/N` + `merge` reads like one run."""
 
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from flowsim import archive
 from flowsim.archive import ArchiveWriter
 from flowsim.build import build_run
-from flowsim.driver import Driver
+from flowsim.driver import STAT_KEYS, Driver, Interrupted
 from flowsim.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,15 +40,22 @@ class _Count:
 _COUNTER = _Count()
 
 
-def _drive(tmp_path, tag, sets):
+def _drive(tmp_path, tag, sets, stop_after=None):
+    """Run TINY in this process; returns the number of compilations. `stop_after=k` stops
+    the run (as SIGTERM would) once k checkpoints are committed."""
     sc = load_scenario(TINY, list(sets))
     built = {r.name: build_run(r.config, r.seed) for r in sc.runs}
     w = ArchiveWriter.create(tmp_path / f"{tag}.h5", scenario_text=sc.text, resolved=sc.resolved,
                              provenance={}, dtype="float64")
+    polls = iter(range(10**9))
+    stop = (lambda: False) if stop_after is None else (lambda: next(polls) + 1 >= stop_after)
     _COUNTER.n, _COUNTER.on = 0, True
     try:
         with w:
-            statuses = Driver(sc, w, progress=False, report=lambda s: None).run(built)
+            statuses = Driver(sc, w, progress=False, report=lambda s: None, should_stop=stop).run(built)
+    except Interrupted:
+        assert stop_after is not None
+        return _COUNTER.n
     finally:
         _COUNTER.on = False
     assert all(s == "done" for per in statuses.values() for s in per.values()), statuses
@@ -74,13 +82,14 @@ _SHARDED = textwrap.dedent("""
     import flowsim
     from flowsim.archive import ArchiveWriter
     from flowsim.build import build_run
-    from flowsim.driver import Driver, _shard, _stack
+    from flowsim.devices import shard
+    from flowsim.driver import Driver, _stack
     from flowsim.scenario import load_scenario
 
     out, = sys.argv[1:]
     sc = load_scenario(%r, ["seeds=[0, 1, 2, 3]", "run.checkpoints={count=5}"])
     built = {r.name: build_run(r.config, r.seed) for r in sc.runs}
-    batch = _shard(_stack([built[r.name].params for r in sc.runs[:4]]))
+    batch = shard(_stack([built[r.name].params for r in sc.runs[:4]]))
     used = len(batch["W"].sharding.device_set)
     with ArchiveWriter.create(out, scenario_text=sc.text, resolved=sc.resolved, provenance={},
                               dtype="float64") as w:
@@ -121,6 +130,80 @@ def test_seed_axis_sharded_over_four_cpu_devices_equals_one_device(tmp_path):
         np.testing.assert_array_equal(t1, t4)
         np.testing.assert_allclose(l4, l1, rtol=1e-9, atol=1e-14, err_msg=str(k))
         np.testing.assert_allclose(w4, w1, rtol=1e-9, atol=1e-14, err_msg=str(k))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _distributed(tmp_path, *args, processes=2, devices=2):
+    """`flowsim run --distributed ARGS` as `processes` processes of `devices` CPU devices each,
+    joined through a local coordinator as a cluster job would be; [(returncode, stderr)]."""
+    base = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
+                JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES=str(processes),
+                FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
+    procs = [subprocess.Popen([sys.executable, "-m", "flowsim.cli", "run", "--distributed", "-q", *map(str, args)],
+                              cwd=tmp_path, env=base | {"JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for i in range(processes)]
+    try:
+        errs = [p.communicate(timeout=400)[1] for p in procs]
+        return [(p.returncode, err) for p, err in zip(procs, errs)]
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def _stats(path):
+    with archive.open(path) as a:
+        return {(r, s): {k: sv.stats[k] for k in STAT_KEYS} for r, run in a.runs.items()
+                for s, sv in run.solvers.items()}
+
+
+def _assert_same_series(a, b, n):
+    """Equal series (to 1e-9) and equal solver counts (a resume that restarted a member from
+    its initial state instead of its checkpoint would count more steps)."""
+    assert _stats(a) == _stats(b)
+    a, b = _series(a), _series(b)
+    assert a.keys() == b.keys() and len(a) == n
+    for k in a:
+        assert a[k][3] == b[k][3] == "done", k
+        np.testing.assert_array_equal(a[k][0], b[k][0])
+        for x, y in zip(a[k][1:3], b[k][1:3]):
+            np.testing.assert_allclose(y, x, rtol=1e-9, atol=1e-14, err_msg=str(k))
+
+
+@pytest.mark.slow
+def test_one_run_over_two_processes_equals_one_process(tmp_path):
+    """Two processes × two CPU devices, one program (jax.distributed): 3 seeds (replicated:
+    gcd(3, 4) = 1), and a resume of 4 seeds (split over the 4 devices, so process 1 holds
+    seeds 2 and 3 and must get their state from process 0) from an archive another run
+    left half done, equal the single-process results; bad input stops both processes with
+    exit 2 and leaves the archive as it was."""
+    three = ["seeds=[0, 1, 2]", "run.checkpoints={count=5}"]
+    four = ["seeds=[0, 1, 2, 3]", "run.checkpoints={count=5}"]
+    _drive(tmp_path, "one3", three)
+    _drive(tmp_path, "one4", four)
+    _drive(tmp_path, "half4", four, stop_after=9)   # point 0 done for tsit5, half of gd-lr1
+    sets = lambda s: [x for o in s for x in ("--set", o)]  # noqa: E731
+    done = _distributed(tmp_path, TINY, "-o", tmp_path / "two3.h5", *sets(three))
+    assert [c for c, _ in done] == [0, 0], done
+    assert "wrote" in done[0][1] and "wrote" not in done[1][1]     # process 0 reports
+    _assert_same_series(tmp_path / "one3.h5", tmp_path / "two3.h5", 2 * 3 * 2)
+    with archive.open(tmp_path / "two3.h5") as a:
+        assert a.attrs["provenance"]["process_count"] == "2"
+        assert a.attrs["provenance"]["device_count"] == "4"
+    resumed = _distributed(tmp_path, TINY, "-o", tmp_path / "half4.h5", "--resume", *sets(four))
+    assert [c for c, _ in resumed] == [0, 0], resumed
+    _assert_same_series(tmp_path / "one4.h5", tmp_path / "half4.h5", 2 * 4 * 2)
+    before = (tmp_path / "two3.h5").read_bytes()
+    refused = _distributed(tmp_path, TINY, "-o", tmp_path / "two3.h5", *sets(three))
+    assert [c for c, _ in refused] == [2, 2], refused
+    assert all("exists; pass --resume" in err for _, err in refused)
+    assert (tmp_path / "two3.h5").read_bytes() == before
 
 
 def _cli(*args, cwd):
@@ -176,3 +259,14 @@ def test_shard_and_merge_refuse_bad_input(tmp_path):
     assert p.returncode == 2 and "none of the scenario" in p.stderr
     m = _cli("merge", tmp_path / "m.h5", tmp_path / "missing.h5", cwd=tmp_path)
     assert m.returncode == 2
+
+
+def test_distributed_outside_a_cluster_is_refused(tmp_path, monkeypatch):
+    for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        monkeypatch.delenv(name, raising=False)
+    p = _cli("run", TINY, "--distributed", "-o", tmp_path / "x.h5", cwd=tmp_path)
+    assert p.returncode == 2 and "JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID" in p.stderr, p.stderr
+    monkeypatch.setenv("JAX_NUM_PROCESSES", "two")
+    p = _cli("run", TINY, "--distributed", "-o", tmp_path / "x.h5", cwd=tmp_path)
+    assert p.returncode == 2 and "JAX_NUM_PROCESSES='two'" in p.stderr, p.stderr
+    assert not (tmp_path / "x.h5").exists()
