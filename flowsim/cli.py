@@ -57,8 +57,8 @@ class _StopRequest:
         import threading
 
         if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._saved[sig] = signal.signal(sig, self._handle)
+            for sig in self.SIGNALS:     # a second install keeps the first's saved handlers
+                self._saved.setdefault(sig, signal.signal(sig, self._handle))
 
     def restore(self) -> None:
         for sig, handler in self._saved.items():
@@ -152,6 +152,9 @@ def cmd_run(args) -> int:
             initialize()
         except DistributedError as err:
             raise InputError(str(err)) from None
+        # JAX's preemption notifier took SIGTERM; take it back: a stop reaching any process
+        # is then honoured by all after the same checkpoint (Driver.should_stop below).
+        _STOP.install()
     from .build import build_run, check_resources
     from .devices import SharedWriter, any_process, is_primary, on_primary
     from .driver import Driver
@@ -200,8 +203,9 @@ def cmd_run(args) -> int:
                               report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
                               should_stop=lambda: any_process(_STOP()), runs=runs).run(built)
     except KeyboardInterrupt:
-        print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
-              f"`{resume_cmd}`", file=sys.stderr)
+        if primary:
+            print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
+                  f"`{resume_cmd}`", file=sys.stderr)
         return EXIT_INTERRUPTED
     except (OSError, RuntimeError) as err:   # h5py reports failed writes as either
         msg = _write_failure(out, err, resume_cmd)

@@ -68,19 +68,19 @@ def shard(tree, axes=None):
     is_none = lambda a: a is None  # noqa: E731
     pairs = list(zip(jax.tree.leaves(tree), jax.tree.leaves(axes, is_leaf=is_none)))
     batched = [x for x, ax in pairs if eqx.is_array(x) and ax == 0]
-    if n == 1 or not batched:
-        return jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, tree)
-    b = batched[0].shape[0]
+    b = batched[0].shape[0] if batched else 1
     P = jax.sharding.PartitionSpec
     if jax.process_count() == 1:
         k = max(k for k in range(1, n + 1) if b % k == 0)
+        if k == 1:
+            return jax.tree.map(lambda x: jnp.asarray(x) if eqx.is_array(x) else x, tree)
         mesh = jax.sharding.Mesh(np.array(jax.devices()[:k]), ("batch",))
         rest = None        # shared leaves stay where JAX puts them
     else:
         k = math.gcd(b, n)
         mesh = jax.sharding.Mesh(np.array(jax.devices()).reshape(k, n // k), ("batch", "copy"))
         rest = jax.sharding.NamedSharding(mesh, P())
-    split = jax.sharding.NamedSharding(mesh, P("batch")) if k > 1 or rest is not None else None
+    split = jax.sharding.NamedSharding(mesh, P("batch"))
 
     def put(x, ax):
         if not eqx.is_array(x):

@@ -3,6 +3,7 @@
 (`jax.distributed`); `run --shard i/N` + `merge` reads like one run."""
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -140,21 +141,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _distributed(tmp_path, *args, processes=2, devices=2):
+def _start_distributed(tmp_path, *args, processes=2, devices=2) -> list[subprocess.Popen]:
     """`flowsim run --distributed ARGS` as `processes` processes of `devices` CPU devices each,
-    joined through a local coordinator as a cluster job would be; [(returncode, stderr)]."""
+    joined through a local coordinator as a cluster job would be."""
     base = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
                 JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES=str(processes),
                 FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
-    procs = [subprocess.Popen([sys.executable, "-m", "flowsim.cli", "run", "--distributed", "-q", *map(str, args)],
-                              cwd=tmp_path, env=base | {"JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for i in range(processes)]
+    return [subprocess.Popen([sys.executable, "-m", "flowsim.cli", "run", "--distributed", "-q", *map(str, args)],
+                             cwd=tmp_path, env=base | {"JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for i in range(processes)]
+
+
+def _finish(procs) -> list[tuple[int, str]]:
+    """Each process's (returncode, stderr)."""
     try:
         errs = [p.communicate(timeout=400)[1] for p in procs]
         return [(p.returncode, err) for p, err in zip(procs, errs)]
     finally:
         for p in procs:
             p.kill()
+
+
+def _distributed(tmp_path, *args):
+    return _finish(_start_distributed(tmp_path, *args))
 
 
 def _stats(path):
@@ -204,6 +213,28 @@ def test_one_run_over_two_processes_equals_one_process(tmp_path):
     assert [c for c, _ in refused] == [2, 2], refused
     assert all("exists; pass --resume" in err for _, err in refused)
     assert (tmp_path / "two3.h5").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_a_stop_reaching_one_process_stops_both(tmp_path):
+    """SIGTERM to process 1 only: both processes stop after the same checkpoint (exit 130),
+    and `--resume --distributed` completes the archive to the single-process results."""
+    from reliability.conftest import committed, wait_for
+
+    sets = ["seeds=[0, 1]", "run.checkpoints={count=150}", 'run.solvers=["tsit5"]']
+    args = [TINY, "-o", tmp_path / "stop.h5", *(x for o in sets for x in ("--set", o))]
+    _drive(tmp_path, "one", sets)
+    procs = _start_distributed(tmp_path, *args)
+    assert wait_for(lambda: committed(tmp_path / "stop.h5") >= 10, 300, procs[0])
+    procs[1].send_signal(signal.SIGTERM)
+    stopped = _finish(procs)
+    assert [c for c, _ in stopped] == [130, 130], stopped
+    assert "--resume --distributed" in stopped[0][1]
+    rows = committed(tmp_path / "stop.h5")
+    assert 10 <= rows < committed(tmp_path / "one.h5") and rows % 2 == 0   # both seeds stopped alike
+    resumed = _distributed(tmp_path, *args, "--resume")
+    assert [c for c, _ in resumed] == [0, 0], resumed
+    _assert_same_series(tmp_path / "one.h5", tmp_path / "stop.h5", 2 * 2)
 
 
 def _cli(*args, cwd):
