@@ -121,9 +121,10 @@ def on_primary(fn):
             error = err
     if jax.process_count() > 1:
         try:
-            error = _broadcast(error)
+            sent = _broadcast(error)
         except (pickle.PicklingError, TypeError, AttributeError):
-            error = _broadcast(RuntimeError(f"process 0: {error}"))
+            sent = _broadcast(RuntimeError(f"process 0: {error}"))
+        error = error if is_primary() else sent   # process 0 keeps its traceback
     if error is not None:
         raise error
     return value
