@@ -1065,7 +1065,9 @@ class Archive:
         g = self._f.get("runs")
         if g is None:
             return {}
-        return {name: RunView(self, run) for name, run in g.items()}
+        # h5py yields None for a run a writer is creating this moment (a reader beside a
+        # running `flowsim run`): it is not there yet
+        return {name: RunView(self, run) for name, run in g.items() if run is not None}
 
     def close(self) -> None:
         self._f.close()

@@ -414,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return EXIT_OK
     finally:
-        _STOP.restore()
+        if not _COMMAND_LINE:   # the process ends here: a SIGTERM from now on stays graceful
+            _STOP.restore()
 
 
 if __name__ == "__main__":
