@@ -19,6 +19,7 @@ from flowsim.archive import ArchiveWriter
 from flowsim.build import build_run
 from flowsim.driver import STAT_KEYS, Driver, Interrupted
 from flowsim.scenario import load_scenario
+from reliability.conftest import committed, set_args, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "scenarios" / "tiny.toml"
@@ -197,19 +198,18 @@ def test_one_run_over_two_processes_equals_one_process(tmp_path):
     _drive(tmp_path, "one3", three)
     _drive(tmp_path, "one4", four)
     _drive(tmp_path, "half4", four, stop_after=9)   # point 0 done for tsit5, half of gd-lr1
-    sets = lambda s: [x for o in s for x in ("--set", o)]  # noqa: E731
-    done = _distributed(tmp_path, TINY, "-o", tmp_path / "two3.h5", *sets(three))
+    done = _distributed(tmp_path, TINY, "-o", tmp_path / "two3.h5", *set_args(three))
     assert [c for c, _ in done] == [0, 0], done
     assert "wrote" in done[0][1] and "wrote" not in done[1][1]     # process 0 reports
     _assert_same_series(tmp_path / "one3.h5", tmp_path / "two3.h5", 2 * 3 * 2)
     with archive.open(tmp_path / "two3.h5") as a:
         assert a.attrs["provenance"]["process_count"] == "2"
         assert a.attrs["provenance"]["device_count"] == "4"
-    resumed = _distributed(tmp_path, TINY, "-o", tmp_path / "half4.h5", "--resume", *sets(four))
+    resumed = _distributed(tmp_path, TINY, "-o", tmp_path / "half4.h5", "--resume", *set_args(four))
     assert [c for c, _ in resumed] == [0, 0], resumed
     _assert_same_series(tmp_path / "one4.h5", tmp_path / "half4.h5", 2 * 4 * 2)
     before = (tmp_path / "two3.h5").read_bytes()
-    refused = _distributed(tmp_path, TINY, "-o", tmp_path / "two3.h5", *sets(three))
+    refused = _distributed(tmp_path, TINY, "-o", tmp_path / "two3.h5", *set_args(three))
     assert [c for c, _ in refused] == [2, 2], refused
     assert all("exists; pass --resume" in err for _, err in refused)
     assert (tmp_path / "two3.h5").read_bytes() == before
@@ -219,10 +219,8 @@ def test_one_run_over_two_processes_equals_one_process(tmp_path):
 def test_a_stop_reaching_one_process_stops_both(tmp_path):
     """SIGTERM to process 1 only: both processes stop after the same checkpoint (exit 130),
     and `--resume --distributed` completes the archive to the single-process results."""
-    from reliability.conftest import committed, wait_for
-
     sets = ["seeds=[0, 1]", "run.checkpoints={count=150}", 'run.solvers=["tsit5"]']
-    args = [TINY, "-o", tmp_path / "stop.h5", *(x for o in sets for x in ("--set", o))]
+    args = [TINY, "-o", tmp_path / "stop.h5", *set_args(sets)]
     _drive(tmp_path, "one", sets)
     procs = _start_distributed(tmp_path, *args)
     assert wait_for(lambda: committed(tmp_path / "stop.h5") >= 10, 300, procs[0])
