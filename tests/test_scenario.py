@@ -17,6 +17,7 @@ from flowsim.scenario import (
     load_scenario,
     load_solver,
     loads_scenario,
+    scenarios_dir,
     solvers_dir,
     to_toml,
 )
@@ -442,3 +443,23 @@ def test_bad_preset_file_names_the_preset(tmp_path, monkeypatch):
     (tmp_path / "nodesc.toml").write_text('kind = "gd"\nlearning_rate = 1.0\n')
     with pytest.raises(ScenarioError, match="missing required key `description`"):
         load_solver("nodesc")
+
+
+# ---------------------------------------------------------------- the shipped catalog
+
+CATALOG = sorted(p.stem for p in scenarios_dir().glob("*.toml"))
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_every_catalog_scenario_loads(name):
+    # The paper-scale files are too big to run in CI; loading proves their keys, presets,
+    # data files and sweeps valid (the `-quick` twins also run end to end in the slow tests).
+    s = load_scenario(scenarios_dir() / f"{name}.toml")
+    assert s.resolved["name"] == name and s.resolved["description"].strip()
+    assert len(s.runs) == len({r.name for r in s.runs}) >= 1
+
+
+def test_every_paper_experiment_has_a_quick_twin():
+    quick = {n.removesuffix("-quick") for n in CATALOG if n.endswith("-quick")}
+    papers = {n for n in CATALOG if n.startswith(("caron-", "chen-")) and not n.endswith("-quick")}
+    assert quick == papers and len(papers) == 13
