@@ -1,0 +1,1 @@
+"""Integrators: how the weights move (exact flow, its modified flow, discrete descent)."""

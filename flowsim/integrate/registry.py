@@ -1,0 +1,58 @@
+"""The solver kinds and flow methods flowsim knows, declared once.
+
+Validation, the resource estimate, the driver, compare and the plots read these tables;
+no other module spells a list of kinds. Pure Python (no JAX), so that reading an archive
+or validating a scenario does not pay for importing the integrators.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SolverKind:
+    name: str
+    discrete: bool        # steps of size η, recorded at t = kη; otherwise a continuous flow
+    label: str            # how figures and tables name the family
+    state_copies: int     # parameter-sized arrays the integrator keeps alive (descent kinds;
+                          # a flow kind's count comes from its method)
+
+
+@dataclass(frozen=True)
+class FlowMethod:
+    name: str
+    implicit: bool
+    # Copies of the parameter vector the method keeps alive (stages, error estimate, state,
+    # the host copy of a checkpoint); implicit methods add the Krylov basis of their GMRES.
+    state_copies: int
+
+
+SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
+    SolverKind("flow", discrete=False, label="flow", state_copies=0),
+    SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0),
+    SolverKind("gd", discrete=True, label="GD", state_copies=4),
+    SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
+    SolverKind("sgd", discrete=True, label="SGD", state_copies=4),
+)}
+
+FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
+    FlowMethod("tsit5", implicit=False, state_copies=11),
+    FlowMethod("dopri5", implicit=False, state_copies=11),
+    FlowMethod("dopri8", implicit=False, state_copies=18),
+    FlowMethod("heun", implicit=False, state_copies=6),
+    FlowMethod("bosh3", implicit=False, state_copies=8),
+    FlowMethod("ralston", implicit=False, state_copies=6),
+    FlowMethod("kvaerno5", implicit=True, state_copies=40),
+)}
+
+DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)
+FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if not v.discrete)
+
+
+def is_discrete(kind: str) -> bool:
+    return SOLVER_KINDS[kind].discrete
+
+
+def state_copies(preset: dict) -> int:
+    """Parameter-sized arrays a solver preset keeps alive (for the memory estimate)."""
+    kind = SOLVER_KINDS[preset["kind"]]
+    return kind.state_copies if kind.discrete else FLOW_METHODS[preset["method"]].state_copies
