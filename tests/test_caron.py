@@ -7,8 +7,6 @@ CLI and assert the paper's qualitative claim on the archive.
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -22,6 +20,7 @@ from flowsim.analysis import pca, prune, transfer
 from flowsim.analysis.compare import match_times
 from flowsim.scenario import ScenarioError, loads_scenario
 from tests.conftest import make_problem
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 SCEN = ROOT / "scenarios"
@@ -178,13 +177,6 @@ def test_analysis_table_errors_name_the_key():
 # ------------------------------------------------------------------------ CLI plumbing
 
 
-def _flowsim(*args, timeout=600):
-    out = subprocess.run([sys.executable, "-m", "flowsim.cli", *map(str, args)], capture_output=True,
-                         text=True, timeout=timeout)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
-
-
 def test_driver_analyses_equal_flowsim_analyze(tmp_path):
     """Analyses stored by the driver (in-memory final weights) equal those recomputed by
     `flowsim analyze` from the archived checkpoint; `flowsim plot` draws their figures."""
@@ -214,21 +206,21 @@ transfer = { k = [1, 4], hidden = 8, steps = 20 }
 pca = true
 """)
     out = tmp_path / "a.h5"
-    _flowsim("run", toml, "-o", out, "-q")
+    run_cli("run", toml, "-o", out, "-q")
     with archive.open(out) as a:
         before = {r.name: r.solvers["gd-lr1"].analysis for r in a.runs.values()}
     assert set(before["p0-seed0"]) == {"prune", "transfer", "pca"}
     arr, attrs = before["p1-seed1"]["prune"]
     assert arr["test_accuracy"].shape == (2, len(arr["counts"]))
     assert json.loads(attrs["importance"]) == ["weight", "lambda"]
-    _flowsim("analyze", out)
+    run_cli("analyze", out)
     with archive.open(out) as a:
         for r in a.runs.values():
             after = r.solvers["gd-lr1"].analysis
             for name, (arrays, _) in before[r.name].items():
                 for k, v in arrays.items():
                     np.testing.assert_allclose(after[name][0][k], v, rtol=1e-9, atol=1e-12, err_msg=f"{name}/{k}")
-    plotted = _flowsim("plot", out, "-o", tmp_path / "fig").stdout
+    plotted = run_cli("plot", out, "-o", tmp_path / "fig")
     for tag in ("prune", "transfer", "pca", "accuracy"):
         assert f"tiny-caron-{tag}.png" in plotted
 
@@ -238,7 +230,7 @@ pca = true
 
 def _run_quick(tmp_path, name):
     out = tmp_path / f"{name}.h5"
-    _flowsim("run", SCEN / f"{name}.toml", "-o", out, "-q", timeout=900)
+    run_cli("run", SCEN / f"{name}.toml", "-o", out, "-q")
     return out
 
 

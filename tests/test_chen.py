@@ -2,9 +2,6 @@
 scenarios and their claims (flowsim/embedding.py, flowsim/plots_chen.py)."""
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jax
@@ -18,6 +15,7 @@ from flowsim.build import build_run
 from flowsim.embedding import embed
 from flowsim.ntg import jacobian_ntg
 from flowsim.scenario import ScenarioError, load_scenario, loads_scenario, scenarios_dir
+from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 EMBEDDINGS = ["identity", "quadratic", "random-features"]
@@ -192,45 +190,21 @@ def test_paper_scale_scenarios_validate(name):
 # ------------------------------------------------------------------------ end to end
 
 
-def flowsim_inprocess(*args, cwd, capsys):
-    """`flowsim ARGS` in this process (no interpreter start-up, compiled code reused)."""
-    from flowsim import cli
-
-    here = os.getcwd()
-    os.chdir(cwd)
-    try:
-        rc = cli.main([str(a) for a in args])
-    finally:
-        os.chdir(here)
-    out = capsys.readouterr()
-    assert rc == 0, out.err[-3000:]
-    return out.out
-
-
-def flowsim(*args, cwd):
-    env = os.environ | {"FLOWSIM_CACHE_DIR": os.environ.get("FLOWSIM_CACHE_DIR", "")}
-    out = subprocess.run([sys.executable, "-m", "flowsim.cli", *map(str, args)], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=1800)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out
-
-
 @pytest.mark.slow
-def test_plot_dispatch_tiny(tmp_path, capsys, monkeypatch):
+def test_plot_dispatch_tiny(tmp_path):
     """A tiny exp3-layout run goes through `flowsim run` and `flowsim plot`."""
-    monkeypatch.setenv("FLOWSIM_CACHE_DIR", "")   # leave this process's JAX config alone
     text = scenario_text(m=6, n=6, run_extra='solvers = ["gd-lr1"]\n[plot]\nfigure = "chen-exp3"\n'
                          '[sweep]\n"model.chen_scaling" = ["theirs", "ntk"]')
     (tmp_path / "tiny.toml").write_text(text)
-    flowsim_inprocess("run", "tiny.toml", "-o", "tiny.h5", "-q", cwd=tmp_path, capsys=capsys)
-    out = flowsim_inprocess("plot", "tiny.h5", "-o", "figs", cwd=tmp_path, capsys=capsys).split()
+    run_cli("run", "tiny.toml", "-o", "tiny.h5", "-q", cwd=tmp_path)
+    out = run_cli("plot", "tiny.h5", "-o", "figs", cwd=tmp_path).split()
     assert sorted(Path(p).name for p in out) == ["tiny-exp3.pdf", "tiny-exp3.png"]
     assert all(Path(tmp_path, p).stat().st_size > 5000 for p in out)
 
 
 def run_quick(name, tmp_path):
-    flowsim("run", scenarios_dir() / f"{name}.toml", "-o", tmp_path / f"{name}.h5", "-q", cwd=tmp_path)
-    paths = flowsim("plot", tmp_path / f"{name}.h5", "-o", tmp_path / "figs", cwd=tmp_path).stdout.split()
+    run_cli("run", scenarios_dir() / f"{name}.toml", "-o", tmp_path / f"{name}.h5", "-q")
+    paths = run_cli("plot", tmp_path / f"{name}.h5", "-o", tmp_path / "figs").split()
     assert len(paths) == 2
     with archive.open(tmp_path / f"{name}.h5") as a:
         runs = plots_chen.read_runs(a)

@@ -1,0 +1,21 @@
+"""Helpers shared by the test modules."""
+
+import contextlib
+import io
+
+from flowsim import cli
+
+
+def run_cli(*args, cwd=None, expect: int = 0) -> str:
+    """`flowsim ARGS` in this process (compiled programs are shared with the rest of the
+    suite); returns its standard output, and fails with the tail of its standard error
+    when the exit status is not `expect`."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if cwd is not None:
+            stack.enter_context(contextlib.chdir(cwd))
+        stack.enter_context(contextlib.redirect_stdout(out))
+        stack.enter_context(contextlib.redirect_stderr(err))
+        rc = cli.main([str(a) for a in args])
+    assert rc == expect, f"flowsim {' '.join(map(str, args))} exited {rc}:\n{err.getvalue()[-3000:]}"
+    return out.getvalue()
