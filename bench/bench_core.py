@@ -31,15 +31,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import flowsim  # noqa: F401  (enables float64)
 from flowsim import status
 from flowsim.data import make_dataset
 from flowsim.descent import make_descent_integrator
 from flowsim.flow import make_flow_integrator
 from flowsim.models import init_shallow
 from flowsim.ntg import jacobian_ntg
+from flowsim.precision import enable_x64
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
+
+enable_x64()   # the benchmarks build Problems directly, not through build_run
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"

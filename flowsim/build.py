@@ -14,6 +14,7 @@ import numpy as np
 from . import theory
 from .data import Dataset, DataError, make_dataset
 from .models import Params, init_shallow
+from .precision import enable_x64
 from .problem import Problem
 from .scaling import output_scale
 
@@ -128,6 +129,7 @@ def _kappa_n(X: np.ndarray, activation: str) -> float:
 
 def build_run(config: dict, seed: int) -> Built:
     """Data, network, loss and initial weights of one run."""
+    enable_x64()   # every run, float32 ones too (int64 step counters, float64 times)
     dtype = dtype_of(config)
     ds = _dataset(config, seed)
     _check_compatible(config, ds)

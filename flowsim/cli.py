@@ -165,7 +165,7 @@ def cmd_run(args) -> int:
     scenario = load_scenario(find_scenario(args.scenario), args.set)
     runs, shard = scenario.runs, None
     if args.shard:   # a job array's part: its own archive, joined later by `flowsim merge`
-        from .merge import ShardError, parse_shard, shard_runs
+        from .archive.merge import ShardError, parse_shard, shard_runs
 
         try:
             i, n = parse_shard(args.shard)
@@ -231,7 +231,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .merge import ShardError, merge
+    from .archive.merge import ShardError, merge
 
     try:
         summary = merge(args.output, args.parts, overwrite=args.overwrite)

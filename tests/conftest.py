@@ -1,4 +1,5 @@
-"""Shared fixtures: float64 on (importing flowsim does it), small problems, helpers."""
+"""Shared fixtures: float64 on (the tests build Problems directly, not through build_run),
+small problems, helpers."""
 
 import os
 from pathlib import Path
@@ -8,10 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import flowsim  # noqa: F401  (enables float64)
 from flowsim.models import init_shallow
+from flowsim.precision import enable_x64
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
+
+enable_x64()
 
 # One persistent compilation cache for the whole suite, in-process and in the `flowsim`
 # subprocesses the end-to-end tests start (the CLI reads FLOWSIM_CACHE_DIR): each solver

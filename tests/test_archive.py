@@ -16,33 +16,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from archive_sample import SERIES, rows, state
 
 from flowsim import archive as A
 
-ARCHIVE_PY = Path(A.__file__).resolve()
-
-SERIES = {
-    "loss": ((), "float64", ()),
-    "ntg": ((50, 50), "float64", ("point", "point_b")),
-    "weights": ((200, 20), "float64", ("node", "feature")),
-    "eig": ((50,), "float32", ("point",)),
-}
-
-
-def rows(k: int) -> dict[str, np.ndarray]:
-    """Deterministic series row k (so a reader can check every row it finds)."""
-    base = np.arange(50 * 50, dtype=np.float64).reshape(50, 50)
-    return {"loss": np.float64(1.0 / (k + 1)),
-            "ntg": base * 0.001 + k,
-            "weights": np.sin(np.arange(4000.0).reshape(200, 20) + k),
-            "eig": np.arange(50, dtype=np.float32) - k}
-
-
-def state(k: int) -> tuple[dict[str, np.ndarray], dict]:
-    """Deterministic checkpoint after row k."""
-    return ({"W": np.cos(np.arange(4000.0).reshape(200, 20) * (k + 1)),
-             "key": np.array([k, k + 1], dtype=np.uint32)},
-            {"k": k, "name": "x" * (k % 7)})
+SAMPLE_WRITER = Path(__file__).resolve().parent / "archive_sample.py"
 
 
 def make(path, **kw) -> A.ArchiveWriter:
@@ -81,6 +59,23 @@ def check_rows(sv: A.SolverView, n: int) -> None:
             np.testing.assert_array_equal(arrays[key], value)
 
 
+def test_import_loads_no_jax():
+    """Reading archives needs no JAX: importing flowsim and flowsim.archive loads no jax
+    module and leaves jax_enable_x64 as it was."""
+    code = textwrap.dedent("""
+        import sys
+        import flowsim, flowsim.archive, flowsim.archive.merge
+        print(sorted(m for m in sys.modules if m == "jax" or m.startswith("jax.")))
+        import jax
+        print(jax.config.jax_enable_x64)
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["[]", "False"], proc.stdout
+
+
 # ----------------------------------------------------------------------------------------
 # create / refuse / overwrite / lock
 # ----------------------------------------------------------------------------------------
@@ -109,9 +104,7 @@ def test_second_writer_is_refused_same_process(tmp_path):
 def test_second_writer_is_refused_other_process(tmp_path):
     path = tmp_path / "a.h5"
     code = textwrap.dedent(f"""
-        import importlib.util, sys
-        spec = importlib.util.spec_from_file_location("archive", {str(ARCHIVE_PY)!r})
-        A = importlib.util.module_from_spec(spec); spec.loader.exec_module(A)
+        from flowsim import archive as A
         try:
             A.ArchiveWriter.resume({str(path)!r})
         except A.ArchiveLocked as e:
@@ -280,46 +273,10 @@ def test_checkpoint_shape_change_and_large_attrs(tmp_path):
 # crash safety: SIGKILL a writer at random moments
 # ----------------------------------------------------------------------------------------
 
-WRITER = textwrap.dedent("""
-    import importlib.util, sys
-    sys.path.insert(0, {tests!r})
-    spec = importlib.util.spec_from_file_location("archive", {archive!r})
-    A = importlib.util.module_from_spec(spec); spec.loader.exec_module(A)
-    sys.modules["flowsim.archive"] = A
-    import test_archive_writer_helpers as H
-    H.main(A, sys.argv[1])
-""")
-
-
-def _writer_helpers(tmp_path: Path) -> Path:
-    """A tiny module with rows/state for the child (it must not import jax)."""
-    src = Path(__file__).read_text()
-    start, end = src.index("SERIES = {"), src.index("def check_rows")
-    helper = tmp_path / "test_archive_writer_helpers.py"
-    helper.write_text("import numpy as np\n" + src[start:end].replace("A.ArchiveWriter", "object")
-                      + textwrap.dedent("""
-        def main(A, path):
-            w = A.ArchiveWriter.create(path, scenario_text="kill", resolved={}, provenance={},
-                                       dtype="float64")
-            w.create_run("r0", params={}, seed=0, label="", point=0, init={"W0": np.ones(3)})
-            w.create_solver("r0", "gd", preset={}, series=SERIES, discrete=True)
-            print("ready", flush=True)
-            for k in range(100000):
-                arrays, attrs = state(k)
-                w.append("r0", "gd", t=0.1 * k, step=10 * k, values=rows(k), checkpoint=arrays,
-                         checkpoint_attrs=attrs)
-                print(f"done {k}", flush=True)
-                if k % 5 == 4:   # exercise the plain-mode (non-SWMR) window too
-                    w.set_status("r0", "gd", status="running", stats={"k": k}, wall_time=k)
-    """))
-    return helper
-
-
 def _kill_trial(tmp_path: Path, trial: int, delay: float) -> tuple[int, int]:
     """Run the writer, SIGKILL it `delay` s after it is ready, check open() and resume()."""
     path = tmp_path / f"kill{trial}.h5"
-    code = WRITER.format(tests=str(tmp_path), archive=str(ARCHIVE_PY))
-    proc = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, str(SAMPLE_WRITER), str(path)], stdout=subprocess.PIPE,
                             text=True)
     lines: list[str] = []
     ready = threading.Event()
@@ -354,7 +311,6 @@ def _kill_trial(tmp_path: Path, trial: int, delay: float) -> tuple[int, int]:
 
 
 def _kill_trials(tmp_path: Path, n_trials: int, seed: int) -> list[tuple[int, int]]:
-    _writer_helpers(tmp_path)
     rng = random.Random(seed)
     return [_kill_trial(tmp_path, i, rng.uniform(0.0, 0.4)) for i in range(n_trials)]
 

@@ -17,6 +17,7 @@ import pytest
 
 from flowsim import archive as A
 from flowsim import cli
+from flowsim.archive.checkpoint import n_committed, read_checkpoint
 
 HERE = Path(__file__).resolve().parent
 FAULT = HERE / "fault.toml"
@@ -143,8 +144,8 @@ def snapshot(path) -> dict[str, object]:
                 if obj.dims and any(len(d) for d in obj.dims):
                     out[f"{name}#dims"] = [[s.name for s in d.values()] for d in obj.dims]
             elif name.endswith("checkpoint"):
-                state = A._read_checkpoint(obj.parent)
-                n = A._n_committed(obj.parent)
+                state = read_checkpoint(obj.parent)
+                n = n_committed(obj.parent)
                 if state is None:
                     out[f"{name}#state"] = None
                 else:

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import h5py
 
-from .archive import ArchiveError, _decode_root_attrs, _loads, _open_h5_readonly, _require_flowsim
+from .errors import ArchiveError
+from .format import decode_root_attrs, loads
+from .recovery import open_h5_readonly, require_flowsim
 
 
 class ShardError(ValueError):
@@ -61,10 +63,10 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
     resolved, first_attrs, runs, shards = None, None, {}, set()
     data_part = None
     for p in parts:
-        f = _open_h5_readonly(os.fspath(p))
+        f = open_h5_readonly(os.fspath(p))
         try:
-            _require_flowsim(os.fspath(p), f)
-            attrs = _decode_root_attrs(f.attrs)
+            require_flowsim(os.fspath(p), f)
+            attrs = decode_root_attrs(f.attrs)
             if f.attrs.get("merged_from") is not None:
                 raise ShardError(f"{p}: is itself a merged archive; merge the original parts")
             res = attrs.get("scenario_resolved")
@@ -98,7 +100,7 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
         for k, v in first_attrs.items():
             g.attrs[k] = v
         if "provenance" in first_attrs:     # the merged file is the whole job, not part 0
-            prov = _loads(first_attrs["provenance"])
+            prov = loads(first_attrs["provenance"])
             prov.pop("shard", None)
             g.attrs["provenance"] = json.dumps(prov | {"shards": sorted(shards)})
             if "shard" in g.attrs:
@@ -115,7 +117,7 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
 
 def check_readable(out: str | os.PathLike) -> None:
     """Open every link of a merged archive (a moved or deleted part is an ArchiveError)."""
-    f = _open_h5_readonly(os.fspath(out))
+    f = open_h5_readonly(os.fspath(out))
     try:
         for name in f.get("runs", {}):
             try:

@@ -1,0 +1,24 @@
+"""The flowsim archive: one HDF5 file per scenario run (DESIGN.md §5).
+
+This package is the only code that touches HDF5; it uses numpy and h5py only (no JAX), so
+reading an archive needs neither JAX nor a device.
+
+    errors.py      ArchiveError, ArchiveLocked, ArchiveFull
+    format.py      the layout: reserved names, JSON attributes, chunking, dimension scales
+    checkpoint.py  the double-buffered checkpoint and its commit record
+    superblock.py  HDF5 status flags cleared without modifying the file (h5clear without h5clear)
+    recovery.py    opening a file whatever its writer left; rebuilding it for resume()
+    lock.py        one writer per archive (flock on <path>.lock)
+    writer.py      ArchiveWriter, and why it is crash-safe
+    reader.py      open, Archive, RunView, SolverView
+    merge.py       job arrays: --shard parts and their external-link merge
+"""
+
+from .errors import ArchiveError as ArchiveError
+from .errors import ArchiveFull as ArchiveFull
+from .errors import ArchiveLocked as ArchiveLocked
+from .reader import Archive as Archive
+from .reader import RunView as RunView
+from .reader import SolverView as SolverView
+from .reader import open as open  # noqa: A004 - re-exported as flowsim.open
+from .writer import ArchiveWriter as ArchiveWriter

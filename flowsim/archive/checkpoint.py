@@ -1,0 +1,103 @@
+"""The double-buffered checkpoint group and its commit record (writer.py, points 2 and 3).
+
+``checkpoint/<name>`` has shape ``(2, ...)``: two slots, and
+``checkpoint/_commit[slot] = [index, attrs_len, check]`` says which one is committed.
+``check`` is a function of the other two, so a torn commit record is detected and the
+older, intact slot is used instead."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+
+from .format import iter_solvers, loads
+
+ATTRS_CAPACITY = 4096        # initial bytes per slot for checkpoint attrs JSON
+_COMMIT_MAGIC = 0x5F1C0DE5A17C4EC5
+
+
+def _commit_check(index: int, attrs_len: int) -> int:
+    return ((index * 1_000_003 + attrs_len) ^ _COMMIT_MAGIC) & 0x7FFFFFFFFFFFFFFF
+
+
+def _committed_slot(cp: h5py.Group | None) -> tuple[int, int, int] | None:
+    """(slot, index, attrs_len) of the newest intact commit record, or None."""
+    if cp is None or "_commit" not in cp:
+        return None
+    rec = cp["_commit"][()]
+    best = None
+    for slot in (0, 1):
+        index, alen, check = (int(x) for x in rec[slot])
+        if index > 0 and check == _commit_check(index, alen) and index % 2 == slot:
+            if best is None or index > best[1]:
+                best = (slot, index, alen)
+    return best
+
+
+def build_checkpoint(g: h5py.Group, arrays: dict[str, np.ndarray], capacity: int) -> h5py.Group:
+    """(Re)create the double-buffered checkpoint group, preallocated (contiguous)."""
+    if "checkpoint" in g:
+        del g["checkpoint"]
+    cp = g.create_group("checkpoint")
+    for name, arr in arrays.items():
+        # Writing zeros now allocates the contiguous storage, so later SWMR writes are
+        # pure in-place raw-data writes with no metadata change.
+        cp.create_dataset(name, data=np.zeros((2, *arr.shape), dtype=arr.dtype))
+    cp.create_dataset("_attrs_json", data=np.zeros((2, capacity), dtype=np.uint8))
+    cp.create_dataset("_commit", data=np.zeros((2, 3), dtype=np.int64))
+    cp.attrs["layout"] = ("double-buffered: arrays are (2, ...) slots; the valid slot and "
+                          "row count are in _commit[slot] = [index, attrs_len, check]")
+    cp.attrs["index"] = 0
+    cp.attrs["attrs"] = "{}"
+    return cp
+
+
+def checkpoint_fits(cp: h5py.Group | None, arrays: dict[str, np.ndarray], nbytes: int) -> bool:
+    if cp is None or "_commit" not in cp:
+        return False
+    names = {k for k in cp if not k.startswith("_")}
+    if names != set(arrays):
+        return False
+    for name, arr in arrays.items():
+        ds = cp[name]
+        if ds.shape[1:] != arr.shape or ds.dtype != arr.dtype:
+            return False
+    return cp["_attrs_json"].shape[1] >= nbytes
+
+
+def write_slot(cp: h5py.Group, slot: int, arrays: dict[str, np.ndarray], blob: bytes) -> None:
+    for name, arr in arrays.items():
+        cp[name][slot] = arr
+    if blob:
+        cp["_attrs_json"][slot, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
+
+
+def write_commit(cp: h5py.Group, slot: int, index: int, attrs_len: int) -> None:
+    cp["_commit"][slot] = np.array([index, attrs_len, _commit_check(index, attrs_len)],
+                                   dtype=np.int64)
+
+
+def read_checkpoint(g: h5py.Group) -> tuple[dict[str, np.ndarray], dict] | None:
+    cp = g.get("checkpoint")
+    found = _committed_slot(cp)
+    if found is None:
+        return None
+    slot, _, alen = found
+    arrays = {k: v[slot] for k, v in cp.items() if not k.startswith("_")}
+    blob = cp["_attrs_json"][slot, :alen].tobytes()
+    return arrays, loads(blob)
+
+
+def n_committed(g: h5py.Group) -> int:
+    found = _committed_slot(g.get("checkpoint"))
+    return 0 if found is None else found[1]
+
+
+def mirror_checkpoint_attrs(f: h5py.File) -> None:
+    """Set the advisory checkpoint attrs ``index`` and ``attrs`` (clean close only)."""
+    for g in iter_solvers(f):
+        cp = g.get("checkpoint")
+        found = _committed_slot(cp)
+        if found is not None:
+            cp.attrs["index"] = found[1]
+            cp.attrs["attrs"] = cp["_attrs_json"][found[0], : found[2]].tobytes().decode()

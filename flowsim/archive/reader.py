@@ -1,0 +1,138 @@
+"""Reading an archive: ``open`` and the views it returns (read-only, also while a writer
+is live or after one was killed)."""
+
+from __future__ import annotations
+
+import os
+
+import h5py
+import numpy as np
+
+from .checkpoint import n_committed, read_checkpoint
+from .format import attr_str, decode_root_attrs, loads, read_arrays, series_spec
+from .recovery import open_h5_readonly, require_flowsim
+
+
+def open(path) -> "Archive":  # noqa: A001 - re-exported as flowsim.open
+    """Open an archive read-only (works while it is written and after a killed writer)."""
+    return Archive(path)
+
+
+class Archive:
+    """Read-only view of an archive; a context manager."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._f = open_h5_readonly(self.path)
+        require_flowsim(self.path, self._f)
+        self.attrs = decode_root_attrs(self._f.attrs)
+        self.scenario_text = self.attrs.get("scenario_text", "")
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        return read_arrays(self._f.get("data"))
+
+    @property
+    def runs(self) -> dict[str, "RunView"]:
+        g = self._f.get("runs")
+        if g is None:
+            return {}
+        # h5py yields None for a run a writer is creating this moment (a reader beside a
+        # running `flowsim run`): it is not there yet
+        return {name: RunView(self, run) for name, run in g.items() if run is not None}
+
+    def close(self) -> None:
+        self._f.close()
+
+    def __enter__(self) -> "Archive":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<flowsim Archive {self.path!r}>"
+
+
+class RunView:
+    """One /runs/<run> group."""
+
+    def __init__(self, archive: Archive, g: h5py.Group):
+        self._archive, self._g = archive, g
+        self.name = g.name.rsplit("/", 1)[-1]
+        self.seed = int(g.attrs.get("seed", -1))
+        self.label = attr_str(g.attrs.get("label", ""))
+        self.point = int(g.attrs.get("point", -1))
+        self.params = loads(g.attrs.get("params", "{}"))
+
+    @property
+    def data(self) -> dict[str, np.ndarray]:
+        own = self._g.get("data")
+        return read_arrays(own) if own is not None else self._archive.data
+
+    @property
+    def init(self) -> dict[str, np.ndarray]:
+        return read_arrays(self._g.get("init"))
+
+    @property
+    def solvers(self) -> dict[str, "SolverView"]:
+        return {k: SolverView(v) for k, v in self._g.items()
+                if isinstance(v, h5py.Group) and "series_spec" in v.attrs}
+
+    def __repr__(self) -> str:
+        return f"<RunView {self.name!r} seed={self.seed} point={self.point}>"
+
+
+class SolverView:
+    """One solver group; every series is truncated to the committed checkpoint count."""
+
+    def __init__(self, g: h5py.Group):
+        self._g = g
+        self.name = g.name.rsplit("/", 1)[-1]
+        self.preset = loads(g.attrs.get("preset", "{}"))
+        self.status = attr_str(g.attrs.get("status", ""))
+        self.stats = loads(g.attrs.get("stats", "{}"))
+        self.wall_time = float(g.attrs.get("wall_time", float("nan")))
+        self.status_time = float(g.attrs.get("status_time", float("nan")))
+        self.message = attr_str(g.attrs.get("message", ""))
+        self.discrete = bool(g.attrs.get("discrete", False))
+        self.n_checkpoints = n_committed(g)
+        self._spec = series_spec(g)
+
+    @property
+    def t(self) -> np.ndarray:
+        return self._g["t"][: self.n_checkpoints]
+
+    @property
+    def step(self) -> np.ndarray | None:
+        return self._g["step"][: self.n_checkpoints] if "step" in self._g else None
+
+    @property
+    def series_names(self) -> list[str]:
+        return list(self._spec)
+
+    @property
+    def checkpoint(self) -> tuple[dict[str, np.ndarray], dict] | None:
+        """The committed checkpoint (arrays, attrs) or None."""
+        return read_checkpoint(self._g)
+
+    @property
+    def analysis(self) -> dict[str, tuple[dict[str, np.ndarray], dict]]:
+        """Stored analyses (name -> (arrays, attrs)), e.g. Caron pruning curves."""
+        g = self._g.get("analysis")
+        if g is None:
+            return {}
+        return {k: (read_arrays(v), {a: attr_str(x) if isinstance(x, (bytes, str)) else x
+                                      for a, x in v.attrs.items()})
+                for k, v in g.items() if not k.startswith("_tmp-")}
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._spec
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._spec:
+            raise KeyError(f"{self._g.file.filename}: {self._g.name} has no series {name!r}")
+        return self._g[name][: self.n_checkpoints]
+
+    def __repr__(self) -> str:
+        return f"<SolverView {self.name!r} status={self.status} n={self.n_checkpoints}>"

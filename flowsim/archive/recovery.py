@@ -1,0 +1,221 @@
+"""Reading an archive whatever its writer left, and repairing it for resume() (writer.py,
+point 5).
+
+``open_h5_readonly`` never modifies the file: it copes with a live writer, one killed in
+SWMR or in plain write mode (superblock flags, superblock.py) and one whose last writes
+failed (a short file). ``rebuild`` copies every committed row and checkpoint into a fresh
+file and replaces the old one with it, so writing never continues on top of possibly
+half-flushed metadata."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+import warnings
+
+import h5py
+
+from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, n_committed, read_checkpoint, write_commit,
+                         write_slot)
+from .errors import ArchiveError
+from .format import (HDF5_SIGNATURE, build_solver, dumps, iter_solvers, read_arrays, series_spec,
+                     write_arrays)
+from .superblock import FlagClearedFile, stored_eof, superblock_cleared
+
+_SHORT_TAIL_MAX = 64 << 20   # a short file missing more than this is a truncated copy
+_FLAG_RETRY_S = 1.0           # how long open() waits for a live writer's structure change
+
+
+# --------------------------------------------------------------------------------------
+# Reading, never modifying
+# --------------------------------------------------------------------------------------
+
+def check_signature(path: str) -> bytes:
+    """Read the first bytes; raise a clear ArchiveError unless it looks like HDF5."""
+    if not os.path.exists(path):
+        raise ArchiveError(f"{path}: no such archive")
+    if os.path.isdir(path):
+        raise ArchiveError(f"{path}: is a directory, not an archive")
+    try:
+        with io.open(path, "rb") as fh:
+            head = fh.read(48)
+    except OSError as exc:
+        raise ArchiveError(f"{path}: cannot be read ({exc})") from exc
+    if head[:8] != HDF5_SIGNATURE:
+        raise ArchiveError(f"{path}: not an HDF5 file (not a flowsim archive)")
+    return head
+
+
+def explain(path: str, exc: Exception) -> ArchiveError:
+    """Turn an h5py open failure into a readable ArchiveError."""
+    msg = str(exc)
+    if "truncated file" in msg:
+        return ArchiveError(f"{path}: truncated HDF5 file (incomplete copy?): {msg}")
+    return ArchiveError(f"{path}: cannot be opened as an HDF5 archive: {msg}")
+
+
+def open_h5_readonly(path: str) -> h5py.File:
+    """Open ``path`` read-only, coping with live and killed writers; never modifies it.
+
+    Order: plain read (clean files); SWMR read (writers live/killed in SWMR mode); if
+    the flags say "open for plain write", wait briefly (a live writer's structure
+    change takes milliseconds), then read through the flag-clearing file object.
+    """
+    check_signature(path)
+    # A plain open first: for a cleanly closed file it also checks the end-of-file
+    # address (SWMR read skips that check, so it would accept a truncated copy).
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError as exc:
+        if "truncated file" in str(exc):
+            return _open_short(path, exc)
+        if "already open for write" not in str(exc):
+            raise explain(path, exc) from exc
+    deadline = time.monotonic() + _FLAG_RETRY_S
+    while True:
+        try:
+            return h5py.File(path, "r", swmr=True, locking=False)
+        except OSError as exc:
+            msg = str(exc)
+            if "not already open for SWMR" in msg or "already open for write" in msg:
+                if time.monotonic() < deadline:
+                    time.sleep(0.02)
+                    continue
+                return _open_flag_cleared(path, exc)
+            if "SWMR" in msg or "superblock" in msg.lower():
+                # e.g. an older-format file SWMR cannot read: try a plain open.
+                try:
+                    return h5py.File(path, "r", locking=False)
+                except OSError as exc2:
+                    raise explain(path, exc2) from exc2
+            raise explain(path, exc) from exc
+
+
+def _open_short(path: str, cause: Exception) -> h5py.File:
+    """Read a file shorter than its superblock says: a writer whose last writes failed
+    (disk full, file-size limit). Refused (as truncated) unless it is one of ours and the
+    missing tail is small, i.e. only the failed writes are missing."""
+    with io.open(path, "rb") as fh:
+        head = fh.read(48)
+        real = fh.seek(0, io.SEEK_END)
+    eof = stored_eof(head)
+    # Only a file whose writer never closed it (status flags still set) is read this way: a
+    # short copy of a closed file is truncated, and its missing tail may hold committed rows.
+    if eof is None or eof <= real or eof - real > _SHORT_TAIL_MAX or head[11] == 0:
+        raise explain(path, cause)
+    fobj = FlagClearedFile(path, superblock_cleared(head) or head, size=eof)
+    try:
+        f = h5py.File(fobj, "r", locking=False)
+    except OSError as exc:
+        fobj.close()
+        raise explain(path, exc) from exc
+    if "flowsim_version" not in f.attrs:
+        f.close()
+        raise explain(path, cause)
+    warnings.warn(f"{path}: the last {eof - real} bytes were never written (disk full or a file-size "
+                  "limit?); reading the checkpoints committed before that")
+    return f
+
+
+def _open_flag_cleared(path: str, cause: Exception) -> h5py.File:
+    """Read a file whose superblock says "open for write" (writer killed in plain mode)."""
+    with io.open(path, "rb") as fh:
+        patched = superblock_cleared(fh.read(48))
+    if patched is None:
+        raise explain(path, cause)
+    fobj = FlagClearedFile(path, patched)
+    try:
+        return h5py.File(fobj, "r", locking=False)
+    except OSError as exc:
+        fobj.close()
+        raise explain(path, exc) from exc
+
+
+def require_flowsim(path: str, f: h5py.File) -> None:
+    if "flowsim_version" not in f.attrs:
+        f.close()
+        raise ArchiveError(f"{path}: not a flowsim archive (HDF5 file without a "
+                           "flowsim_version attribute)")
+
+
+# --------------------------------------------------------------------------------------
+# Repair for resume()
+# --------------------------------------------------------------------------------------
+
+def truncate_to_commits(f: h5py.File) -> None:
+    """Drop series rows beyond the committed index (left by a kill mid-append)."""
+    for g in iter_solvers(f):
+        n = n_committed(g)
+        for name in ["t", "step", *series_spec(g)]:
+            if name in g and g[name].shape[0] > n:
+                g[name].resize(n, axis=0)
+
+
+def rebuild(path: str) -> None:
+    """Copy every committed row/checkpoint of ``path`` into a fresh file, then replace."""
+    tmp = path + ".rebuild"
+    src = open_h5_readonly(path)
+    try:
+        require_flowsim(path, src)
+        with h5py.File(tmp, "w", libver="latest", locking=False, track_order=True) as dst:
+            for k, v in src.attrs.items():
+                dst.attrs[k] = v
+            write_arrays(dst.create_group("data", track_order=True),
+                         read_arrays(src.get("data")))
+            runs = dst.create_group("runs", track_order=True)
+            for name, run in src["runs"].items():
+                try:
+                    _copy_run(run, runs, path)
+                except (OSError, KeyError, ValueError) as exc:
+                    warnings.warn(f"{path}: run {name!r} unreadable after a crash, dropped: {exc}")
+    finally:
+        src.close()
+    with io.open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _copy_run(run: h5py.Group, runs: h5py.Group, path: str) -> None:
+    g = runs.create_group(run.name.rsplit("/", 1)[-1], track_order=True)
+    for k, v in run.attrs.items():
+        g.attrs[k] = v
+    for name, child in run.items():
+        if name in ("init", "data"):
+            write_arrays(g.create_group(name, track_order=True), read_arrays(child))
+        elif isinstance(child, h5py.Group) and "series_spec" in child.attrs:
+            try:
+                _copy_solver(child, g, path)
+            except (OSError, KeyError, ValueError) as exc:
+                warnings.warn(f"{path}: solver {child.name} unreadable after a crash, "
+                              f"dropped: {exc}")
+
+
+def _copy_solver(src: h5py.Group, run: h5py.Group, path: str) -> None:
+    spec = series_spec(src)
+    discrete = bool(src.attrs.get("discrete", False))
+    g = run.create_group(src.name.rsplit("/", 1)[-1], track_order=True)
+    for k, v in src.attrs.items():
+        g.attrs[k] = v
+    build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, path)
+    n = n_committed(src)
+    names = ["t", *(["step"] if discrete else []), *spec]
+    for name in names:
+        g[name].resize(n, axis=0)
+        for lo in range(0, n, 256):  # blocks: weights series can be large
+            hi = min(n, lo + 256)
+            g[name][lo:hi] = src[name][lo:hi]
+    state = read_checkpoint(src)
+    if state is not None:
+        blob = dumps(state[1]).encode()
+        capacity = max(ATTRS_CAPACITY, src["checkpoint/_attrs_json"].shape[1])
+        cp = build_checkpoint(g, state[0], capacity)
+        write_slot(cp, n % 2, state[0], blob)
+        write_commit(cp, n % 2, n, len(blob))
+    if "analysis" in src:
+        src.file.copy(src["analysis"], g, name="analysis")
