@@ -8,19 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flowsim import scenario as sc
-from flowsim.scenario import (
+from flowsim.config import (
     ScenarioError,
     checkpoint_times,
-    find_scenario,
-    list_solvers,
     load_scenario,
     load_solver,
     loads_scenario,
-    scenarios_dir,
-    solvers_dir,
     to_toml,
 )
+from flowsim.config import schema as sc
+from flowsim.scenario import find_scenario, list_solvers, scenarios_dir, solvers_dir
 
 # A minimal valid scenario, as sections of raw TOML lines; cases patch it.
 BASE: dict[str, dict[str, str]] = {

@@ -11,9 +11,9 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowsim import scenario as sc
-from flowsim._schema import toml_key, toml_value
-from flowsim.scenario import ScenarioError, checkpoint_times, loads_scenario, to_toml
+from flowsim.config import ScenarioError, checkpoint_times, loads_scenario, to_toml
+from flowsim.config import schema as sc
+from flowsim.config.spec import toml_key, toml_value
 
 VALID = {
     "name": "prop",
