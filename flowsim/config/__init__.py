@@ -22,6 +22,7 @@ from .typed import (
     Frozen as Frozen,
     from_dict as from_dict,
     to_dict as to_dict,
+    table_class as table_class,
     Config as Config,
     Data as Data,
     Model as Model,

@@ -37,7 +37,7 @@ from ..integrate.registry import DISCRETE_KINDS, FLOW_KINDS
 from .times import checkpoint_times
 
 __all__ = [
-    "Frozen", "from_dict", "to_dict",
+    "Frozen", "from_dict", "to_dict", "table_class",
     "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset",
     "SphereSineData", "SingleReluData", "RandomLabelsData", "XorNoiseData",
     "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData",
@@ -453,8 +453,10 @@ def _union(hint: Any) -> tuple[Any, ...] | None:
     return None
 
 
-def _choose(classes: list[type], value: Mapping) -> type:
-    """The class of a table: by its `kind`, or (checkpoints) by the keys it has."""
+def table_class(union: Any, value: Mapping) -> type:
+    """The class of `union` (e.g. `Data`) that a resolved table stands for: chosen by its
+    `kind`, or (checkpoints) by the keys it has."""
+    classes = [o for o in typing.get_args(union) if dataclasses.is_dataclass(o)] or [union]
     if len(classes) == 1:
         return classes[0]
     if "kind" in value:
@@ -474,9 +476,8 @@ def from_dict(hint: Any, value: Any) -> Any:
     """
     options = _union(hint)
     if options is not None:
-        classes = [o for o in options if dataclasses.is_dataclass(o)]
-        if classes and isinstance(value, Mapping):
-            return from_dict(_choose(classes, value), value)
+        if isinstance(value, Mapping):
+            return from_dict(table_class(hint, value), value)
         if isinstance(value, list):
             return from_dict(next(o for o in options if typing.get_origin(o) is tuple), value)
         return value
