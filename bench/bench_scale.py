@@ -24,7 +24,7 @@ from flowsim import status
 from flowsim.descent import make_descent_integrator
 from flowsim.driver import _advance, _init_flow, _observe, _references, _stack, stack_problems
 from flowsim.flow import make_flow_integrator
-from flowsim.scenario import checkpoint_times
+from flowsim.config import checkpoint_times
 
 LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
 _lowerings = [0]

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 
 from bench_core import ROOT, Table, flow_run, fmt, pct, preset, ready, timed, publish  # noqa: E402
 from flowsim.build import build_run
-from flowsim.scenario import load_scenario
+from flowsim.config import load_scenario
 
 
 def main(argv=None) -> int:

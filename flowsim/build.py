@@ -261,7 +261,7 @@ def estimate_resources(config: dict, n: int, n_test: int, d: int, seeds: int) ->
         copies = max(copies, c * (2 if s.get("reference") else 1))
     data = (n + n_test) * (d + 1)
     memory = item * seeds * (copies * params + 4 * n * m + 2 * p * m + 3 * p * p + 2 * data)
-    from .scenario import checkpoint_times
+    from .config import checkpoint_times
 
     rows = len(checkpoint_times(config["run"])) + 1
     row = 0

@@ -27,8 +27,8 @@ def _input_errors():
     """The exception types that mean bad input (exit 2) rather than a bug (exit 1)."""
     from .archive import ArchiveError
     from .build import BuildError
+    from .config import ScenarioError
     from .data import DataError
-    from .scenario import ScenarioError
 
     return (ScenarioError, DataError, BuildError, ArchiveError, InputError)
 
@@ -156,9 +156,10 @@ def cmd_run(args) -> int:
         # is then honoured by all after the same checkpoint (Driver.should_stop below).
         _STOP.install()
     from .build import build_run, check_resources
+    from .config import load_scenario
     from .devices import SharedWriter, any_process, is_primary, on_primary
     from .driver import Driver
-    from .scenario import find_scenario, load_scenario
+    from .scenario import find_scenario
 
     if args.overwrite and args.resume:
         raise InputError("--overwrite and --resume exclude each other")

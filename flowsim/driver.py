@@ -27,12 +27,12 @@ from tqdm.auto import tqdm
 from . import __version__, status
 from .archive import ArchiveError, ArchiveWriter
 from .build import Built, data_seed, dataset_arrays
+from .config import RunSpec, Scenario, checkpoint_times
 from .descent import make_descent_integrator
 from .devices import is_primary, shard, to_host
 from .flow import make_flow_integrator
 from .observe import observe, reference, series_axes
 from .problem import Problem
-from .scenario import RunSpec, Scenario, checkpoint_times
 
 DISCRETE = frozenset({"gd", "momentum", "sgd"})
 STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals")

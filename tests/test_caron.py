@@ -18,7 +18,7 @@ import flowsim.archive as archive
 from flowsim.activations import activation
 from flowsim.analysis import pca, prune, transfer
 from flowsim.analysis.compare import match_times
-from flowsim.scenario import ScenarioError, loads_scenario
+from flowsim.config import ScenarioError, loads_scenario
 from tests.conftest import make_problem
 from tests.helpers import run_cli
 

@@ -12,9 +12,10 @@ import pytest
 from flowsim import archive, plots_chen
 from flowsim.activations import activation as act
 from flowsim.build import build_run
+from flowsim.config import ScenarioError, load_scenario, loads_scenario
 from flowsim.embedding import embed
 from flowsim.ntg import jacobian_ntg
-from flowsim.scenario import ScenarioError, load_scenario, loads_scenario, scenarios_dir
+from flowsim.scenario import scenarios_dir
 from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from flowsim.build import build_run
 from flowsim.cli import main
 from flowsim.losses import loss_fn
 from flowsim.observe import SERIES, observe
-from flowsim.scenario import OBSERVABLES
+from flowsim.config.schema import OBSERVABLES
 from flowsim.stability import gn_sharpness, lanczos_top, sharpness
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,7 @@ from flowsim import status
 from flowsim.descent import make_descent_integrator
 from flowsim.flow import make_flow_integrator
 from flowsim.ntg import jacobian_ntg
-from flowsim.scenario import load_solver
+from flowsim.config import load_solver
 
 ACTIVATIONS = ["relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"]
 

@@ -18,7 +18,7 @@ from flowsim import archive
 from flowsim.archive import ArchiveWriter
 from flowsim.build import build_run
 from flowsim.driver import STAT_KEYS, Driver, Interrupted
-from flowsim.scenario import load_scenario
+from flowsim.config import load_scenario
 from reliability.conftest import committed, set_args, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ _SHARDED = textwrap.dedent("""
     from flowsim.build import build_run
     from flowsim.devices import shard
     from flowsim.driver import Driver, _stack
-    from flowsim.scenario import load_scenario
+    from flowsim.config import load_scenario
 
     out, = sys.argv[1:]
     sc = load_scenario(%r, ["seeds=[0, 1, 2, 3]", "run.checkpoints={count=5}"])

@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from flowsim import scenario as sc
-from flowsim.scenario import (
+from flowsim.config import (
+    Config,
+    DescentPreset,
+    FlowPreset,
+    Preset,
     ScenarioError,
     checkpoint_times,
-    find_scenario,
-    list_solvers,
+    from_dict,
+    table_class,
     load_scenario,
     load_solver,
     loads_scenario,
-    scenarios_dir,
-    solvers_dir,
+    to_dict,
     to_toml,
 )
+from flowsim.config import schema as sc
+from flowsim.config import typed
+from flowsim.scenario import find_scenario, list_solvers, scenarios_dir, solvers_dir
 
 # A minimal valid scenario, as sections of raw TOML lines; cases patch it.
 BASE: dict[str, dict[str, str]] = {
@@ -463,3 +469,144 @@ def test_every_paper_experiment_has_a_quick_twin():
     quick = {n.removesuffix("-quick") for n in CATALOG if n.endswith("-quick")}
     papers = {n for n in CATALOG if n.startswith(("caron-", "chen-")) and not n.endswith("-quick")}
     assert quick == papers and len(papers) == 13
+
+
+# ---------------------------------------------------------------- typed configs
+
+def _same(a, b) -> bool:
+    """Equal, and equal as JSON text: key order included (the archive stores the text)."""
+    return a == b and json.dumps(a) == json.dumps(b)
+
+
+@pytest.mark.parametrize("name", CATALOG)
+def test_typed_round_trip_of_every_catalog_scenario(name):
+    s = load_scenario(scenarios_dir() / f"{name}.toml")
+    assert isinstance(s.settings, Config)
+    assert _same(to_dict(s.settings), s.resolved)
+    assert from_dict(Config, to_dict(s.settings)) == s.settings
+    # the resolved form, validated again, gives the same typed object
+    assert loads_scenario(to_toml(to_dict(s.settings))).settings == s.settings
+    for r in s.runs:
+        assert r.settings.sweep is None and _same(to_dict(r.settings), r.config)
+        assert r.settings.run.checkpoint_times().tolist() == checkpoint_times(r.config["run"]).tolist()
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in solvers_dir().glob("*.toml")))
+def test_typed_round_trip_of_every_preset(name):
+    resolved = load_solver(name)
+    preset = from_dict(Preset, resolved)
+    assert _same(to_dict(preset), resolved)
+    assert from_dict(Preset, load_solver(to_dict(preset))) == preset  # validated again, inline
+
+
+def test_typed_configs_are_frozen_and_hashable():
+    s = loads_scenario(render({"model.scaling": '{ kind = "asymmetric", gamma = 0.25 }'},
+                              '[sweep]\n"model.scaling" = [{ kind = "ntk" }, { kind = "finite", k = 3 }]\n'))
+    settings = s.settings
+    for obj in (settings, settings.model, settings.model.scaling, settings.run.solvers[0],
+                settings.run.checkpoints, settings.data, settings.sweep):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            obj.kind = "x"
+        hash(obj)
+    assert hash(s.runs[0].settings) == hash(s.runs[1].settings)  # one point, two seeds
+    assert isinstance(settings.run.observe, tuple) and isinstance(settings.seeds, tuple)
+    with pytest.raises(TypeError):
+        settings.sweep.axes["model.width"] = [1]
+    wider = dataclasses.replace(settings.model, width=80)
+    assert wider.width == 80 and to_dict(wider)["width"] == 80 and settings.model.width == 50
+    with pytest.raises(ValueError, match="not a kind of FlowPreset"):
+        dataclasses.replace(settings.run.solvers[0], kind="gd")
+
+
+@pytest.mark.parametrize("table, cls", [
+    ('kind = "sphere-sine"', typed.SphereSineData),
+    ('kind = "uci"\nname = "energy"', typed.UciData),
+    ('kind = "digits"', typed.DigitsData),
+    ('kind = "random-labels"', typed.RandomLabelsData),
+])
+def test_a_data_kind_gives_its_class(table, cls):
+    data = loads_scenario(render({"data": None}, f"[data]\n{table}\n")).settings.data
+    assert type(data) is cls and data.kind == cls.__dataclass_fields__["kind"].default
+
+
+def test_kinds_give_their_classes():
+    text = render({"model.scaling": '{ kind = "finite", k = 7 }', "run.checkpoints": "{ every = 2.0 }",
+                   "run.solvers": '["tsit5", "gd-lr1", "momentum", "sgd", '
+                                  '{ name = "mf", kind = "modified-flow", learning_rate = 0.5, '
+                                  'reference = "dopri8-tight" }]'})
+    st = loads_scenario(text).settings
+    assert type(st.model) is typed.ShallowModel and type(st.model.scaling) is typed.FiniteScaling
+    assert st.model.scaling.k == 7 and type(st.run.checkpoints) is typed.CheckpointEvery
+    kinds = {p.name: (type(p), p.kind) for p in st.run.solvers}
+    assert kinds == {"tsit5": (FlowPreset, "flow"), "gd-lr1": (DescentPreset, "gd"),
+                     "momentum": (DescentPreset, "momentum"), "sgd": (DescentPreset, "sgd"),
+                     "mf": (FlowPreset, "modified-flow")}
+    tsit5, _, momentum, sgd, mf = st.run.solvers
+    assert tsit5.learning_rate is None and tsit5.reference is None
+    assert momentum.beta == 0.9 and momentum.batch_size is None and sgd.batch_size == 64
+    assert mf.learning_rate == 0.5 and type(mf.reference) is FlowPreset
+    assert mf.reference.name == "dopri8-tight" and mf.reference.rtol == 1e-11
+    emb = loads_scenario(render({"model": None}, '[model]\nkind = "embedded"\nwidth = 6\n')).settings.model
+    assert type(emb) is typed.EmbeddedModel and emb.features is None
+    for text, cls in [("{ count = 4 }", typed.CheckpointCount), ("{ times = [1.0, 2.0] }", typed.CheckpointTimes)]:
+        assert type(loads_scenario(render({"run.checkpoints": text})).settings.run.checkpoints) is cls
+    assert st.analysis is None and st.plot is None and st.sweep is None
+
+
+def test_typed_classes_have_the_schema_keys():
+    """Every kind the schema accepts has a class with exactly that kind's keys."""
+    def keys(cls):
+        return {f.name for f in dataclasses.fields(cls)}
+
+    for spec, union in [(sc.DATA, typed.Data), (sc.SCALING, typed.Scaling), (sc.MODEL, typed.Model),
+                        (sc.SOLVER_INLINE, Preset)]:
+        for kind in spec.variants:
+            cls = table_class(union, {"kind": kind})
+            assert spec.keys_for(kind) <= keys(cls), (kind, cls)
+            # keys of a class shared by several kinds that this kind lacks default to None
+            extra = keys(cls) - spec.keys_for(kind)
+            assert all(cls.__dataclass_fields__[k].default is None for k in extra), (kind, extra)
+    for table in sc.CHECKPOINT_FORMS.values():
+        assert keys(table_class(typed.Checkpoints, dict.fromkeys(table.fields))) == set(table.fields)
+    assert keys(Config) == set(sc.SCENARIO.fields)
+    assert keys(typed.Run) == set(sc.RUN.fields)
+    assert keys(typed.Analysis) == set(sc.ANALYSIS.fields)
+
+
+def test_kinds_are_read_from_the_registries():
+    from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
+    from flowsim.losses import LOSSES
+    from flowsim.observe import SERIES
+
+    assert sc.SOLVER_KINDS == tuple(SOLVER_KINDS) == tuple(sc.SOLVER_FILE.variants)
+    assert sc.FLOW_METHODS == tuple(FLOW_METHODS) and sc.LOSSES == tuple(LOSSES)
+    assert set(sc.OBSERVABLES) == set(SERIES)
+    assert {k for cls in (FlowPreset, DescentPreset) for k in cls.KINDS} == set(SOLVER_KINDS)
+
+
+@pytest.mark.parametrize("patch, allowed", [
+    ({"model.activation": '"relux"'},
+     'one of "relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"'),
+    ({"loss.kind": '"mae"'}, 'one of "half-sse", "mse", "cross-entropy"'),
+    ({"run.observe": '["los"]'},
+     'one of "loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change", '
+     '"weight_change", "importance", "weights", "sharpness", "gn_sharpness", "hidden"'),
+    ({"run.solvers": '[{ name = "x", kind = "flo" }]'},
+     'one of "flow", "modified-flow", "gd", "momentum", "sgd"'),
+    ({"run.solvers": '[{ name = "x", kind = "flow", method = "rk4" }]'},
+     'one of "tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5"'),
+])
+def test_allowed_lists_keep_their_order(patch, allowed):
+    with pytest.raises(ScenarioError) as e:
+        loads_scenario(render(patch))
+    assert e.value.allowed == allowed
+
+
+def test_embedded_features_have_one_place_given_or_not():
+    # The default D is filled in after the other keys; a given D sits in the same place,
+    # so the typed form (one field order) gives either resolved table back exactly.
+    for model in ('kind = "embedded"\nembedding = "random-features"\nwidth = 6\n',
+                  'kind = "embedded"\nembedding = "random-features"\nfeatures = 9\nwidth = 6\n'):
+        s = loads_scenario(render({"model": None}, f"[model]\n{model}"))
+        assert list(s.resolved["model"])[-1] == "features"
+        assert _same(to_dict(s.settings), s.resolved)

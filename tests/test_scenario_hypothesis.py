@@ -11,9 +11,17 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flowsim import scenario as sc
-from flowsim._schema import toml_key, toml_value
-from flowsim.scenario import ScenarioError, checkpoint_times, loads_scenario, to_toml
+from flowsim.config import (
+    Config,
+    ScenarioError,
+    checkpoint_times,
+    from_dict,
+    loads_scenario,
+    to_dict,
+    to_toml,
+)
+from flowsim.config import schema as sc
+from flowsim.config.spec import toml_key, toml_value
 
 VALID = {
     "name": "prop",
@@ -185,6 +193,24 @@ def test_random_values_at_random_keys(edits):
         assert str(e).startswith("<string>: ")
         return
     check_consistent(s)
+
+
+@SETTINGS
+@given(edits=st.lists(st.sampled_from(KEYS).flatmap(_edit), min_size=1, max_size=3))
+def test_typed_round_trip_of_random_scenarios(edits):
+    """Whatever validation accepts, the typed form gives back exactly (key order included)."""
+    tree = json.loads(json.dumps(VALID))
+    for key, value in edits:
+        put(tree, key, value)
+    try:
+        s = loads_scenario(render(tree))
+    except ScenarioError:
+        return
+    assert json.dumps(to_dict(s.settings)) == json.dumps(s.resolved)
+    assert from_dict(Config, to_dict(s.settings)) == s.settings
+    hash(s.settings)
+    for r in s.runs:
+        assert json.dumps(to_dict(r.settings)) == json.dumps(r.config)
 
 
 @SETTINGS

@@ -20,20 +20,16 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
+from ..config.schema import ANALYSIS, ANALYSIS_TABLES
+from ..config.spec import Ctx
 from . import pca as _pca
 from . import prune as _prune
 from . import transfer as _transfer
 
-DEFAULTS = {
-    "prune": {"enabled": False, "points": 41, "importance": ["weight", "lambda"]},
-    "transfer": {"enabled": False, "k": [1, 2, 5, 10, 20, 50, 100, 200, 500], "hidden": 64,
-                 "steps": 5000, "learning_rate": 0.1, "importance": ["weight"],
-                 "standardize": True},
-    "pca": {"enabled": False, "points": 1000},
-}
 
 
 def _validation(dataset, problem):
@@ -182,14 +178,7 @@ def analyze_archive(path, *, only: list[str] | None = None,
 
 
 def resolve_analysis(raw, *, all_on: bool = False) -> dict:
-    """Fill defaults of an [analysis] table (bool shorthands allowed)."""
-    raw = raw or {}
-    out = {"solvers": list(raw.get("solvers", []))}
-    for name, default in DEFAULTS.items():
-        v = raw.get(name, all_on)
-        if isinstance(v, bool):
-            v = {"enabled": v}
-        out[name] = {**default, "enabled": True, **v}
-        if all_on and name == "transfer" and name not in raw:
-            out[name]["enabled"] = True
-    return out
+    """Fill defaults of an [analysis] table (bool shorthands allowed), as the scenario
+    schema does; with `all_on`, the analyses it leaves out are on."""
+    raw = {**({name: True for name in ANALYSIS_TABLES} if all_on else {}), **(raw or {})}
+    return ANALYSIS.check(raw, "analysis", Ctx(file="[analysis]", base_dir=Path.cwd()))

@@ -1,7 +1,7 @@
 """Declarative validation of TOML-shaped data: spec objects and the error they raise.
 
-This module knows nothing about flowsim's scenarios; `flowsim.scenario` builds its schema
-from the spec classes here.  Every spec has one job: take a raw TOML value, return its
+This module knows nothing about flowsim's scenarios; `flowsim.config.schema` builds its
+schema from the spec classes here.  Every spec has one job: take a raw TOML value, return its
 normalised form (defaults filled, ints widened to floats, paths made absolute), or raise a
 `ScenarioError` whose message names the file, the dotted key, the offending value and
 what is allowed.  Pure Python: no numpy, no jax.

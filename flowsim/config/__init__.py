@@ -1,0 +1,64 @@
+"""Scenario and solver files: schema and messages, ``--set`` and [sweep], typed configs.
+
+    spec       declarative validators and `ScenarioError` (the message contract)
+    schema     flowsim's scenario and solver-preset schema, reading the kind registries
+    overrides  ``--set KEY=VALUE``
+    sweep      expansion of a [sweep] into `RunSpec`s
+    times      checkpoint times of a [run] table
+    typed      frozen typed configs, `from_dict` / `to_dict`
+    files      TOML in (with messages) and out
+    load       `load_scenario`, `loads_scenario`, `load_solver`
+"""
+
+from .files import to_toml as to_toml
+from .load import Scenario as Scenario
+from .load import load_scenario as load_scenario
+from .load import load_solver as load_solver
+from .load import loads_scenario as loads_scenario
+from .spec import ScenarioError as ScenarioError
+from .sweep import RunSpec as RunSpec
+from .times import checkpoint_times as checkpoint_times
+from .typed import (
+    Frozen as Frozen,
+    from_dict as from_dict,
+    to_dict as to_dict,
+    table_class as table_class,
+    Config as Config,
+    Data as Data,
+    Model as Model,
+    Scaling as Scaling,
+    Checkpoints as Checkpoints,
+    Preset as Preset,
+    SphereSineData as SphereSineData,
+    SingleReluData as SingleReluData,
+    RandomLabelsData as RandomLabelsData,
+    XorNoiseData as XorNoiseData,
+    QuadraticTeacherData as QuadraticTeacherData,
+    UciData as UciData,
+    Split as Split,
+    DigitsData as DigitsData,
+    CsvData as CsvData,
+    NpzData as NpzData,
+    NtkScaling as NtkScaling,
+    AsymmetricScaling as AsymmetricScaling,
+    SingleScaling as SingleScaling,
+    FiniteScaling as FiniteScaling,
+    CustomScaling as CustomScaling,
+    MeanFieldScaling as MeanFieldScaling,
+    StandardScaling as StandardScaling,
+    ShallowModel as ShallowModel,
+    EmbeddedModel as EmbeddedModel,
+    Loss as Loss,
+    CheckpointEvery as CheckpointEvery,
+    CheckpointCount as CheckpointCount,
+    CheckpointTimes as CheckpointTimes,
+    FlowPreset as FlowPreset,
+    DescentPreset as DescentPreset,
+    Run as Run,
+    Sweep as Sweep,
+    PruneAnalysis as PruneAnalysis,
+    TransferAnalysis as TransferAnalysis,
+    PcaAnalysis as PcaAnalysis,
+    Analysis as Analysis,
+    Plot as Plot,
+)

@@ -1,0 +1,80 @@
+"""Loading: a scenario file (plus ``--set`` overrides) into a `Scenario`, a preset into a dict.
+
+A `Scenario` holds the resolved form (every default filled in, solver presets inlined,
+relative paths made absolute), the same as a typed `Config`, and one `RunSpec` per sweep
+point and seed.  Every mistake in the input is a `ScenarioError`, raised before any
+computation, whose message names the file, the dotted key, the offending value and what
+is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .files import display, parse_toml, read_text
+from .overrides import apply_overrides
+from .schema import SCENARIO, load_preset, sweep_axes
+from .spec import Ctx
+from .sweep import RunSpec, expand, make_runs
+from .typed import Config, from_dict
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A validated scenario: its file, raw text, resolved form (`resolved`, a dict; the
+    same typed: `settings`) and runs (point-major)."""
+
+    path: str
+    text: str
+    resolved: dict
+    settings: Config
+    runs: list[RunSpec]
+
+
+def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | Path | None = None,
+                   overrides: Sequence[str] = ()) -> Scenario:
+    """Validate and resolve scenario TOML `text`.
+
+    `path` names the file in messages (and gives the default `name`, its stem); relative
+    paths in the scenario start at `base_dir`, by default the folder of `path` (or the
+    working folder for "<string>").  `overrides` are `--set` strings, applied before
+    validation.
+    """
+    if str(path) == "<string>":
+        abspath, shown, stem = "<string>", "<string>", "scenario"
+        base = Path(base_dir) if base_dir is not None else Path.cwd()
+    else:
+        p = Path(os.path.abspath(path))
+        abspath, shown, stem = str(p), display(p), p.stem
+        base = Path(base_dir) if base_dir is not None else p.parent
+    ctx = Ctx(file=shown, base_dir=Path(os.path.abspath(base)), stem=stem)
+    raw = parse_toml(text, shown)
+    raw, origins = apply_overrides(raw, overrides, ctx)
+    ctx = replace(ctx, origins=origins)
+    resolved = SCENARIO.check(raw, "", ctx)
+    points, sweep = expand(raw, resolved, ctx)
+    if sweep is not None:
+        resolved["sweep"] = sweep
+    runs = make_runs(points, resolved["seeds"], bool(sweep_axes(sweep)), ctx, sweep)
+    return Scenario(path=abspath, text=text, resolved=resolved,
+                    settings=from_dict(Config, resolved), runs=runs)
+
+
+def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
+    """Read, validate and resolve a scenario file (see `loads_scenario`)."""
+    p = Path(os.path.abspath(path))
+    text = read_text(p, display(p))
+    return loads_scenario(text, path=p, base_dir=p.parent, overrides=overrides)
+
+
+def load_solver(spec: str | dict, *, file: str = "<scenario>", key: str = "run.solvers") -> dict:
+    """A solver preset by name (``solvers/NAME.toml``) or inline (a table with `name`).
+
+    Returns the preset with every default filled, `name` first (typed:
+    ``from_dict(Preset, load_solver(...))``).  Errors in a preset file name that file;
+    errors in an inline table name `file` and `key`.
+    """
+    return load_preset(spec, key, Ctx(file=file, base_dir=Path.cwd()))
