@@ -8,7 +8,7 @@ scenario key and what is allowed.
 import jax
 import numpy as np
 
-from .data import Dataset, DataError, make_dataset
+from .data import DataError, Dataset, make_dataset
 from .integrate.registry import state_copies
 from .models import MODELS, BuildError, Built
 from .observe import OBSERVABLES

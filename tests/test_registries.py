@@ -142,7 +142,7 @@ def test_every_observable_is_stored_and_plotted(tmp_path, capsys, monkeypatch):
         (run,) = arch.runs.values()
         (view,) = run.solvers.values()
         assert view.status == "done"
-        for name, entry in OBSERVABLES.items():
+        for entry in OBSERVABLES.values():
             for series, axes in entry.series.items():
                 assert series in view, series
                 assert np.asarray(view[series]).ndim == 1 + len(axes), series

@@ -11,7 +11,6 @@ from ..problem import Params as Params
 from .base import BuildError as BuildError
 from .base import Built as Built
 from .base import Model as Model
-from .base import dtype_of as dtype_of
 from .embedded import build_embedded
 from .shallow import ShallowNet as ShallowNet
 from .shallow import build_shallow

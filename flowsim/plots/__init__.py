@@ -29,8 +29,14 @@ from flowsim import archive as _archive
 
 from . import chen
 from .caron import caron_figures
-from .fig1 import (figure_fig1, figure_test, panel_eig_min, panel_loss, panel_ntg_change,
-                   panel_weight_change)
+from .fig1 import (
+    figure_fig1,
+    figure_test,
+    panel_eig_min,
+    panel_loss,
+    panel_ntg_change,
+    panel_weight_change,
+)
 from .labels import short_label
 from .reader import TOP_NODES, Trace, gather, safe_name, scenario_name
 

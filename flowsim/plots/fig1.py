@@ -20,8 +20,18 @@ from flowsim import theory
 
 from .labels import get_dotted
 from .reader import TOP_NODES, Trace
-from .style import (Style, draw, legends, not_recorded, one_per_point, quiet, seeds_note,
-                    set_time_axis, set_y_auto_log, with_series)
+from .style import (
+    Style,
+    draw,
+    legends,
+    not_recorded,
+    one_per_point,
+    quiet,
+    seeds_note,
+    set_time_axis,
+    set_y_auto_log,
+    with_series,
+)
 
 
 def _theory_gamma(params: dict) -> float | None:

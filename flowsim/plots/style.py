@@ -5,8 +5,8 @@ a ``×`` where a run ended early, and the two-column legend."""
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Callable, Iterable
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -31,7 +31,7 @@ class Style:
     line: dict[str, object]
 
     @classmethod
-    def of(cls, traces: list[Trace]) -> "Style":
+    def of(cls, traces: list[Trace]) -> Style:
         points = sorted({tr.point for tr in traces})
         colour = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(points)}
         line, used = {}, {"flow": 0, "discrete": 0, "modified-flow": 0}
