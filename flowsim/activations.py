@@ -1,4 +1,4 @@
-"""Activation functions by name, and their derivatives.
+"""Activation functions by name, declared once: `ACTIVATIONS` is the registry.
 
 Every activation is an elementwise JAX function. Derivatives come from `jax.jvp` with a
 unit tangent (elementwise, so one forward-mode pass), which keeps one source of truth for
@@ -6,30 +6,52 @@ each function: the closed-form NTG and the autodiff oracle cannot disagree about
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
 
+Elementwise = Callable[[jax.Array], jax.Array]
+
 LEAKY_RELU_SLOPE = 0.01
 
-ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
-    "relu": jax.nn.relu,
-    "leaky-relu": lambda z: jax.nn.leaky_relu(z, LEAKY_RELU_SLOPE),
-    "swish": jax.nn.swish,
-    "tanh": jnp.tanh,
-    "sigmoid": jax.nn.sigmoid,
-    "softplus": jax.nn.softplus,
-    "gelu": lambda z: jax.nn.gelu(z, approximate=False),
-    "identity": lambda z: z,
-}
 
-# Activations whose derivative is continuous; κ_n uses quadrature for these and the
-# arc-cosine closed form for relu.
-SMOOTH = frozenset({"swish", "tanh", "sigmoid", "softplus", "gelu", "identity"})
+def _derivative_of(sigma: Elementwise) -> Elementwise:
+    def sigma_prime(z: jax.Array) -> jax.Array:
+        return jax.jvp(sigma, (z,), (jnp.ones_like(z),))[1]
+
+    return sigma_prime
 
 
-def activation(name: str) -> Callable[[jax.Array], jax.Array]:
-    """The activation called `name`; raises `ValueError` listing the allowed names."""
+@dataclass(frozen=True)
+class Activation:
+    name: str
+    fn: Elementwise
+    # σ' continuous: κ_n uses Gauss–Hermite quadrature. The others are piecewise linear
+    # (relu, leaky-relu), whose κ_n has the arc-cosine closed form.
+    smooth: bool
+    derivative: Elementwise = field(init=False)   # elementwise σ' (σ'(0) = 0 for relu, as JAX defines it)
+
+    def __post_init__(self):
+        object.__setattr__(self, "derivative", _derivative_of(self.fn))
+
+
+ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
+    Activation("relu", jax.nn.relu, smooth=False),
+    Activation("leaky-relu", lambda z: jax.nn.leaky_relu(z, LEAKY_RELU_SLOPE), smooth=False),
+    Activation("swish", jax.nn.swish, smooth=True),
+    Activation("tanh", jnp.tanh, smooth=True),
+    Activation("sigmoid", jax.nn.sigmoid, smooth=True),
+    Activation("softplus", jax.nn.softplus, smooth=True),
+    Activation("gelu", lambda z: jax.nn.gelu(z, approximate=False), smooth=True),
+    Activation("identity", lambda z: z, smooth=True),
+)}
+
+# The names whose κ_n needs quadrature (flowsim.theory picks its method by this set).
+SMOOTH = frozenset(name for name, a in ACTIVATIONS.items() if a.smooth)
+
+
+def _entry(name: str) -> Activation:
     try:
         return ACTIVATIONS[name]
     except KeyError:
@@ -37,11 +59,11 @@ def activation(name: str) -> Callable[[jax.Array], jax.Array]:
         raise ValueError(f"unknown activation {name!r}; allowed: {allowed}") from None
 
 
-def derivative(name: str) -> Callable[[jax.Array], jax.Array]:
+def activation(name: str) -> Elementwise:
+    """The activation called `name`; raises `ValueError` listing the allowed names."""
+    return _entry(name).fn
+
+
+def derivative(name: str) -> Elementwise:
     """Elementwise σ' of the activation called `name` (σ'(0) = 0 for relu, as JAX defines it)."""
-    sigma = activation(name)
-
-    def sigma_prime(z: jax.Array) -> jax.Array:
-        return jax.jvp(sigma, (z,), (jnp.ones_like(z),))[1]
-
-    return sigma_prime
+    return _entry(name).derivative

@@ -5,76 +5,19 @@ before any archive is touched or any integration starts, with a `BuildError` tha
 scenario key and what is allowed.
 """
 
-from dataclasses import dataclass
-
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from . import theory
-from .data import Dataset, DataError, make_dataset
-from .models import Params, init_shallow
+from .data import DataError, Dataset, make_dataset
+from .integrate.registry import state_copies
+from .models import MODELS, BuildError, Built
+from .observe import OBSERVABLES
 from .precision import enable_x64
-from .problem import Problem
-from .scaling import output_scale
-
-
-class BuildError(ValueError):
-    """A run config that validates key by key but cannot be built (e.g. mismatched shapes)."""
-
-
-@dataclass(frozen=True)
-class Built:
-    problem: Problem
-    params: Params
-    dataset: Dataset
-    init: dict[str, np.ndarray]   # what the archive stores under /runs/<run>/init
-    key: jax.Array                # seeds the stochastic solvers (SGD batches)
-
-
-def dtype_of(config: dict):
-    return jnp.float32 if config["dtype"] == "float32" else jnp.float64
 
 
 def data_seed(config: dict, seed: int) -> int:
     """`data.seed` is an int shared by every run, or "run" to draw the data per seed."""
     return seed if config["data"]["seed"] == "run" else int(config["data"]["seed"])
-
-
-def _load_npz(path: str, key: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path) as f:
-            missing = [n for n in names if n not in f.files]
-            if missing:
-                raise BuildError(f"{path} (from `{key}`): missing array(s) {missing}; the file holds {f.files}")
-            return {n: np.asarray(f[n], dtype=np.float64) for n in names}
-    except (OSError, ValueError) as err:
-        if isinstance(err, BuildError):
-            raise
-        raise BuildError(f"{path} (from `{key}`): not a readable .npz file ({str(err)[:120]}); allowed: an "
-                         f".npz file (numpy.savez) holding {', '.join(names)}") from None
-
-
-def _scaling_params(cfg: dict, m: int) -> dict:
-    params = {k: v for k, v in cfg.items() if k in ("gamma", "alpha", "k")}
-    if cfg["kind"] == "custom":
-        lam = _load_npz(cfg["path"], "model.scaling.path", ("lam",))["lam"]
-        if lam.shape != (m,):
-            raise BuildError(f"{cfg['path']} (from `model.scaling.path`): `lam` has shape {lam.shape}; "
-                             f"allowed: a vector of length model.width = {m}")
-        params["lam"] = lam
-    return params
-
-
-def _init_weights(model: dict, d: int) -> dict[str, np.ndarray] | None:
-    if not model["init_path"]:
-        return None
-    w = _load_npz(model["init_path"], "model.init_path", ("W0", "a"))
-    m = model["width"]
-    if w["W0"].shape != (m, d) or w["a"].shape[0] != m:
-        raise BuildError(f"{model['init_path']} (from `model.init_path`): W0 has shape {w['W0'].shape} and a "
-                         f"{w['a'].shape}; allowed: W0 of shape (model.width, d) = ({m}, {d}) and a of length {m}")
-    return w
 
 
 def _check_compatible(config: dict, ds: Dataset) -> None:
@@ -116,45 +59,13 @@ def _dataset(config: dict, seed: int) -> Dataset:
         raise DataError(f"{text} (from `{key}`); allowed: {allowed}") from None
 
 
-def _kappa_n(X: np.ndarray, activation: str) -> float:
-    """κ_n for the theory overlays; NaN when the data overflow its computation (huge but
-    finite inputs): the run then records a numerical status instead of failing here."""
-    with np.errstate(all="ignore"):
-        try:
-            k = float(theory.kappa_n(X, activation))
-        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
-            return float("nan")
-    return k if np.isfinite(k) else float("nan")
-
-
 def build_run(config: dict, seed: int) -> Built:
-    """Data, network, loss and initial weights of one run."""
+    """Data, network, loss and initial weights of one run (the network by `model.kind`,
+    through `flowsim.models.MODELS`)."""
     enable_x64()   # every run, float32 ones too (int64 step counters, float64 times)
-    dtype = dtype_of(config)
     ds = _dataset(config, seed)
     _check_compatible(config, ds)
-    if config["model"]["kind"] == "embedded":  # Chen et al.'s models: flowsim/embedding.py
-        from .embedding import build_embedded
-
-        return build_embedded(config, ds, seed)
-    model = config["model"]
-    n, d = ds.X_train.shape
-    m = model["width"]
-    scaling = model["scaling"]
-    scale = output_scale(scaling["kind"], m, **_scaling_params(scaling, m))
-    model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
-    net, params = init_shallow(model_key, d=d, outputs=ds.y_train.shape[1], scale=scale,
-                               scaling_kind=scaling["kind"], activation_name=model["activation"],
-                               init_std=model["init_std"], train_output=model["output"] == "trained",
-                               zeroed=model["zeroed"], init_weights=_init_weights(model, d), dtype=dtype)
-    p = min(config["run"]["ntg_points"], n)
-    problem = Problem(net=net, X=jnp.asarray(ds.X_train, dtype), y=jnp.asarray(ds.y_train, dtype),
-                      X_test=jnp.asarray(ds.X_test, dtype), y_test=jnp.asarray(ds.y_test, dtype),
-                      rate=scale.rate, loss_kind=config["loss"]["kind"], ntg_points=p)
-    init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
-            "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model["activation"])),
-            "loss0": np.asarray(problem.loss(params))}
-    return Built(problem=problem, params=params, dataset=ds, init=init, key=solver_key)
+    return MODELS[config["model"]["kind"]].build(config, ds, seed)
 
 
 def dataset_arrays(ds: Dataset) -> dict[str, np.ndarray]:
@@ -169,11 +80,6 @@ def dataset_arrays(ds: Dataset) -> dict[str, np.ndarray]:
 # ---------------------------------------------------------------------------------------
 
 _GIB = float(1 << 30)
-# Copies of the parameter vector a solver keeps alive (stages, error estimate, state, the
-# host copy of a checkpoint); implicit methods add the Krylov basis of their GMRES.
-_STATE_COPIES = {"tsit5": 11, "dopri5": 11, "dopri8": 18, "heun": 6, "bosh3": 8, "euler": 5,
-                 "kvaerno5": 40}
-_DISCRETE_COPIES = {"gd": 4, "momentum": 5, "sgd": 4}
 _SYNTHETIC_SHAPE = ("n", "d")     # data kinds that state their size in the scenario
 
 
@@ -257,7 +163,7 @@ def estimate_resources(config: dict, n: int, n_test: int, d: int, seeds: int) ->
     solvers = config["run"]["solvers"]
     copies = 0
     for s in solvers:
-        c = _DISCRETE_COPIES.get(s["kind"]) or _STATE_COPIES.get(s.get("method", "tsit5"), 11)
+        c = state_copies(s)
         copies = max(copies, c * (2 if s.get("reference") else 1))
     data = (n + n_test) * (d + 1)
     memory = item * seeds * (copies * params + 4 * n * m + 2 * p * m + 3 * p * p + 2 * data)
@@ -266,8 +172,7 @@ def estimate_resources(config: dict, n: int, n_test: int, d: int, seeds: int) ->
     rows = len(checkpoint_times(config["run"])) + 1
     row = 0
     for name in config["run"]["observe"]:
-        row += {"weights": m * d, "ntg": p * p, "ntg_eig": p, "weight_change": m, "importance": m,
-                "hidden": 2 * m}.get(name, 2)
+        row += OBSERVABLES[name].row_size(m, p, d)
     disk = item * seeds * len(solvers) * (2 * rows * row + 2 * copies * params) + item * data
     return {"memory": float(memory), "disk": float(disk), "params": float(params), "copies": float(copies)}
 

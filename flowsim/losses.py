@@ -1,9 +1,11 @@
-"""Training losses. The loss kind sets the time scale of the flow, so it is always explicit.
+"""Training losses, declared once: `LOSSES` is the registry. The loss kind sets the time
+scale of the flow, so it is always explicit.
 
 All take predictions and targets of shape (n, k) (k = 1 for scalar regression).
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
@@ -26,16 +28,30 @@ def cross_entropy(pred: jax.Array, y: jax.Array) -> jax.Array:
     return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(pred, axis=-1), axis=-1))
 
 
-LOSSES: dict[str, LossFn] = {"half-sse": half_sse, "mse": mse, "cross-entropy": cross_entropy}
+@dataclass(frozen=True)
+class Loss:
+    name: str
+    fn: LossFn
+    # A sum over samples: a mini-batch of size B estimates it after scaling by n/B; the
+    # mean-type losses need no scaling.
+    sum_over_samples: bool
 
-# Losses that are sums over samples: a mini-batch of size B estimates them after scaling by
-# n/B; the mean-type losses need no scaling.
-SUM_OVER_SAMPLES = frozenset({"half-sse"})
+
+LOSSES: dict[str, Loss] = {loss.name: loss for loss in (
+    Loss("half-sse", half_sse, sum_over_samples=True),
+    Loss("mse", mse, sum_over_samples=False),
+    Loss("cross-entropy", cross_entropy, sum_over_samples=False),
+)}
 
 
-def loss_fn(kind: str) -> LossFn:
+def loss_entry(kind: str) -> Loss:
     """The loss called `kind`; raises `ValueError` listing the allowed kinds."""
     try:
         return LOSSES[kind]
     except KeyError:
         raise ValueError(f"unknown loss {kind!r}; allowed: {', '.join(LOSSES)}") from None
+
+
+def loss_fn(kind: str) -> LossFn:
+    """The loss function called `kind`; raises `ValueError` listing the allowed kinds."""
+    return loss_entry(kind).fn

@@ -1,4 +1,4 @@
-"""The generic NTG by autodiff — the oracle for the closed form in `models.ShallowNet.ntg`.
+"""The generic NTG by autodiff — the oracle for the closed form in `flowsim.models.ShallowNet.ntg`.
 
     Θ̂ = J Jᵀ,  J_i = ∂f(x_i)/∂θ flattened over every trainable parameter.
 
@@ -9,7 +9,8 @@ production path (the closed form is O(n² m) and forms no Jacobian).
 import jax
 import jax.numpy as jnp
 
-from .models import Params, ShallowNet
+from .models import ShallowNet
+from .problem import Params
 
 
 def jacobian_ntg(net: ShallowNet, params: Params, X: jax.Array) -> jax.Array:

@@ -1,16 +1,21 @@
-"""Observables: pure functions from (problem, params, reference) to named arrays.
+"""Observables, declared once: `OBSERVABLES` is the registry.
 
 A scenario's `run.observe` list picks observables; each observable yields one or more
-archive series. `Reference` holds what the feature-learning measures compare against
-(the initial weights and NTG), computed once per run.
+archive series. Validation, the disk estimate, the driver and the archive read the
+registry, so adding an observable is one entry here. `Reference` holds what the
+feature-learning measures compare against (the initial weights and NTG), computed once
+per run.
 """
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .models import Params
-from .problem import Problem
+from .problem import Params, Problem
 from .stability import gn_sharpness, sharpness
 
 
@@ -23,73 +28,100 @@ def reference(problem: Problem, params: Params) -> Reference:
     return Reference(W0=params["W"], ntg0=problem.ntg(params))
 
 
+class Snapshot:
+    """One checkpoint of one seed as the observables read it. The NTG is formed once at
+    trace time however many observables ask for it."""
+
+    def __init__(self, problem: Problem, params: Params, ref: Reference | None):
+        self.problem, self.params, self.ref = problem, params, ref
+
+    @functools.cached_property
+    def ntg(self) -> jax.Array:
+        return self.problem.ntg(self.params)
+
+
+@dataclass(frozen=True)
+class Observable:
+    name: str
+    series: dict[str, tuple[str, ...]]     # series it writes -> axis names of one checkpoint's value
+    row_size: Callable[[int, int, int], int]   # (m, p, d) -> values per checkpoint row (disk estimate)
+    fn: Callable[[Snapshot], dict[str, jax.Array]]
+
+
 def _accuracy(pred: jax.Array, y: jax.Array) -> jax.Array:
     if y.shape[-1] == 1:  # binary labels coded by sign
         return jnp.mean(jnp.sign(pred[:, 0]) == jnp.sign(y[:, 0]))
     return jnp.mean(jnp.argmax(pred, -1) == jnp.argmax(y, -1))
 
 
-# Observable name → the series it writes and the axis names of one checkpoint's value.
-SERIES: dict[str, dict[str, tuple[str, ...]]] = {
-    "loss": {"loss": ()},
-    "test_loss": {"test_loss": ()},
-    "accuracy": {"accuracy": ()},
-    "test_accuracy": {"test_accuracy": ()},
-    "ntg": {"ntg": ("point", "point_b")},
-    "ntg_eig": {"ntg_eig": ("eig",)},
-    "ntg_change": {"ntg_change_spectral": (), "ntg_change_frobenius": ()},
-    "weight_change": {"weight_change": ("node",)},
-    "importance": {"importance": ("node",)},
-    "weights": {"weights": ("node", "feature")},
-    # preactivations h_i(x) = w_i·x/√d at two probes: the first training and first test point
-    "hidden": {"hidden": ("node", "probe")},
+def _ntg_change(s: Snapshot) -> dict[str, jax.Array]:
+    delta = s.ntg - s.ref.ntg0
+    return {"ntg_change_spectral": jnp.max(jnp.abs(jnp.linalg.eigvalsh(delta))),
+            "ntg_change_frobenius": jnp.linalg.norm(delta)}
+
+
+def _hidden(s: Snapshot) -> dict[str, jax.Array]:
+    # Chen et al. Fig. 4 scatter (x₂ = a training point when no test set)
+    X, X_test, W = s.problem.X, s.problem.X_test, s.params["W"]
+    probes = jnp.concatenate([X[:1], X_test[:1] if X_test.shape[0] else X[1:2]])
+    return {"hidden": (probes @ W.T).T / jnp.sqrt(probes.shape[-1])}
+
+
+def _sharpness(s: Snapshot) -> dict[str, jax.Array]:
+    top, residual = sharpness(s.problem, s.params)
+    return {"sharpness": top, "sharpness_residual": residual}
+
+
+def _scalar_row(m: int, p: int, d: int) -> int:
+    return 2   # the estimate counts two values per scalar observable (an upper bound)
+
+
+# In the order validation lists them. The change measures (ntg_change, weight_change)
+# read the run's `Reference`.
+OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
+    Observable("loss", {"loss": ()}, _scalar_row,
+               lambda s: {"loss": s.problem.loss(s.params)}),
+    Observable("test_loss", {"test_loss": ()}, _scalar_row,
+               lambda s: {"test_loss": s.problem.test_loss(s.params)}),
+    Observable("accuracy", {"accuracy": ()}, _scalar_row,
+               lambda s: {"accuracy": _accuracy(s.problem.net(s.params, s.problem.X), s.problem.y)}),
+    Observable("test_accuracy", {"test_accuracy": ()}, _scalar_row,
+               lambda s: {"test_accuracy": _accuracy(s.problem.net(s.params, s.problem.X_test), s.problem.y_test)}),
+    Observable("ntg", {"ntg": ("point", "point_b")}, lambda m, p, d: p * p,
+               lambda s: {"ntg": s.ntg}),
+    # ascending: ntg_eig[..., 0] is eig_min
+    Observable("ntg_eig", {"ntg_eig": ("eig",)}, lambda m, p, d: p,
+               lambda s: {"ntg_eig": jnp.linalg.eigvalsh(s.ntg)}),
+    Observable("ntg_change", {"ntg_change_spectral": (), "ntg_change_frobenius": ()}, _scalar_row, _ntg_change),
+    Observable("weight_change", {"weight_change": ("node",)}, lambda m, p, d: m,
+               lambda s: {"weight_change": jnp.linalg.norm(s.params["W"] - s.ref.W0, axis=-1)}),
+    Observable("importance", {"importance": ("node",)}, lambda m, p, d: m,
+               lambda s: {"importance": s.problem.net.lam * jnp.sum(s.params["W"] ** 2, axis=-1)}),
+    Observable("weights", {"weights": ("node", "feature")}, lambda m, p, d: m * d,
+               lambda s: {"weights": s.params["W"]}),
     # rate·λ_max of the loss Hessian (Lanczos) and of its Gauss–Newton part: GD with step η
     # is linearly stable iff η·sharpness < 2 (flowsim/stability.py)
-    "sharpness": {"sharpness": (), "sharpness_residual": ()},
-    "gn_sharpness": {"gn_sharpness": ()},
-}
+    Observable("sharpness", {"sharpness": (), "sharpness_residual": ()}, _scalar_row, _sharpness),
+    Observable("gn_sharpness", {"gn_sharpness": ()}, _scalar_row,
+               lambda s: {"gn_sharpness": gn_sharpness(s.problem, s.params)}),
+    # preactivations h_i(x) = w_i·x/√d at two probes: the first training and first test point
+    Observable("hidden", {"hidden": ("node", "probe")}, lambda m, p, d: 2 * m, _hidden),
+)}
 
 
 def observe(problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...]) -> dict[str, jax.Array]:
-    """The series of the observables `names` at `params` (one checkpoint, one seed).
-    `ref` is needed only by the change measures (ntg_change, weight_change)."""
-    out: dict[str, jax.Array] = {}
+    """The series of the observables `names` at `params` (one checkpoint, one seed), in
+    the registry's order. `ref` is needed only by the change measures (ntg_change,
+    weight_change)."""
+    snapshot = Snapshot(problem, params, ref)
     want = set(names)
-    if "loss" in want:
-        out["loss"] = problem.loss(params)
-    if "test_loss" in want:
-        out["test_loss"] = problem.test_loss(params)
-    if "accuracy" in want:
-        out["accuracy"] = _accuracy(problem.net(params, problem.X), problem.y)
-    if "test_accuracy" in want:
-        out["test_accuracy"] = _accuracy(problem.net(params, problem.X_test), problem.y_test)
-    if want & {"ntg", "ntg_eig", "ntg_change"}:
-        theta = problem.ntg(params)
-        if "ntg" in want:
-            out["ntg"] = theta
-        if "ntg_eig" in want:
-            out["ntg_eig"] = jnp.linalg.eigvalsh(theta)  # ascending: ntg_eig[..., 0] is eig_min
-        if "ntg_change" in want:
-            delta = theta - ref.ntg0
-            out["ntg_change_spectral"] = jnp.max(jnp.abs(jnp.linalg.eigvalsh(delta)))
-            out["ntg_change_frobenius"] = jnp.linalg.norm(delta)
-    W = params["W"]
-    if "weight_change" in want:
-        out["weight_change"] = jnp.linalg.norm(W - ref.W0, axis=-1)
-    if "importance" in want:
-        out["importance"] = problem.net.lam * jnp.sum(W**2, axis=-1)
-    if "weights" in want:
-        out["weights"] = W
-    if "hidden" in want:  # Chen et al. Fig. 4 scatter (x₂ = a training point when no test set)
-        probes = jnp.concatenate([problem.X[:1], problem.X_test[:1] if problem.X_test.shape[0] else problem.X[1:2]])
-        out["hidden"] = (probes @ W.T).T / jnp.sqrt(probes.shape[-1])
-    if "sharpness" in want:
-        out["sharpness"], out["sharpness_residual"] = sharpness(problem, params)
-    if "gn_sharpness" in want:
-        out["gn_sharpness"] = gn_sharpness(problem, params)
+    out: dict[str, jax.Array] = {}
+    for name, obs in OBSERVABLES.items():
+        if name in want:
+            out |= obs.fn(snapshot)
     return out
 
 
 def series_axes(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     """Series name → axis names, for the observables `names`."""
-    return {s: axes for n in names for s, axes in SERIES[n].items()}
+    return {s: axes for n in names for s, axes in OBSERVABLES[n].series.items()}

@@ -1,19 +1,23 @@
 """The Problem: data, network and loss — everything a solver needs, nothing about stepping.
 
-Its trainable state is the params dict of `models.ShallowNet`. A Problem is an Equinox
-module of arrays, so a batch of them (one per seed) is a pytree with a leading axis and
-`eqx.filter_vmap` maps the whole simulation over seeds.
+Its trainable state `Params` is a plain dict of arrays (`{"W": (m, d)}`, plus `"a"` when
+the output layer is trained): the ODE state, the GD state and the checkpoint alike. The
+network is any module called as `net(params, X)` with a closed-form `ntg(params, X)`
+(`flowsim.models.ShallowNet`). A Problem is an Equinox module of arrays, so a batch of
+them (one per seed) is a pytree with a leading axis and `eqx.filter_vmap` maps the whole
+simulation over seeds.
 """
 
 import equinox as eqx
 import jax
 
-from .losses import SUM_OVER_SAMPLES, loss_fn
-from .models import Params, ShallowNet
+from .losses import loss_entry, loss_fn
+
+Params = dict[str, jax.Array]
 
 
 class Problem(eqx.Module):
-    net: ShallowNet
+    net: eqx.Module
     X: jax.Array              # (n, d) training inputs
     y: jax.Array              # (n, k) training targets
     X_test: jax.Array         # (n_test, d)
@@ -41,7 +45,7 @@ class Problem(eqx.Module):
     def batch_loss(self, params: Params, idx: jax.Array) -> jax.Array:
         """Unbiased mini-batch estimate of the full loss on the rows `idx`."""
         value = self.loss(params, self.X[idx], self.y[idx])
-        if self.loss_kind in SUM_OVER_SAMPLES:
+        if loss_entry(self.loss_kind).sum_over_samples:
             value = value * (self.X.shape[0] / idx.shape[0])
         return value
 

@@ -35,8 +35,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from .losses import loss_fn
-from .models import Params
-from .problem import Problem, hessian_vector_product
+from .problem import Params, Problem, hessian_vector_product
 
 LANCZOS_STEPS = 32
 

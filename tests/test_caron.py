@@ -347,7 +347,7 @@ def test_single_relu_quick_generalisation(tmp_path):
 
 @pytest.mark.slow
 def test_lr_transfer_quick(tmp_path):
-    from flowsim.plots_caron import lr_transfer_table
+    from flowsim.plots.caron import lr_transfer_table
 
     with archive.open(_run_quick(tmp_path, "caron-lr-transfer-quick")) as a:
         table = lr_transfer_table(a)

@@ -1,5 +1,5 @@
 """Chen, Vanden-Eijnden & Bruna (ICLR 2022): embedded models, scalings, Gram overlay,
-scenarios and their claims (flowsim/embedding.py, flowsim/plots_chen.py)."""
+scenarios and their claims (flowsim/models/embedded.py, flowsim/plots/chen.py)."""
 
 import math
 from pathlib import Path
@@ -9,11 +9,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flowsim import archive, plots_chen
+from flowsim import archive
+from flowsim.plots import chen as plots_chen
 from flowsim.activations import activation as act
 from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, loads_scenario
-from flowsim.embedding import embed
+from flowsim.models.embedded import embed
 from flowsim.ntg import jacobian_ntg
 from flowsim.scenario import scenarios_dir
 from tests.helpers import run_cli

@@ -19,8 +19,7 @@ from flowsim.analysis import compare
 from flowsim.build import build_run
 from flowsim.cli import main
 from flowsim.losses import loss_fn
-from flowsim.observe import SERIES, observe
-from flowsim.config.schema import OBSERVABLES
+from flowsim.observe import OBSERVABLES, observe
 from flowsim.stability import gn_sharpness, lanczos_top, sharpness
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -288,7 +287,7 @@ def test_gn_sharpness_is_the_scaled_top_eigenvalue_of_the_full_ntg(loss, factor)
     values = jax.jit(lambda p: observe(problem, p, None, ("gn_sharpness",)))(p0)
     top = np.linalg.eigvalsh(np.asarray(problem.net.ntg(p0, problem.X)))[-1]
     assert abs(float(values["gn_sharpness"]) - problem.rate * factor * top) <= 1e-9 * problem.rate * factor * top
-    assert {"sharpness", "sharpness_residual"} == set(SERIES["sharpness"]) and "gn_sharpness" in OBSERVABLES
+    assert {"sharpness", "sharpness_residual"} == set(OBSERVABLES["sharpness"].series) and "gn_sharpness" in OBSERVABLES
 
 
 def test_lanczos_survives_an_early_invariant_subspace():

@@ -576,11 +576,11 @@ def test_typed_classes_have_the_schema_keys():
 def test_kinds_are_read_from_the_registries():
     from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
     from flowsim.losses import LOSSES
-    from flowsim.observe import SERIES
+    from flowsim.observe import OBSERVABLES
 
     assert sc.SOLVER_KINDS == tuple(SOLVER_KINDS) == tuple(sc.SOLVER_FILE.variants)
     assert sc.FLOW_METHODS == tuple(FLOW_METHODS) and sc.LOSSES == tuple(LOSSES)
-    assert set(sc.OBSERVABLES) == set(SERIES)
+    assert sc.OBSERVABLES == tuple(OBSERVABLES)
     assert {k for cls in (FlowPreset, DescentPreset) for k in cls.KINDS} == set(SOLVER_KINDS)
 
 

@@ -48,11 +48,10 @@ from pathlib import Path
 import numpy as np
 
 from flowsim import archive as _archive
+from flowsim.integrate.registry import DISCRETE_KINDS, FLOW_KINDS, SOLVER_KINDS
 
 CERTIFICATE_FACTOR = 2.0
 TIME_RTOL = 1e-9
-DISCRETE_KINDS = ("gd", "momentum", "sgd")
-FLOW_KINDS = ("flow", "modified-flow")
 GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap")
 CSV_COLUMNS = ("run", "label", "seed", "discrete", "discrete_kind", "eta", "flow", "flow_kind", "t", "step",
                *GAPS, "flow_error", "flow_loss_error", "unresolved", "eta_sharpness", "discrete_status")
@@ -447,7 +446,7 @@ def format_report(rep: Report) -> str:
 
 def ladder_text(lad: Ladder) -> str:
     what = "‖W_GD − W_flow‖" if lad.measure == "weight_gap" else "|L_GD − L_flow|"
-    kind = {"gd": "GD", "momentum": "momentum", "sgd": "SGD"}.get(lad.discrete_kind, lad.discrete_kind)
+    kind = SOLVER_KINDS[lad.discrete_kind].label   # ladders hold discrete kinds only
     target = f"flow `{lad.flow}`" if lad.flow_kind == "flow" else lad.flow
     if math.isfinite(lad.order):
         se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else " (two steps: no error estimate)"

@@ -5,6 +5,7 @@
 The trainable parameters are a plain dict `{"W": (m, d)}` (plus `"a": (m, k)` when the
 output layer is trained); everything fixed lives in the `ShallowNet` module. Keeping the
 trainable state a small dict makes it the ODE state, the GD state and the checkpoint alike.
+`build_shallow` is the builder of `model.kind = "shallow"`.
 """
 
 import math
@@ -14,10 +15,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .activations import activation, derivative
-from .scaling import OutputScale
-
-Params = dict[str, jax.Array]
+from .. import theory
+from ..activations import activation, derivative
+from ..data import Dataset
+from ..problem import Params, Problem
+from ..scaling import OutputScale, output_scale
+from .base import BuildError, Built, dtype_of
 
 
 class ShallowNet(eqx.Module):
@@ -101,3 +104,77 @@ def init_shallow(key: jax.Array, *, d: int, outputs: int, scale: OutputScale, sc
                      ref=dict(params) if zeroed else None, activation=activation_name,
                      train_output=train_output)
     return net, params
+
+
+# ---------------------------------------------------------------------------------------
+# The builder: run config and data -> Problem, initial weights, init record
+# ---------------------------------------------------------------------------------------
+
+def _load_npz(path: str, key: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path) as f:
+            missing = [n for n in names if n not in f.files]
+            if missing:
+                raise BuildError(f"{path} (from `{key}`): missing array(s) {missing}; the file holds {f.files}")
+            return {n: np.asarray(f[n], dtype=np.float64) for n in names}
+    except (OSError, ValueError) as err:
+        if isinstance(err, BuildError):
+            raise
+        raise BuildError(f"{path} (from `{key}`): not a readable .npz file ({str(err)[:120]}); allowed: an "
+                         f".npz file (numpy.savez) holding {', '.join(names)}") from None
+
+
+def _scaling_params(cfg: dict, m: int) -> dict:
+    params = {k: v for k, v in cfg.items() if k in ("gamma", "alpha", "k")}
+    if cfg["kind"] == "custom":
+        lam = _load_npz(cfg["path"], "model.scaling.path", ("lam",))["lam"]
+        if lam.shape != (m,):
+            raise BuildError(f"{cfg['path']} (from `model.scaling.path`): `lam` has shape {lam.shape}; "
+                             f"allowed: a vector of length model.width = {m}")
+        params["lam"] = lam
+    return params
+
+
+def _init_weights(model: dict, d: int) -> dict[str, np.ndarray] | None:
+    if not model["init_path"]:
+        return None
+    w = _load_npz(model["init_path"], "model.init_path", ("W0", "a"))
+    m = model["width"]
+    if w["W0"].shape != (m, d) or w["a"].shape[0] != m:
+        raise BuildError(f"{model['init_path']} (from `model.init_path`): W0 has shape {w['W0'].shape} and a "
+                         f"{w['a'].shape}; allowed: W0 of shape (model.width, d) = ({m}, {d}) and a of length {m}")
+    return w
+
+
+def _kappa_n(X: np.ndarray, activation: str) -> float:
+    """κ_n for the theory overlays; NaN when the data overflow its computation (huge but
+    finite inputs): the run then records a numerical status instead of failing here."""
+    with np.errstate(all="ignore"):
+        try:
+            k = float(theory.kappa_n(X, activation))
+        except (np.linalg.LinAlgError, ValueError, FloatingPointError):
+            return float("nan")
+    return k if np.isfinite(k) else float("nan")
+
+
+def build_shallow(config: dict, ds: Dataset, seed: int) -> Built:
+    """Network, loss and initial weights of one run of `model.kind = "shallow"`."""
+    dtype = dtype_of(config)
+    model = config["model"]
+    n, d = ds.X_train.shape
+    m = model["width"]
+    scaling = model["scaling"]
+    scale = output_scale(scaling["kind"], m, **_scaling_params(scaling, m))
+    model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
+    net, params = init_shallow(model_key, d=d, outputs=ds.y_train.shape[1], scale=scale,
+                               scaling_kind=scaling["kind"], activation_name=model["activation"],
+                               init_std=model["init_std"], train_output=model["output"] == "trained",
+                               zeroed=model["zeroed"], init_weights=_init_weights(model, d), dtype=dtype)
+    p = min(config["run"]["ntg_points"], n)
+    problem = Problem(net=net, X=jnp.asarray(ds.X_train, dtype), y=jnp.asarray(ds.y_train, dtype),
+                      X_test=jnp.asarray(ds.X_test, dtype), y_test=jnp.asarray(ds.y_test, dtype),
+                      rate=scale.rate, loss_kind=config["loss"]["kind"], ntg_points=p)
+    init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
+            "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model["activation"])),
+            "loss0": np.asarray(problem.loss(params))}
+    return Built(problem=problem, params=params, dataset=ds, init=init, key=solver_key)

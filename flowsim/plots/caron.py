@@ -11,7 +11,7 @@
 - ``lr-transfer``: final training loss vs step size, one curve per width, one panel per
   parameterisation; appendix N, Fig. S.18.
 
-Mean over seeds with a min–max band; one colour per node scaling, as in `flowsim.plots`.
+Mean over seeds with a min–max band; one colour per node scaling, as in the other figures.
 """
 
 from __future__ import annotations
@@ -22,19 +22,17 @@ from collections import defaultdict
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
+from flowsim.integrate.registry import DISCRETE_KINDS
 
-PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-           "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+from .labels import scaling_label, short_label
+from .reader import gather
+from .style import PALETTE, Style, draw, legends
+
 _IMP_STYLE = {"weight": "-", "lambda": "--"}
 _IMP_NAME = {"weight": "λ‖w‖² (as written)", "lambda": "λ‖a‖² (as run)"}
-
-
-def _label(params: dict, label: str) -> str:
-    from flowsim.plots import short_label
-
-    return short_label(params, label)
 
 
 def _mean_band(ax, x, ys, colour, ls="-", label=None):
@@ -53,7 +51,7 @@ def collect(arch) -> dict:
     for run in arch.runs.values():
         for sname, view in run.solvers.items():
             for name, res in view.analysis.items():
-                d = out[name].setdefault((run.point, sname), {"label": _label(run.params, run.label),
+                d = out[name].setdefault((run.point, sname), {"label": short_label(run.params, run.label),
                                                               "params": run.params, "results": []})
                 d["results"].append(res)
     return out
@@ -92,7 +90,6 @@ def figure_prune(groups: dict, name: str) -> Figure:
         if "risk" in key:
             ax.set_yscale("log")
     axes[0].legend(fontsize=8, loc="best", title="node scaling")
-    from matplotlib.lines import Line2D
     axes[1].legend([Line2D([], [], color="k", ls=s) for s in _IMP_STYLE.values()],
                    list(_IMP_NAME.values()), fontsize=8, title="importance", loc="best")
     fig.suptitle(f"{name}: pruning (Caron et al. §8.2)", fontsize=13)
@@ -147,25 +144,22 @@ def figure_pca(groups: dict, name: str) -> Figure:
 
 
 def figure_accuracy(arch, name: str) -> Figure | None:
-    from flowsim.plots import gather, _Style, _legends
-
     traces = gather(arch)
     if not any("test_accuracy" in tr.series for tr in traces):
         return None
     fig = Figure(figsize=(12, 5.5), layout="constrained", dpi=110)
     axes = fig.subplots(1, 2)
-    style = _Style.of(traces)
+    style = Style.of(traces)
     for ax, key, title in zip(axes, ("accuracy", "test_accuracy"), ("train accuracy", "test accuracy")):
         for tr in traces:
             if key in tr.series:
-                from flowsim.plots import _draw
-                _draw(ax, tr, tr.series[key], style)
+                draw(ax, tr, tr.series[key], style)
         ax.set_xscale("log")
         ax.set_xlabel("t (flow time; GD: step × η)")
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     fig.suptitle(f"{name}: accuracy through training", fontsize=13)
-    _legends(fig, traces, style, theory=False)
+    legends(fig, traces, style, theory=False)
     return fig
 
 
@@ -175,22 +169,13 @@ def lr_transfer_table(arch) -> dict:
     for run in arch.runs.values():
         p = run.params
         for sname, view in run.solvers.items():
-            if view.preset.get("kind") not in ("gd", "sgd", "momentum") or not view.n_checkpoints:
+            if view.preset.get("kind") not in DISCRETE_KINDS or not view.n_checkpoints:
                 continue
             loss = view["loss"]
             final = float(loss[-1]) if view.status == "done" else float("nan")
-            sc = p["model"]["scaling"]
-            key = ("standard" if sc["kind"] == "standard" else _label(p, f'model.scaling={json.dumps(sc)}'),
-                   int(p["model"]["width"]))
-            key = (_scaling_text(sc), int(p["model"]["width"]))
+            key = (scaling_label(p["model"]["scaling"]), int(p["model"]["width"]))
             table[key][float(view.preset["learning_rate"])].append(final)
     return table
-
-
-def _scaling_text(sc: dict) -> str:
-    from flowsim.plots import _scaling_label
-
-    return _scaling_label(sc)
 
 
 def is_lr_sweep(arch) -> bool:

@@ -5,7 +5,7 @@ Their model (eqs. 2-3, Table 1),
     f(x) = s_f Σ_i c_i σ(h_i(x)),   h_i(x) = s_h Σ_j W_ij φ_j(x),   c_i = ±ĉ fixed,
     dW/dt = −r ∇_W L,               L = ½ Σ_a (f(x_a) − y_a)²,
 
-is exactly `models.ShallowNet` (f = Σ_i c'_i a_i σ(w_i·u/√D)) applied to the fixed
+is exactly `shallow.ShallowNet` (f = Σ_i c'_i a_i σ(w_i·u/√D)) applied to the fixed
 embedded inputs u = φ̃(x) ∈ R^D, with a_i = ±1 (Rademacher) and c'_i = ĉ s_f. The three
 scalings of their Table 1:
 
@@ -51,12 +51,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import theory
-from .activations import activation as _activation
-from .activations import derivative as _derivative
-from .data import Dataset, quadratic_features
-from .models import ShallowNet, init_shallow
-from .scaling import OutputScale
+from .. import theory
+from ..activations import activation as _activation
+from ..activations import derivative as _derivative
+from ..data import Dataset, quadratic_features
+from ..problem import Problem
+from ..scaling import OutputScale
+from .base import Built, dtype_of
+from .shallow import ShallowNet, init_shallow
 
 # Separates the random-features stream from every other use of the run's seed.
 _FEATURE_SALT = 0x43_56_42  # "CVB"
@@ -123,11 +125,8 @@ def active_fraction(net: ShallowNet, params, U: jax.Array) -> float:
     return float(jnp.min(jnp.mean(_derivative(net.activation)(h) ** 2, axis=1)))
 
 
-def build_embedded(config: dict, ds: Dataset, seed: int):
-    """`build.build_run` for `model.kind = "embedded"`: data → φ̃(X), network, init record."""
-    from .build import Built, dtype_of  # build imports this module lazily: no cycle
-    from .problem import Problem
-
+def build_embedded(config: dict, ds: Dataset, seed: int) -> Built:
+    """The builder of `model.kind = "embedded"`: data → φ̃(X), network, init record."""
     dtype = dtype_of(config)
     model = config["model"]
     n, d = ds.X_train.shape

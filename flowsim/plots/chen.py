@@ -17,23 +17,25 @@ figure and the test read the same quantities.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
+from flowsim.integrate.registry import DISCRETE_KINDS
 from flowsim.theory import chen_loss_bound
+
+from .reader import safe_name
+from .style import PALETTE
 
 __all__ = ["figure_kind", "plot_archive", "read_runs", "fitted_rate", "exp1_summary",
            "exp2_summary", "exp3_summary", "ChenRun"]
 
 FIGURES = ("chen-exp1", "chen-exp2", "chen-exp3")
 RATE_FLOOR = 1e-12   # fit log L only where L > RATE_FLOOR · L_0 (below: round-off floor)
-_PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown",
-            "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
 _SCALING_NAMES = {"theirs": "P-3L NN (theirs)", "ntk": "P-3L NN (NTK)", "mean-field": "P-3L NN (MF)"}
 
 
@@ -187,7 +189,7 @@ def exp3_summary(runs: list[ChenRun]) -> dict[str, dict[str, dict[str, float]]]:
 def _line_style(kind: str, i: int) -> object:
     flow = ["-", (0, (8, 1.5))]
     disc = ["--", "-.", (0, (2, 1))]
-    styles = disc if kind in ("gd", "momentum", "sgd") else flow
+    styles = disc if kind in DISCRETE_KINDS else flow
     return styles[i % len(styles)]
 
 
@@ -196,7 +198,7 @@ def _styles(runs: list[ChenRun]) -> dict[str, object]:
     out = {}
     for s in _solver_names(runs):
         kind = next(r.solvers[s]["kind"] for r in runs if s in r.solvers)
-        fam = "d" if kind in ("gd", "momentum", "sgd") else "f"
+        fam = "d" if kind in DISCRETE_KINDS else "f"
         out[s] = _line_style(kind, seen.get(fam, 0))
         seen[fam] = seen.get(fam, 0) + 1
     return out
@@ -213,8 +215,6 @@ def _band(ax, t, ys: list[np.ndarray], colour, ls, label=None, lw=1.6):
 
 
 def _solver_legend(fig, styles: dict[str, object], runs: list[ChenRun], extra=()):
-    from matplotlib.lines import Line2D
-
     handles = []
     for s, ls in styles.items():
         status = sorted({r.solvers[s]["status"] for r in runs if s in r.solvers} - {"done"})
@@ -229,7 +229,7 @@ def _seeds(runs: list[ChenRun]) -> str:
 
 
 def _loss_overlay(ax, group: list[ChenRun], t: np.ndarray, colour) -> bool:
-    """Chen et al.'s rate L_0 exp(−r ĉ² λ_min(G) t) (flowsim/embedding.py) where λ_min(G) > 0."""
+    """Chen et al.'s rate L_0 exp(−r ĉ² λ_min(G) t) (flowsim/models/embedded.py) where λ_min(G) > 0."""
     r = group[0]
     lam, rr, c = (np.mean([g.scalar(k) for g in group]) for k in ("G_lambda_min", "chen_r", "c_hat"))
     if not (lam > 1e-10 and math.isfinite(rr)) or r.get("loss.kind") not in (None, "half-sse"):
@@ -245,8 +245,6 @@ def _loss_overlay(ax, group: list[ChenRun], t: np.ndarray, colour) -> bool:
 
 def figure_exp1(runs: list[ChenRun], name: str) -> Figure:
     """(a) training loss vs t per n, log y; (b) fitted rate of log L vs n, n = d marked."""
-    from matplotlib.lines import Line2D
-
     fig = Figure(figsize=(12, 5.2), layout="constrained", dpi=110)
     ax, bx = fig.subplots(1, 2)
     styles = _styles(runs)
@@ -254,7 +252,7 @@ def figure_exp1(runs: list[ChenRun], name: str) -> Figure:
     d = int(runs[0].get("data.d"))
     overlay = False
     for i, (pt, group) in enumerate(points.items()):
-        colour = _PALETTE[i % len(_PALETTE)]
+        colour = PALETTE[i % len(PALETTE)]
         n = int(group[0].get("data.n"))
         for s, ls in styles.items():
             g = [r for r in group if s in r.solvers]
@@ -294,8 +292,6 @@ def figure_exp1(runs: list[ChenRun], name: str) -> Figure:
 
 def figure_exp2(runs: list[ChenRun], name: str) -> Figure:
     """(a) final relative test error vs n, embedded vs plain; (b) its curves vs t (first solver)."""
-    from matplotlib.lines import Line2D
-
     fig = Figure(figsize=(12, 5.2), layout="constrained", dpi=110)
     ax, bx = fig.subplots(1, 2)
     styles = _styles(runs)
@@ -337,8 +333,6 @@ def figure_exp2(runs: list[ChenRun], name: str) -> Figure:
 def figure_exp3(runs: list[ChenRun], name: str) -> Figure:
     """Row 1 per scaling: loss (solid axis, left) and test error (right); row 2: the scatter
     of (h_i(x₁), h_i(x₂)) at the start (grey) and at the end (colour), first seed."""
-    from matplotlib.lines import Line2D
-
     points = _points(runs)
     fig = Figure(figsize=(4.3 * len(points), 8.6), layout="constrained", dpi=110)
     axes = fig.subplots(2, len(points), squeeze=False)
@@ -405,7 +399,7 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf"), name: str | None = No
     if not kind or not runs:
         return []
     fig = _FIGURE[kind](runs, name)
-    stem = re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "flowsim"
+    stem = safe_name(name)
     written = []
     for fmt in formats:
         target = out / f"{stem}-{kind.removeprefix('chen-')}.{fmt.lstrip('.')}"

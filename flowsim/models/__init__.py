@@ -1,0 +1,22 @@
+"""Model kinds, declared once: `MODELS` maps a scenario's `model.kind` to the builder that
+turns a run config and its data into a ready `Problem`, its initial weights and the init
+record the archive keeps.
+
+- ``shallow``: Caron et al.'s one-hidden-layer network with node scaling (`shallow.py`);
+- ``embedded``: Chen, Vanden-Eijnden & Bruna's models, a shallow net on fixed embedded
+  inputs φ(X) (`embedded.py`).
+"""
+
+from ..problem import Params as Params
+from .base import BuildError as BuildError
+from .base import Built as Built
+from .base import Model as Model
+from .embedded import build_embedded
+from .shallow import ShallowNet as ShallowNet
+from .shallow import build_shallow
+from .shallow import init_shallow as init_shallow
+
+MODELS: dict[str, Model] = {m.name: m for m in (
+    Model("shallow", build_shallow),
+    Model("embedded", build_embedded),
+)}

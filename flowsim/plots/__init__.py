@@ -1,0 +1,72 @@
+"""Figures drawn from a flowsim archive (DESIGN.md §5): matplotlib, Agg, no display.
+
+``plot_archive(path, out_dir)`` writes the scenario's figures and returns the files:
+
+- ``<name>-fig1.<fmt>``: the four panels of Caron et al. Fig. 1 -- (a) training loss,
+  (b) ``‖w_tj − w_0j‖`` of the largest movers, (c) ``‖Θ̂_t − Θ̂_0‖₂``, (d) ``eig_min Θ̂_t``;
+- ``<name>-test.<fmt>`` when ``test_loss`` is recorded: train and test loss;
+- Caron et al.'s pruning, transfer, PCA, accuracy and learning-rate figures where the
+  archive holds them (`caron.py`); a scenario with ``[plot] figure = "chen-exp…"`` gets
+  Chen et al.'s layouts instead (`chen.py`).
+
+Styling (`style.py`): one colour per sweep point, one line style per solver (flow solid,
+discrete dashed, modified flow dotted), mean over seeds with a min–max band over seeds, a
+``×`` where a run ended early (any status but done, `reader.EARLY_END`; the status is
+noted in the solver legend).
+
+The pieces are small and public for reuse and tests: :func:`gather` reads an archive
+into :class:`Trace` objects (one per sweep point and solver, seeds stacked),
+:func:`figure_fig1` / :func:`figure_test` build ``matplotlib.figure.Figure`` objects,
+one ``panel_*`` function draws each panel.  No pyplot: figures are plain ``Figure``
+objects rendered by the Agg canvas, so nothing global is touched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from flowsim import archive as _archive
+
+from . import chen
+from .caron import caron_figures
+from .fig1 import (
+    figure_fig1,
+    figure_test,
+    panel_eig_min,
+    panel_loss,
+    panel_ntg_change,
+    panel_weight_change,
+)
+from .labels import short_label
+from .reader import TOP_NODES, Trace, gather, safe_name, scenario_name
+
+__all__ = ["plot_archive", "short_label", "gather", "Trace", "figure_fig1", "figure_test",
+           "panel_loss", "panel_weight_change", "panel_ntg_change", "panel_eig_min",
+           "TOP_NODES"]
+
+
+def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
+    """Draw the scenario's figures from the archive at ``path`` into ``out_dir``.
+
+    Writes ``<name>-fig1.<fmt>`` (and ``<name>-test.<fmt>`` when test loss is recorded)
+    for each format; returns the paths written.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with _archive.open(path) as arch:
+        name = scenario_name(arch, path)
+        kind = chen.figure_kind(arch)
+        traces = [] if kind else gather(arch)
+    if kind:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
+        return chen.plot_archive(path, out, formats=formats, name=name)
+    figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name)}
+    figures.update(caron_figures(path, name))   # pruning, transfer, PCA, lr transfer
+    written = []
+    for tag, fig in figures.items():
+        if fig is None:
+            continue
+        for fmt in formats:
+            target = out / f"{safe_name(name)}-{tag}.{fmt.lstrip('.')}"
+            fig.savefig(target, dpi=150 if fmt == "png" else None)
+            written.append(target)
+    return written

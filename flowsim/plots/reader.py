@@ -1,0 +1,156 @@
+"""An archive read for figures: one `Trace` per sweep point and solver, seeds stacked."""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from flowsim import archive as _archive
+from flowsim import status
+
+from .labels import short_label
+
+TOP_NODES = 5                    # panel (b): the nodes that moved most, per seed
+# Statuses of a run that stopped before its end time (all but running and done).
+EARLY_END = tuple(s for s in status.NAMES if s not in (status.name(status.RUNNING), status.name(status.DONE)))
+
+
+@dataclass
+class Trace:
+    """One sweep point × one solver, every seed stacked along axis 0 (NaN-padded)."""
+
+    point: int
+    solver: str
+    label: str                     # the short point label
+    params: dict
+    preset: dict
+    t: np.ndarray                  # (k,) the longest seed's checkpoint times
+    seeds: list[int] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    series: dict[str, np.ndarray] = field(default_factory=dict)   # name -> (seeds, k[, r])
+    init: dict[str, np.ndarray] = field(default_factory=dict)     # scalar inits, seed-mean
+
+    @property
+    def kind(self) -> str:
+        return str(self.preset.get("kind", "flow"))
+
+    @property
+    def early_ends(self) -> list[tuple[int, str]]:
+        """(seed index, status) of the seeds that ended early."""
+        return [(i, s) for i, s in enumerate(self.statuses) if s in EARLY_END]
+
+
+def _derived(view: _archive.SolverView) -> dict[str, np.ndarray]:
+    """The per-seed quantities the figures need, each with time first."""
+    names = set(view.series_names)
+    out: dict[str, np.ndarray] = {}
+    for name in ("loss", "test_loss", "accuracy", "test_accuracy"):
+        if name in names:
+            arr = np.asarray(view[name], dtype=float)
+            out[name] = arr.reshape(arr.shape[0], -1).mean(axis=1) if arr.ndim > 1 else arr
+    if "weight_change" in names:
+        wc = np.asarray(view["weight_change"], dtype=float)
+        if wc.shape[0]:
+            final = np.where(np.isfinite(wc[-1]), wc[-1], -np.inf)
+            top = np.argsort(final)[::-1][:TOP_NODES]
+            out["weight_change_top"] = wc[:, top]          # (k, r), largest final first
+    ntg = None
+    if "ntg_change_spectral" in names:
+        out["ntg_change"] = np.asarray(view["ntg_change_spectral"], dtype=float)
+    elif "ntg" in names:
+        ntg = np.asarray(view["ntg"], dtype=float)
+        out["ntg_change"] = _spectral_change(ntg)
+    if "ntg_eig" in names:
+        out["eig_min"] = np.asarray(view["ntg_eig"], dtype=float)[:, 0]
+    elif "ntg" in names:
+        ntg = np.asarray(view["ntg"], dtype=float) if ntg is None else ntg
+        out["eig_min"] = np.array([_eig_min(m) for m in ntg])
+    return out
+
+
+def _spectral_change(ntg: np.ndarray) -> np.ndarray:
+    out = np.full(ntg.shape[0], np.nan)
+    for i, m in enumerate(ntg):
+        d = m - ntg[0]
+        if np.all(np.isfinite(d)):
+            out[i] = np.linalg.norm(d, ord=2)
+    return out
+
+
+def _eig_min(m: np.ndarray) -> float:
+    if not np.all(np.isfinite(m)):
+        return float("nan")
+    return float(np.linalg.eigvalsh(0.5 * (m + m.T))[0])
+
+
+def _stack(arrays: list[np.ndarray], ts: list[np.ndarray], t: np.ndarray) -> np.ndarray:
+    """Seeds stacked on the common times ``t`` (NaN past a seed's end)."""
+    rest = next((a.shape[1:] for a in arrays if a is not None), ())
+    out = np.full((len(arrays), t.size, *rest), np.nan)
+    for i, (a, ti) in enumerate(zip(arrays, ts)):
+        if a is None or not len(a):
+            continue
+        k = min(len(a), len(ti))
+        if k <= t.size and np.allclose(ti[:k], t[:k]):
+            out[i, :k] = a[:k]
+        else:                      # different checkpoint times: interpolate onto t
+            flat = a[:k].reshape(k, -1)
+            cols = [np.interp(t, ti[:k], c, left=np.nan, right=np.nan) for c in flat.T]
+            out[i] = np.stack(cols, axis=-1).reshape(t.size, *rest)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def gather(arch: _archive.Archive) -> list[Trace]:
+    """Read every run of an open archive into Traces sorted by (point, solver order)."""
+    groups: dict[tuple[int, str], list[tuple]] = {}
+    order: list[str] = []
+    meta: dict[int, tuple[str, dict]] = {}
+    for run in arch.runs.values():
+        meta.setdefault(run.point, (run.label, run.params))
+        init = run.init
+        scalars = {k: float(np.asarray(v)) for k, v in init.items()
+                   if np.ndim(v) == 0 and k in ("kappa_n", "loss0")}
+        for name, view in run.solvers.items():
+            if name not in order:
+                order.append(name)
+            groups.setdefault((run.point, name), []).append(
+                (run.seed, view.status, view.preset, np.asarray(view.t, float),
+                 _derived(view), scalars))
+    traces = []
+    for (point, name), items in sorted(groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
+        items.sort(key=lambda it: it[0])
+        ts = [it[3] for it in items]
+        t = max(ts, key=len)
+        names = sorted({n for it in items for n in it[4]})
+        label, params = meta[point]
+        inits = {k: float(np.mean([it[5][k] for it in items if k in it[5]]))
+                 for k in {k for it in items for k in it[5]}}
+        traces.append(Trace(
+            point=point, solver=name, label=short_label(params, label), params=params,
+            preset=items[0][2], t=t, seeds=[it[0] for it in items],
+            statuses=[it[1] for it in items], lengths=[len(x) for x in ts],
+            series={n: _stack([it[4].get(n) for it in items], ts, t) for n in names},
+            init=inits))
+    return traces
+
+
+def scenario_name(arch: _archive.Archive, path) -> str:
+    """The scenario's name (from the resolved scenario, a run, or the file name)."""
+    resolved = arch.attrs.get("scenario_resolved") or {}
+    if isinstance(resolved, dict) and resolved.get("name"):
+        return str(resolved["name"])
+    for run in arch.runs.values():
+        if run.params.get("name"):
+            return str(run.params["name"])
+    return Path(os.fspath(path)).stem
+
+
+def safe_name(name: str) -> str:
+    """A file-name stem from a scenario name."""
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "flowsim"

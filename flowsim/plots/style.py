@@ -1,0 +1,165 @@
+"""Shared look of the figures: one colour per sweep point, one line style per solver
+(flow solid, discrete dashed, modified flow dotted), mean over seeds with a min–max band,
+a ``×`` where a run ended early, and the two-column legend."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from .labels import is_discrete, solver_label
+from .reader import Trace
+
+PALETTE = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple",
+           "tab:brown", "tab:pink", "tab:gray", "tab:olive", "tab:cyan"]
+# Line styles per solver family; a second solver of the same family takes the next one.
+_STYLES = {"flow": ["-", (0, (8, 1.5)), (0, (12, 2, 2, 2))],
+           "discrete": ["--", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (2, 1))],
+           "modified-flow": [":", (0, (1, 3)), (0, (3, 1, 1, 1, 1, 1))]}
+_NOT_RECORDED = "not recorded"
+
+
+@dataclass
+class Style:
+    colour: dict[int, str]
+    line: dict[str, object]
+
+    @classmethod
+    def of(cls, traces: list[Trace]) -> Style:
+        points = sorted({tr.point for tr in traces})
+        colour = {p: PALETTE[i % len(PALETTE)] for i, p in enumerate(points)}
+        line, used = {}, {"flow": 0, "discrete": 0, "modified-flow": 0}
+        for tr in traces:
+            if tr.solver in line:
+                continue
+            fam = ("discrete" if is_discrete(tr.kind) else
+                   "modified-flow" if tr.kind == "modified-flow" else "flow")
+            styles = _STYLES[fam]
+            line[tr.solver] = styles[used[fam] % len(styles)]
+            used[fam] += 1
+        return cls(colour, line)
+
+
+def quiet(fn: Callable, *args, **kw):
+    """`fn(*args, **kw)` without numpy's RuntimeWarnings (all-NaN means over early ends)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return fn(*args, **kw)
+
+
+def draw(ax: Axes, tr: Trace, y: np.ndarray, style: Style, *, band: bool = True,
+         lw: float = 1.6, alpha: float = 1.0, mark: bool = True) -> None:
+    """Mean over the seeds that ran to the end, with a min–max band over them; each seed
+    that ended early is its own thin line ending in × (so no mean jumps where it stops)."""
+    colour, ls = style.colour[tr.point], style.line[tr.solver]
+    early = {i for i, _ in tr.early_ends}
+    full = [i for i in range(y.shape[0]) if i not in early]
+    if full:
+        yf = y[full]
+        ax.plot(tr.t, quiet(np.nanmean, yf, axis=0), color=colour, ls=ls, lw=lw, alpha=alpha)
+        if band and len(full) > 1:
+            lo, hi = quiet(np.nanmin, yf, axis=0), quiet(np.nanmax, yf, axis=0)
+            ax.fill_between(tr.t, lo, hi, color=colour, alpha=0.15 * alpha, lw=0)
+    for i in sorted(early):
+        ax.plot(tr.t, y[i], color=colour, ls=ls, lw=0.6 * lw, alpha=0.8 * alpha)
+        good = np.flatnonzero(np.isfinite(y[i]))
+        if mark and good.size:
+            j = good[-1]
+            ax.plot([tr.t[j]], [y[i, j]], marker="x", ms=9, mew=2.2, color=colour,
+                    ls="none", zorder=5, clip_on=False)
+
+
+def not_recorded(ax: Axes, what: str) -> None:
+    ax.text(0.5, 0.5, f"{what}\n{_NOT_RECORDED}", ha="center", va="center",
+            transform=ax.transAxes, color="0.45", fontsize=11, style="italic")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def set_time_axis(ax: Axes, traces: Iterable[Trace]) -> None:
+    """Symlog when the positive checkpoint times span three decades or more, else linear."""
+    ts = np.concatenate([tr.t for tr in traces] or [np.zeros(1)])
+    pos = ts[ts > 0]
+    if pos.size and pos.max() / pos.min() >= 1e3:
+        ax.set_xscale("symlog", linthresh=float(pos.min()), linscale=0.3)
+    ax.set_xlabel("t (flow time; GD step × η)")
+    if pos.size:
+        ax.set_xlim(0, float(pos.max()) * (1.15 if ax.get_xscale() == "symlog" else 1.0))
+
+
+def set_y_auto_log(ax: Axes, values: list[np.ndarray], decades: float = 2.0) -> None:
+    """Log y when the positive ``values`` span more than ``decades`` decades; the lower
+    limit then comes from ``values`` (callers pass the rows after t = 0, so a change
+    that is 0 or round-off at t = 0 does not stretch the axis)."""
+    flat = np.concatenate([v[np.isfinite(v)].ravel() for v in values] or [np.zeros(0)])
+    pos = flat[flat > 0]
+    if pos.size and pos.max() / pos.min() > 10 ** decades:
+        ax.set_yscale("log", nonpositive="mask")
+        ax.set_ylim(bottom=float(pos.min()) / 1.5)
+
+
+def with_series(traces: list[Trace], name: str) -> list[Trace]:
+    """The traces that hold some finite value of the series `name`."""
+    return [tr for tr in traces if name in tr.series and np.isfinite(tr.series[name]).any()]
+
+
+def one_per_point(traces: list[Trace]) -> list[Trace]:
+    seen, out = set(), []
+    for tr in traces:
+        if tr.point not in seen:
+            seen.add(tr.point)
+            out.append(tr)
+    return out
+
+
+def legends(fig: Figure, traces: list[Trace], style: Style, *, theory: bool) -> None:
+    """Colour legend (sweep points) and line-style legend (solvers, with early ends)."""
+    points = one_per_point(traces)
+    handles = [Line2D([], [], color=style.colour[tr.point], lw=2.5) for tr in points]
+    labels = [tr.label or f"point {tr.point}" for tr in points]
+    solvers: dict[str, list[Trace]] = {}
+    for tr in traces:
+        solvers.setdefault(tr.solver, []).append(tr)
+    s_handles, s_labels = [], []
+    for name, trs in solvers.items():
+        text = solver_label(name, trs[0].preset)
+        ends: dict[str, int] = {}
+        for tr in trs:
+            for _, status in tr.early_ends:
+                ends[status] = ends.get(status, 0) + 1
+        n_runs = sum(len(tr.statuses) for tr in trs)
+        if ends:
+            text += " — " + ", ".join(f"{s} in {n} of {n_runs} runs (×)" for s, n in ends.items())
+        s_handles.append(Line2D([], [], color="0.2", ls=style.line[name], lw=1.6,
+                                marker="x" if ends else None, ms=7, mew=2))
+        s_labels.append(text)
+    if theory:
+        s_handles.append(Line2D([], [], color="0.4", ls=":", lw=1.2))
+        s_labels.append(r"theory: $\gamma\kappa_n/4$ on (d), $L_0\,e^{-\gamma\kappa_n t/2}$ on (a)")
+    s_handles.append(Line2D([], [], color="0.6", lw=6, alpha=0.3))
+    s_labels.append("line: mean over seeds, band: min–max")
+    # One legend, two columns (points | solvers) with a bold header row each, so the two
+    # lists are top-aligned under the panels.
+    blank = Line2D([], [], ls="none")
+    rows = max(len(labels), len(s_labels))
+    col1 = [(blank, "sweep point")] + list(zip(handles, labels))
+    col2 = [(blank, "solver")] + list(zip(s_handles, s_labels))
+    col1 += [(blank, "")] * (rows + 1 - len(col1))
+    col2 += [(blank, "")] * (rows + 1 - len(col2))
+    h, lab = zip(*(col1 + col2))
+    leg = fig.legend(h, lab, loc="outside lower center", ncol=2, fontsize=9, frameon=False,
+                     columnspacing=4.0, handlelength=3.0)
+    for text in leg.get_texts():
+        if text.get_text() in ("sweep point", "solver"):
+            text.set_fontweight("bold")
+
+
+def seeds_note(traces: list[Trace]) -> str:
+    n = sorted({len(tr.seeds) for tr in traces})
+    return f"{n[-1]} seed{'s' if n[-1] != 1 else ''}" if len(n) == 1 else f"{n[0]}–{n[-1]} seeds"

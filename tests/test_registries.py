@@ -1,0 +1,173 @@
+"""Every entry of every registry is usable: each activation, loss, model kind, observable,
+solver kind and flow method is accepted by validation, estimated, run and stored or drawn.
+A name added to a registry is covered here without touching this file."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flowsim import archive, plots, theory
+from flowsim.activations import ACTIVATIONS
+from flowsim.build import build_run, estimate_resources
+from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS, state_copies
+from flowsim.losses import LOSSES
+from flowsim.models import MODELS, init_shallow
+from flowsim.observe import OBSERVABLES, observe, reference, series_axes
+from flowsim.problem import Problem
+from flowsim.scaling import output_scale
+from flowsim.scenario import load_scenario, loads_scenario, scenarios_dir
+
+QUICKSTART = scenarios_dir() / "quickstart.toml"
+# quickstart.toml at toy size: one sweep point, one seed, two checkpoints
+SMALL = ["data.n=6", "data.d=3", "data.n_test=4", "model.width=8", "seeds=[0]", "run.t_end=0.5",
+         "run.checkpoints={count=2}", 'run.solvers=["gd-lr0.1"]', "run.ntg_points=5",
+         'sweep={"model.scaling"=[{kind="asymmetric", gamma=0.5, alpha=0.7}]}']
+
+
+def small_problem(activation="swish", loss="half-sse", outputs=1, n=6, d=3, m=8, seed=0):
+    kx, ky, kn = jax.random.split(jax.random.PRNGKey(seed), 3)
+    X = jax.random.normal(kx, (n, d))
+    y = jax.nn.one_hot(jnp.arange(n) % outputs, outputs) if outputs > 1 else jax.random.normal(ky, (n, 1))
+    scale = output_scale("asymmetric", m, gamma=0.5, alpha=0.7)
+    net, params = init_shallow(kn, d=d, outputs=outputs, scale=scale, scaling_kind="asymmetric",
+                               activation_name=activation, init_std=1.0, train_output=False, zeroed=False)
+    problem = Problem(net=net, X=X, y=y, X_test=X[:2], y_test=y[:2], rate=scale.rate, loss_kind=loss,
+                      ntg_points=n)
+    return problem, params
+
+
+def estimate(cfg: dict) -> dict[str, float]:
+    return estimate_resources(cfg, 6, 4, 3, 1)
+
+
+# ------------------------------------------------------------------------ activations
+
+
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_every_activation_runs_a_flow_step_that_lowers_the_loss(name):
+    entry = ACTIVATIONS[name]
+    z = jnp.linspace(-2.0, 2.0, 9) + 0.05            # no kink of relu at a sample
+    assert np.allclose(entry.derivative(z), jax.vmap(jax.grad(entry.fn))(z), rtol=1e-12, atol=1e-14)
+    problem, params = small_problem(activation=name)
+    v = problem.velocity(params)
+    step = jax.tree.map(lambda w, dw: w + 1e-3 * dw, params, v)   # one explicit Euler step of the flow
+    before, after = float(problem.loss(params)), float(problem.loss(step))
+    assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(v))
+    assert after < before
+    # κ_n has a method for it (closed form for the piecewise-linear ones, quadrature otherwise)
+    assert math.isfinite(theory.kappa_n(np.asarray(problem.X), name))
+
+
+# ------------------------------------------------------------------------ losses
+
+
+@pytest.mark.parametrize("kind", list(LOSSES))
+def test_every_loss_gives_a_finite_value_and_gradient_and_an_unbiased_batch(kind):
+    problem, params = small_problem(loss=kind, outputs=2)
+    value = problem.loss(params)
+    grad = problem.grad(params)
+    assert bool(jnp.isfinite(value)) and all(bool(jnp.all(jnp.isfinite(g))) for g in jax.tree.leaves(grad))
+    idx = jnp.arange(3)
+    scale = problem.X.shape[0] / 3 if LOSSES[kind].sum_over_samples else 1.0
+    assert math.isclose(float(problem.batch_loss(params, idx)),
+                        scale * float(problem.loss(params, problem.X[idx], problem.y[idx])), rel_tol=1e-12)
+
+
+# ------------------------------------------------------------------------ models
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_every_model_kind_validates_and_builds(kind):
+    sc = loads_scenario(f"""
+seeds = [0]
+[data]
+kind = "sphere-sine"
+n = 6
+d = 3
+n_test = 2
+[model]
+kind = "{kind}"
+width = 8
+[run]
+t_end = 0.5
+solvers = ["gd-lr0.1"]
+observe = ["loss"]
+""")
+    r = sc.runs[0]
+    built = build_run(r.config, r.seed)
+    assert math.isclose(float(built.problem.loss(built.params)), float(built.init["loss0"]), rel_tol=1e-12)
+    assert built.problem.ntg(built.params).shape == (6, 6)
+
+
+# ------------------------------------------------------------------------ observables
+
+
+@pytest.mark.parametrize("name", list(OBSERVABLES))
+def test_every_observable_validates_is_estimated_and_observed(name):
+    cfg = load_scenario(QUICKSTART, [*SMALL, f'run.observe=["{name}"]']).runs[0].config
+    base = load_scenario(QUICKSTART, [*SMALL, "run.observe=[]"]).runs[0].config
+    entry = OBSERVABLES[name]
+    m, p, d = 8, 5, 3
+    rows = 2 + 1                                      # two checkpoints and t = 0
+    extra = estimate(cfg)["disk"] - estimate(base)["disk"]
+    assert extra == 8 * 1 * 1 * 2 * rows * entry.row_size(m, p, d)   # float64, 1 seed, 1 solver
+
+    built = build_run(cfg, 0)
+    out = observe(built.problem, built.params, reference(built.problem, built.params), (name,))
+    assert set(out) == set(entry.series) == set(series_axes((name,)))
+    for series, axes in entry.series.items():
+        assert out[series].ndim == len(axes), series
+        assert bool(jnp.all(jnp.isfinite(out[series]))), series
+    # the disk estimate is an upper bound on what one checkpoint row holds
+    assert sum(int(np.prod(v.shape)) for v in out.values()) <= entry.row_size(m, p, d)
+
+
+def test_every_observable_is_stored_and_plotted(tmp_path, capsys, monkeypatch):
+    """One in-process run observing everything: each series is in the archive with its
+    declared axes, and the figures draw."""
+    from flowsim import cli
+
+    monkeypatch.setenv("FLOWSIM_CACHE_DIR", "")   # leave this process's JAX config alone
+    out = tmp_path / "all.h5"
+    sets = [*SMALL, f"run.observe={json.dumps(list(OBSERVABLES))}"]
+    rc = cli.main(["run", str(QUICKSTART), "-o", str(out), "-q", *(a for s in sets for a in ("--set", s))])
+    assert rc == 0, capsys.readouterr().err[-3000:]
+    with archive.open(out) as arch:
+        (run,) = arch.runs.values()
+        (view,) = run.solvers.values()
+        assert view.status == "done"
+        for entry in OBSERVABLES.values():
+            for series, axes in entry.series.items():
+                assert series in view, series
+                assert np.asarray(view[series]).ndim == 1 + len(axes), series
+    files = plots.plot_archive(out, tmp_path / "figs", formats=("png",))
+    assert {f.name for f in files} >= {"quickstart-fig1.png", "quickstart-test.png"}
+
+
+# ------------------------------------------------------------------------ solvers
+
+
+def _presets():
+    for kind, entry in SOLVER_KINDS.items():
+        if entry.discrete:
+            extra = {"sgd": ", batch_size = 2"}.get(kind, "")
+            yield f'{{name = "x", kind = "{kind}", learning_rate = 0.1{extra}}}'
+        else:
+            eta = ", learning_rate = 0.1" if kind == "modified-flow" else ""
+            for method in FLOW_METHODS:
+                yield f'{{name = "x", kind = "{kind}", method = "{method}"{eta}}}'
+
+
+@pytest.mark.parametrize("preset", list(_presets()))
+def test_every_solver_kind_and_flow_method_validates_and_is_estimated(preset):
+    cfg = load_scenario(QUICKSTART, [*SMALL, f"run.solvers=[{preset}]"]).runs[0].config
+    (solver,) = cfg["run"]["solvers"]
+    est = estimate(cfg)
+    assert est["copies"] == state_copies(solver) > 0
+    assert est["memory"] > 0 and est["disk"] > 0
