@@ -1,6 +1,6 @@
 """Caron et al. analyses run on trained networks: pruning, transfer, PCA of features.
 
-A scenario asks for them in an ``[analysis]`` table (see `flowsim.scenario.ANALYSIS`)::
+A scenario asks for them in an ``[analysis]`` table (see `flowsim.config.schema.ANALYSIS`)::
 
     [analysis]
     prune = { points = 41, importance = ["weight", "lambda"] }     # or prune = true
