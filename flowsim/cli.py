@@ -125,7 +125,7 @@ def _check_output(args, out: Path) -> None:
 
 def _open_archive(args, scenario, out: Path, shard: str | None, resume_cmd: str):
     from .archive import ArchiveWriter
-    from .driver import provenance
+    from .provenance import provenance, warn_on_device_change
 
     try:
         if args.resume:
@@ -141,6 +141,8 @@ def _open_archive(args, scenario, out: Path, shard: str | None, resume_cmd: str)
         writer.close()
         raise InputError(f"{out} was written by a different scenario (or different --set values); "
                          "resume with the same scenario and overrides, or use --overwrite")
+    if args.resume:
+        warn_on_device_change(out)
     return writer
 
 

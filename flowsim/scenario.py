@@ -56,13 +56,19 @@ from flowsim._schema import (
     Table,
     Tagged,
     did_you_mean,
-    is_file,
     join,
     lookup,
     show,
     toml_key,
     toml_string,
     toml_value,
+)
+from flowsim.catalog import (
+    find_scenario,
+    list_scenarios,
+    list_solvers,
+    scenarios_dir,
+    solvers_dir,
 )
 
 __all__ = [
@@ -879,59 +885,6 @@ def load_solver(spec: str | dict, *, file: str = "<scenario>", key: str = "run.s
     name that file; errors in an inline table name `file` and `key`.
     """
     return _load_solver(spec, key, Ctx(file=file, base_dir=Path.cwd()))
-
-
-# ======================================================================================
-# Catalogs
-# ======================================================================================
-
-
-def solvers_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "solvers"
-
-
-def scenarios_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "scenarios"
-
-
-def _catalog(folder: Path) -> list[tuple[str, str]]:
-    """(name, description) of each TOML file in `folder`; unreadable files say so."""
-    out = []
-    for p in sorted(folder.glob("*.toml")):
-        try:
-            desc = _read_toml(p, _display(p)).get("description", "")
-            desc = desc if isinstance(desc, str) else show(desc)
-        except ScenarioError as e:
-            desc = f"(unreadable: {e})"
-        out.append((p.name[: -len(".toml")], desc))
-    return out
-
-
-def list_solvers() -> list[tuple[str, str]]:
-    """(name, description) of every preset in solvers/."""
-    return _catalog(solvers_dir())
-
-
-def list_scenarios() -> list[tuple[str, str]]:
-    """(name, description) of every scenario in scenarios/."""
-    return _catalog(scenarios_dir())
-
-
-def find_scenario(name_or_path: str) -> Path:
-    """An existing file, else the catalog entry ``scenarios/NAME.toml``."""
-    p = Path(name_or_path)
-    if is_file(p):
-        return p.resolve()
-    candidate = scenarios_dir() / f"{name_or_path}.toml"
-    if is_file(candidate):
-        return candidate
-    names = [n for n, _ in list_scenarios()]
-    allowed = ", ".join(names) if names else "(the catalog is empty)"
-    guess = did_you_mean(str(name_or_path), names)
-    mean = f"; did you mean {toml_string(guess)}?" if guess else ""
-    raise ScenarioError(f"{name_or_path}: no such scenario file, and no scenario of that name "
-                        f"in {scenarios_dir()}{mean} available: {allowed}",
-                        file=str(name_or_path), value=name_or_path, allowed=allowed)
 
 
 def to_toml(cfg: dict) -> str:
