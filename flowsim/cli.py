@@ -125,7 +125,7 @@ def _check_output(args, out: Path) -> None:
 
 def _open_archive(args, scenario, out: Path, shard: str | None, resume_cmd: str):
     from .archive import ArchiveWriter
-    from .driver import provenance
+    from .provenance import provenance, warn_on_device_change
 
     try:
         if args.resume:
@@ -141,6 +141,8 @@ def _open_archive(args, scenario, out: Path, shard: str | None, resume_cmd: str)
         writer.close()
         raise InputError(f"{out} was written by a different scenario (or different --set values); "
                          "resume with the same scenario and overrides, or use --overwrite")
+    if args.resume:
+        warn_on_device_change(out)
     return writer
 
 
@@ -159,7 +161,7 @@ def cmd_run(args) -> int:
     from .config import load_scenario
     from .devices import SharedWriter, any_process, is_primary, on_primary
     from .driver import Driver
-    from .scenario import find_scenario
+    from .config import find_scenario
 
     if args.overwrite and args.resume:
         raise InputError("--overwrite and --resume exclude each other")
@@ -245,7 +247,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .scenario import list_scenarios, list_solvers
+    from .config import list_scenarios, list_solvers
 
     width = shutil.get_terminal_size((120, 24)).columns
 

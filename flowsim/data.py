@@ -30,7 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+from .config.catalog import data_dir
+
+DATA_DIR = data_dir()
 
 # Target column of each shipped regression CSV (the one Caron et al. use), and columns that
 # are neither input nor target: energy.csv's second target Y2 must not leak into the inputs.

@@ -7,15 +7,11 @@ the archive with its full resumable state; a member that ends with a numerical s
 go on. Integrators know nothing of files; the archive knows nothing of JAX.
 """
 
-import importlib.metadata
 import json
-import platform
-import subprocess
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import NamedTuple
 
 import equinox as eqx
@@ -24,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from . import __version__, status
+from . import status
 from .archive import ArchiveError, ArchiveWriter
 from .build import Built, data_seed, dataset_arrays
 from .config import RunSpec, Scenario, checkpoint_times
@@ -36,51 +32,6 @@ from .problem import Problem
 
 DISCRETE = frozenset({"gd", "momentum", "sgd"})
 STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals")
-
-
-def provenance() -> dict:
-    """What a result needs to be traced: versions, commit, platform, device."""
-    import diffrax
-    import h5py
-
-    def commit() -> str:
-        try:
-            out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                                 text=True, timeout=5)
-            return out.stdout.strip() if out.returncode == 0 else ""
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    def dirty() -> str:
-        """"true" when the checkout that holds this package has uncommitted changes."""
-        try:
-            here = Path(__file__).resolve().parent
-            top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, capture_output=True,
-                                 text=True, timeout=5)
-            if top.returncode != 0 or Path(top.stdout.strip()).resolve() != here.parent:
-                return ""          # not our checkout (e.g. an installed copy inside some other repo)
-            out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
-                                 capture_output=True, text=True, timeout=5)
-            return "" if out.returncode else ("true" if out.stdout.strip() else "false")
-        except (OSError, subprocess.SubprocessError):
-            return ""
-
-    def version(name: str) -> str:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            return ""
-
-    dev = jax.devices()[0]
-    extra = {"git_dirty": dirty(), "lineax": version("lineax"), "optimistix": version("optimistix"),
-             "device_count": str(jax.device_count()), "process_count": str(jax.process_count()),
-             "processor": platform.processor() or platform.machine(),
-             "x64": str(bool(jax.config.jax_enable_x64)).lower()}
-    return {"flowsim": __version__, "git_commit": commit(), "jax": jax.__version__,
-            "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else "",
-            "equinox": eqx.__version__, "diffrax": diffrax.__version__, "numpy": np.__version__,
-            "h5py": h5py.__version__, "python": sys.version.split()[0], "platform": platform.platform(),
-            "device": f"{dev.platform}:{getattr(dev, 'device_kind', '')}"} | extra
 
 
 def _stack(trees):
