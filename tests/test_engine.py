@@ -9,12 +9,21 @@ import pytest
 from conftest import make_problem, rel_err
 
 from flowsim import status
-from flowsim.descent import make_descent_integrator
-from flowsim.flow import make_flow_integrator
+from flowsim.integrate.descent import make_descent_integrator as descent_integrator
+from flowsim.integrate.flow import make_flow_integrator as flow_integrator
 from flowsim.ntg import jacobian_ntg
 from flowsim.scenario import load_solver
 
 ACTIVATIONS = ["relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"]
+
+
+def make_flow_integrator(preset, **kw):
+    """The factories take resolved presets: fill the defaults as a scenario's would be."""
+    return flow_integrator(load_solver({"name": "test"} | preset), **kw)
+
+
+def make_descent_integrator(preset):
+    return descent_integrator(load_solver({"name": "test"} | preset))
 
 
 def flow_to(problem, params, times, preset):
