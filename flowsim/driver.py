@@ -117,7 +117,8 @@ class Driver:
                 for name, code in codes.items():
                     statuses[name][preset["name"]] = code
                 if self.hooks and is_primary():
-                    initial = to_host(batch.stack([b.params for b in built_runs]))
+                    # numpy, not `to_host`: that gathers across processes, and only this one is here
+                    initial = jax.tree.map(lambda *xs: np.stack(xs), *(b.params for b in built_runs))
                     for hook in self.hooks:
                         hook(self.writer, runs, built_runs, preset["name"], initial=initial, final=final,
                              report=self.report)
