@@ -25,10 +25,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
-from flowsim.integrate.registry import DISCRETE_KINDS
+from flowsim.config.typed import DescentPreset
 
 from .labels import scaling_label, short_label
-from .reader import gather
+from .reader import gather, run_config, scenario_config, solver_preset
 from .style import PALETTE, Style, draw, legends
 
 _IMP_STYLE = {"weight": "-", "lambda": "--"}
@@ -49,10 +49,11 @@ def collect(arch) -> dict:
     """name -> {(point, solver): {"label", "params", "results": [(arrays, attrs) per seed]}}."""
     out: dict = defaultdict(dict)
     for run in arch.runs.values():
+        config = run_config(run)
         for sname, view in run.solvers.items():
             for name, res in view.analysis.items():
-                d = out[name].setdefault((run.point, sname), {"label": short_label(run.params, run.label),
-                                                              "params": run.params, "results": []})
+                d = out[name].setdefault((run.point, sname), {"label": short_label(config, run.label),
+                                                              "params": config, "results": []})
                 d["results"].append(res)
     return out
 
@@ -167,21 +168,22 @@ def lr_transfer_table(arch) -> dict:
     """(scaling label, width) -> {learning_rate: [final loss per seed]} for a width×η sweep."""
     table: dict = defaultdict(lambda: defaultdict(list))
     for run in arch.runs.values():
-        p = run.params
+        model = run_config(run).model
         for sname, view in run.solvers.items():
-            if view.preset.get("kind") not in DISCRETE_KINDS or not view.n_checkpoints:
+            preset = solver_preset(view)
+            if not isinstance(preset, DescentPreset) or not view.n_checkpoints:
                 continue
             loss = view["loss"]
             final = float(loss[-1]) if view.status == "done" else float("nan")
-            key = (scaling_label(p["model"]["scaling"]), int(p["model"]["width"]))
-            table[key][float(view.preset["learning_rate"])].append(final)
+            key = (scaling_label(model.scaling), int(model.width))
+            table[key][float(preset.learning_rate)].append(final)
     return table
 
 
 def is_lr_sweep(arch) -> bool:
-    resolved = arch.attrs.get("scenario_resolved") or {}
-    sweep = resolved.get("sweep") or {}
-    return "model.width" in sweep and "run.solvers" in sweep
+    settings = scenario_config(arch)
+    sweep = settings.sweep if settings is not None else None
+    return sweep is not None and "model.width" in sweep.axes and "run.solvers" in sweep.axes
 
 
 def figure_lr_transfer(table: dict, name: str) -> Figure:
