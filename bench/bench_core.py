@@ -23,7 +23,6 @@ import argparse
 import math
 import sys
 import time
-import tomllib
 from pathlib import Path
 
 import equinox as eqx
@@ -33,13 +32,14 @@ import numpy as np
 
 from flowsim import status
 from flowsim.data import make_dataset
-from flowsim.descent import make_descent_integrator
-from flowsim.flow import make_flow_integrator
+from flowsim.integrate.descent import make_descent_integrator
+from flowsim.integrate.flow import make_flow_integrator
 from flowsim.models import init_shallow
 from flowsim.ntg import jacobian_ntg
 from flowsim.precision import enable_x64
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
+from flowsim.config import load_solver
 
 enable_x64()   # the benchmarks build Problems directly, not through build_run
 
@@ -62,9 +62,14 @@ def build(n: int, d: int, m: int, dtype=jnp.float64, seed: int = 0) -> tuple[Pro
     return problem, p0
 
 
-def preset(name: str) -> dict:
-    with open(ROOT / "solvers" / f"{name}.toml", "rb") as f:
-        return tomllib.load(f)
+def preset(spec: str | dict) -> dict:
+    """A resolved solver preset (every key of its kind filled in, as the integrator
+    factories take it): a file of solvers/ by name, or an inline table with a `name`."""
+    return load_solver(spec)
+
+
+def gd_preset(eta: float) -> dict:
+    return preset({"name": f"gd-lr{eta:g}", "kind": "gd", "learning_rate": eta})
 
 
 def ready(x):
@@ -130,7 +135,7 @@ def publish(text: str, name: str, quick: bool) -> None:
 
 def gd_run(problem, p0, t_end, segments, eta=1.0):
     """GD over `segments` equal compiled chunks; returns final state and per-segment times."""
-    integ = make_descent_integrator({"kind": "gd", "learning_rate": eta})
+    integ = make_descent_integrator(gd_preset(eta))
     advance = eqx.filter_jit(integ.advance)
     state0 = integ.init(problem, p0, jax.random.PRNGKey(0))
     seg_len = t_end / segments
@@ -174,7 +179,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
                 if code == status.DONE:
                     break
                 if code != status.MAX_STEPS or not chunk_steps:
-                    raise RuntimeError(f"flow {spec.get('method')} ended with status {code}")
+                    raise RuntimeError(f"flow {spec['method']} ended with status {code}")
                 if elapsed > budget_s:
                     break
             if elapsed > budget_s and k < segments:
@@ -328,7 +333,7 @@ def case_flops(cfg, tables, summary):
     for dtype, name in ((jnp.float64, "float64"), (jnp.float32, "float32")):
         print(f"[3] FLOP rates, {name}", flush=True)
         problem, p0 = build(n, d, m, dtype=dtype)
-        integ = make_descent_integrator({"kind": "gd", "learning_rate": 1.0})
+        integ = make_descent_integrator(gd_preset(1.0))
         advance = eqx.filter_jit(integ.advance)
         s0 = integ.init(problem, p0, jax.random.PRNGKey(0))
         X, W = problem.X, p0["W"]

@@ -19,11 +19,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import Table, build, fmt, interleaved_best, pct, preset, ready, timed, publish  # noqa: E402
-from flowsim import status
-from flowsim.descent import make_descent_integrator
-from flowsim.driver import _advance, _init_flow, _observe, _references, _stack, stack_problems
-from flowsim.flow import make_flow_integrator
+from bench_core import Table, build, fmt, gd_preset, interleaved_best, pct, preset, ready, timed, publish  # noqa: E402
+from flowsim import batch, status
+from flowsim.integrate.descent import make_descent_integrator
+from flowsim.integrate.flow import make_flow_integrator
 from flowsim.config import checkpoint_times
 
 LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -41,7 +40,7 @@ def flow_solve(problem, p0, t_end, spec=None):
 
 
 def gd_solve(problem, p0, t_end):
-    integ = make_descent_integrator({"kind": "gd", "learning_rate": 1.0})
+    integ = make_descent_integrator(gd_preset(1.0))
     adv = eqx.filter_jit(integ.advance)
     s0 = integ.init(problem, p0, jax.random.PRNGKey(0))
     return lambda: adv(problem, s0, jnp.asarray(t_end))
@@ -88,18 +87,18 @@ def case_observe(cfg, tables, summary):
     times = checkpoint_times(run_cfg)
     m = cfg["obs_m"]
     problem, p0 = build(100, 50, m)
-    problems, params = stack_problems([problem]), _stack([p0])
+    problems, params = batch.stack_problems([problem]), batch.stack([p0])
     integ = make_flow_integrator(preset("tsit5"))
-    refs = _references(problems, params)
-    state0 = _init_flow(integ, problems, params)
+    refs = batch.references(problems, params)
+    state0 = batch.init(integ, problems, params)
 
     def solve():
         s = state0
         for t in times:
-            s, _ = _advance(integ, problems, s, jnp.asarray([t]))
+            s, _ = batch.advance(integ, problems, s, jnp.asarray([t]))
         return s
 
-    obs = lambda: _observe(problems, params, refs, names)  # noqa: E731
+    obs = lambda: batch.observe(problems, params, refs, names)  # noqa: E731
     ready(solve())
     ready(obs())
     best_solve, best_obs = math.inf, math.inf
@@ -189,10 +188,10 @@ def case_seeds(cfg, tables, summary):
                 "programs lowered, batched / sequential", "steps per member"])
     for shared in (True, False):
         built = _seed_batch(m, shared)
-        problems, params = stack_problems([b[0] for b in built]), _stack([b[1] for b in built])
+        problems, params = batch.stack_problems([b[0] for b in built]), batch.stack([b[1] for b in built])
         _lowerings[0] = 0
-        state0 = _init_flow(integ, problems, params)
-        batched = lambda: _advance(integ, problems, state0, jnp.full((k,), t_end))  # noqa: E731
+        state0 = batch.init(integ, problems, params)
+        batched = lambda: batch.advance(integ, problems, state0, jnp.full((k,), t_end))  # noqa: E731
         ready(batched())
         compiles_batched = _lowerings[0]
         _lowerings[0] = 0

@@ -64,7 +64,7 @@ def main(argv=None) -> int:
     for name, (spec, tot, loss, state) in rows.items():
         counted = tot["vf_evals"] if spec["method"] != "kvaerno5" else "n/a (implicit)"
         horizon = f"{tot['t_reached']:.6g}" + (" (capped)" if tot["capped"] else "")
-        note = spec.get("description", "")
+        note = spec["description"]
         tb.add(name, horizon, f"{tot['steps']} ({tot['rejected']})", counted, f"{tot['wall']:.2f} s",
                f"{tot['wall'] / t_grad:.0f}", fmt(loss), note)
     summary = Table("Stiff ratios" + (" (--quick)" if args.quick else ""), ["what", "measured", "target", "met?"])

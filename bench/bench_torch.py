@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import Table, build, preset, ready, publish  # noqa: E402
-from flowsim.descent import make_descent_integrator
-from flowsim.driver import _advance, _init_descent, _init_flow, _observe, _references, _stack, stack_problems
-from flowsim.flow import make_flow_integrator
+from bench_core import Table, build, gd_preset, preset, ready, publish  # noqa: E402
+from flowsim import batch
+from flowsim.integrate.descent import make_descent_integrator
+from flowsim.integrate.flow import make_flow_integrator
 
 
 def torch_run(X, y, W0, coef, t_end, ckpts, threads):
@@ -85,26 +85,26 @@ def main(argv=None) -> int:
     X, y = np.asarray(problem.X), np.asarray(problem.y)
     coef = np.asarray(net.c) * np.asarray(net.a)[:, 0]
     names = ("loss", "ntg")
-    problems, params = stack_problems([problem]), _stack([p0])
-    refs = _references(problems, params)
+    problems, params = batch.stack_problems([problem]), batch.stack([p0])
+    refs = batch.references(problems, params)
 
-    gd = make_descent_integrator({"kind": "gd", "learning_rate": 1.0})
+    gd = make_descent_integrator(gd_preset(1.0))
     flow = make_flow_integrator(preset("tsit5"))
 
     def run_gd():
-        s = _init_descent(gd, problems, params, _stack([jax.random.PRNGKey(0)]))
+        s = batch.init(gd, problems, params, batch.stack([jax.random.PRNGKey(0)]))
         rows = []
         for k in ckpts:
-            s, _ = _advance(gd, problems, s, jnp.asarray([float(k)]))
-            rows.append(jax.device_get(_observe(problems, s.y, refs, names)))
+            s, _ = batch.advance(gd, problems, s, jnp.asarray([float(k)]))
+            rows.append(jax.device_get(batch.observe(problems, s.y, refs, names)))
         return s, rows
 
     def run_flow(ckpts=ckpts):
-        s = _init_flow(flow, problems, params)
+        s = batch.init(flow, problems, params)
         rows = []
         for k in ckpts:
-            s, _ = _advance(flow, problems, s, jnp.asarray([float(k)]))
-            rows.append(jax.device_get(_observe(problems, s.y, refs, names)))
+            s, _ = batch.advance(flow, problems, s, jnp.asarray([float(k)]))
+            rows.append(jax.device_get(batch.observe(problems, s.y, refs, names)))
         return s, rows
 
     ready(run_gd()), ready(run_flow())          # compile

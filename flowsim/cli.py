@@ -1,22 +1,22 @@
 """The `flowsim` command: run | merge | list | inspect | plot | compare | analyze.
 
+Argument parsing, messages and exit codes only: the work is done by library calls
+(`flowsim.session` for `run`).
+
 Exit status: 0 when every run finished (numerical statuses such as `diverged` included),
 2 for bad input (scenario, data, archive refused), 1 for an internal failure, 130 when
 interrupted (the archive then holds every finished checkpoint and `--resume` goes on).
 """
 
 import argparse
-import json
 import shutil
 import signal
 import sys
 from pathlib import Path
 
+from .session import InputError
+
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-
-
-class InputError(Exception):
-    """Bad input found by the command itself (not by the scenario loader)."""
 
 
 def _err(msg: str) -> None:
@@ -27,8 +27,8 @@ def _input_errors():
     """The exception types that mean bad input (exit 2) rather than a bug (exit 1)."""
     from .archive import ArchiveError
     from .build import BuildError
-    from .config import ScenarioError
     from .data import DataError
+    from .config import ScenarioError
 
     return (ScenarioError, DataError, BuildError, ArchiveError, InputError)
 
@@ -97,53 +97,6 @@ def _quiet_hdf5_unraisable(unraisable) -> None:
     sys.__unraisablehook__(unraisable)
 
 
-def _check_output_folder(out: Path) -> None:
-    """The archive's folder (or its nearest existing ancestor) must be a writable folder."""
-    import os
-
-    folder = out.parent if str(out.parent) else Path(".")
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    if probe.exists() and not probe.is_dir():
-        raise InputError(f"-o {out}: {probe} is a file, not a folder; allowed: an archive path in a "
-                         "writable folder")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(f"-o {out}: the folder {probe} is not writable; allowed: an archive path in a "
-                         "writable folder")
-    if out.exists() and out.is_dir():
-        raise InputError(f"-o {out}: is a folder; allowed: an archive file path such as {out / 'run.h5'}")
-
-
-def _check_output(args, out: Path) -> None:
-    if out.exists() and not (args.overwrite or args.resume):
-        raise InputError(f"{out} exists; pass --resume to continue it or --overwrite to replace it")
-    if args.resume and not out.exists():
-        raise InputError(f"{out} does not exist; nothing to resume (run without --resume)")
-    _check_output_folder(out)
-
-
-def _open_archive(args, scenario, out: Path, shard: str | None, resume_cmd: str):
-    from .archive import ArchiveWriter
-    from .driver import provenance
-
-    try:
-        if args.resume:
-            writer = ArchiveWriter.resume(out)
-        else:
-            writer = ArchiveWriter.create(out, scenario_text=scenario.text, resolved=scenario.resolved,
-                                          provenance=provenance() | ({"shard": shard} if shard else {}),
-                                          dtype=scenario.resolved["dtype"],
-                                          overwrite=args.overwrite)
-    except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
-        raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
-    if args.resume and writer.resolved != json.loads(json.dumps(scenario.resolved)):
-        writer.close()
-        raise InputError(f"{out} was written by a different scenario (or different --set values); "
-                         "resume with the same scenario and overrides, or use --overwrite")
-    return writer
-
-
 def cmd_run(args) -> int:
     if args.distributed:   # before anything starts JAX's backends
         from .devices import DistributedError, initialize
@@ -155,54 +108,31 @@ def cmd_run(args) -> int:
         # JAX's preemption notifier took SIGTERM; take it back: a stop reaching any process
         # is then honoured by all after the same checkpoint (Driver.should_stop below).
         _STOP.install()
-    from .build import build_run, check_resources
-    from .config import load_scenario
-    from .devices import SharedWriter, any_process, is_primary, on_primary
-    from .driver import Driver
-    from .scenario import find_scenario
+    from . import session
+    from .devices import any_process, is_primary
 
-    if args.overwrite and args.resume:
-        raise InputError("--overwrite and --resume exclude each other")
-    scenario = load_scenario(find_scenario(args.scenario), args.set)
-    runs, shard = scenario.runs, None
-    if args.shard:   # a job array's part: its own archive, joined later by `flowsim merge`
-        from .archive.merge import ShardError, parse_shard, shard_runs
-
-        try:
-            i, n = parse_shard(args.shard)
-        except ShardError as err:
-            raise InputError(str(err)) from None
-        runs, shard = shard_runs(scenario.runs, i, n), f"{i}/{n}"
-        if not runs:
-            raise InputError(f"--shard {shard}: this part holds none of the scenario's {len(scenario.runs)} "
-                             f"run(s); allowed: N ≤ {len(scenario.runs)}")
-    stem = scenario.resolved['name'] + (f".part{shard.replace('/', 'of')}" if shard else "")
-    out = Path(args.output or Path("runs") / f"{stem}.h5")
-    # Under --distributed only process 0 touches the archive; every process raises its errors.
-    on_primary(lambda: _check_output(args, out))
-    # Refuse what would exhaust memory (or the disk) before anything is allocated.
-    check_resources(scenario, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
-    # Build every run first: bad data or shapes fail here, before the archive is touched.
-    built = {r.name: build_run(r.config, r.seed) for r in [scenario.runs[0], *runs]}
+    job = session.prepare(args.scenario, args.set, output=args.output, shard=args.shard, resume=args.resume,
+                          overwrite=args.overwrite)
+    out, shard = job.out, job.shard
     resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
                            "--resume", *(["--distributed"] if args.distributed else [])])
     if any_process(_STOP.requested):
         print("flowsim: interrupted before the archive was touched", file=sys.stderr)
         return EXIT_INTERRUPTED
-    writer = on_primary(lambda: _open_archive(args, scenario, out, shard, resume_cmd))
+    try:
+        writer = session.open_archive(job, distributed=args.distributed)
+    except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
+        raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
     primary = is_primary()
-    if args.distributed:
-        writer = SharedWriter(writer)
     if primary:
-        print(f"flowsim: {scenario.resolved['name']}: {len(runs)} run(s)" + (f" (part {shard} of "
-              f"{len(scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
+        print(f"flowsim: {job.scenario.resolved['name']}: {len(job.runs)} run(s)" + (f" (part {shard} of "
+              f"{len(job.scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
     saved_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_hdf5_unraisable
     try:
-        with writer:
-            statuses = Driver(scenario, writer, progress=None if primary and not args.quiet else False,
-                              report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
-                              should_stop=lambda: any_process(_STOP()), runs=runs).run(built)
+        statuses = session.drive(job, writer, progress=None if primary and not args.quiet else False,
+                                 report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
+                                 should_stop=lambda: any_process(_STOP()))
     except KeyboardInterrupt:
         if primary:
             print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
@@ -245,7 +175,7 @@ def cmd_merge(args) -> int:
 
 
 def cmd_list(args) -> int:
-    from .scenario import list_scenarios, list_solvers
+    from .config import list_scenarios, list_solvers
 
     width = shutil.get_terminal_size((120, 24)).columns
 

@@ -29,16 +29,14 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from .config.typed import (CsvData, Data, DigitsData, NpzData, QuadraticTeacherData,
-                               RandomLabelsData, SingleReluData, SphereSineData, UciData,
-                               XorNoiseData)
+from .config.catalog import data_dir
+from .config.typed import (CsvData, Data, DigitsData, NpzData, QuadraticTeacherData,
+                           RandomLabelsData, SingleReluData, SphereSineData, UciData, XorNoiseData)
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = data_dir()
 
 # Target column of each shipped regression CSV (the one Caron et al. use), and columns that
 # are neither input nor target: energy.csv's second target Y2 must not leak into the inputs.

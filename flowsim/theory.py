@@ -22,6 +22,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import scipy.special
 
 from flowsim import activations
 from flowsim.activations import LEAKY_RELU_SLOPE, SMOOTH
@@ -165,27 +166,11 @@ def caron_loss_bound(t, L0: float, gamma: float, kappa: float) -> np.ndarray:
 # --------------------------------------------------------------- Caron: Zipf departure
 
 
-# Bernoulli numbers B_2, B_4, ..., B_16 for the Euler–Maclaurin tail of ζ.
-_BERNOULLI = (1 / 6, -1 / 30, 1 / 42, -1 / 30, 5 / 66, -691 / 2730, 7 / 6, -3617 / 510)
-_ZETA_HEAD = 16
-
-
 def zeta(s: float) -> float:
-    """Riemann ζ(s) = Σ_{j≥1} j^{−s} for real s > 1, to about 1e-15 relative.
-
-    Euler–Maclaurin with N = 16: Σ_{j<N} j^{−s} + N^{1−s}/(s−1) + N^{−s}/2
-    + Σ_k B_{2k}/(2k)! · s(s+1)…(s+2k−2) · N^{−s−2k+1}. The first omitted term is below
-    1e-16 relative for every s > 1 (it carries N^{−s−17}).
-    """
+    """Riemann ζ(s) = Σ_{j≥1} j^{−s} for real s > 1 (`scipy.special.zeta`)."""
     if not s > 1:
         raise ValueError(f"zeta needs s > 1, got {s!r}")
-    N = _ZETA_HEAD
-    total = math.fsum(j**-s for j in range(1, N)) + N ** (1 - s) / (s - 1) + N**-s / 2
-    rising = s  # s(s+1)…(s+2k−2)
-    for k, b in enumerate(_BERNOULLI, start=1):
-        total += b / math.factorial(2 * k) * rising * N ** (-s - 2 * k + 1)
-        rising *= (s + 2 * k - 1) * (s + 2 * k)
-    return total
+    return float(scipy.special.zeta(s))
 
 
 def zipf_departure(alpha: float) -> float:

@@ -16,7 +16,7 @@ from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, loads_scenario
 from flowsim.models.embedded import embed
 from flowsim.ntg import jacobian_ntg
-from flowsim.scenario import scenarios_dir
+from flowsim.config import scenarios_dir
 from tests.helpers import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,6 +16,7 @@ import pytest
 from flowsim import archive
 from flowsim.archive import ArchiveWriter
 from flowsim.cli import main
+from flowsim.session import InputError, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "scenarios" / "tiny.toml"
@@ -227,6 +228,21 @@ def _arrays(path: Path) -> dict:
                 for k, v in arrays.items():
                     out[(rname, sname, "checkpoint", k)] = v
     return out
+
+
+def test_run_scenario_is_the_command_without_the_command_line(tmp_path):
+    """`flowsim.session.run_scenario` writes the archive `flowsim run` writes, returns the
+    statuses, and refuses bad input with the command's errors."""
+    sets = ["seeds=[0]", "run.checkpoints={count=3}"]
+    cli_out, lib_out = tmp_path / "cli.h5", tmp_path / "lib.h5"
+    assert main(["run", str(TINY), "-o", str(cli_out), "-q", *(x for s in sets for x in ("--set", s))]) == 0
+    outcome = run_scenario(TINY, sets, output=lib_out, progress=False, report=lambda s: None)
+    assert outcome.archive == lib_out
+    assert outcome.statuses == {f"p{i}-seed0": {"tsit5": "done", "gd-lr1": "done"} for i in range(2)}
+    a, b = _arrays(cli_out), _arrays(lib_out)
+    assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+    with pytest.raises(InputError, match="exists; pass --resume"):
+        run_scenario(TINY, sets, output=lib_out)
 
 
 @pytest.mark.slow

@@ -8,13 +8,25 @@ import numpy as np
 import pytest
 from conftest import make_problem, rel_err
 
-from flowsim import status
-from flowsim.descent import make_descent_integrator
-from flowsim.flow import make_flow_integrator
+from flowsim import batch, checkpoint, status
+from flowsim.integrate.descent import make_descent_integrator as descent_integrator
+from flowsim.integrate.flow import make_flow_integrator as flow_integrator
+from flowsim.integrate.presets import checkpoint_grid, make_integrator
+from flowsim.integrate.reference import ReferencePair
+from flowsim.integrate.registry import SOLVER_KINDS
 from flowsim.ntg import jacobian_ntg
 from flowsim.config import load_solver
 
 ACTIVATIONS = ["relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"]
+
+
+def make_flow_integrator(preset, **kw):
+    """The factories take resolved presets: fill the defaults as a scenario's would be."""
+    return flow_integrator(load_solver({"name": "test"} | preset), **kw)
+
+
+def make_descent_integrator(preset):
+    return descent_integrator(load_solver({"name": "test"} | preset))
 
 
 def flow_to(problem, params, times, preset):
@@ -281,3 +293,55 @@ def test_sgd_with_full_batch_equals_gd_and_is_seeded():
     c, _ = eqx.filter_jit(small.advance)(problem, small.init(problem, p0, jax.random.PRNGKey(4)), 20 * eta)
     assert np.array_equal(a.y["W"], b.y["W"]) and not np.allclose(a.y["W"], c.y["W"])
     assert rel_err(a.y["W"], g.y["W"]) < 0.5  # a noisy estimate of the same descent
+
+
+# ---------------------------------------------------------------- every kind through the batch kernels
+
+
+def _kind_preset(kind):
+    extra = {} if kind == "flow" else {"learning_rate": 0.1}     # a step size: GD's, or the modified flow's
+    return load_solver({"name": kind, "kind": kind, **extra, **({"batch_size": 5} if kind == "sgd" else {})})
+
+
+@pytest.mark.parametrize("kind", SOLVER_KINDS)
+def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind):
+    """Two seeds through `flowsim.batch`; seed 1's state stored as named arrays after t = 1
+    and restored into a fresh batch goes on to t = 2 exactly as the uninterrupted batch."""
+    pairs = [make_problem(seed=s) for s in range(2)]
+    integ = make_integrator(_kind_preset(kind), {"stop_loss": 0.0})
+    assert integ.discrete == SOLVER_KINDS[kind].discrete
+    problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
+    keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
+    state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(2, 1.0))
+    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
+    fresh = jax.tree.map(np.asarray, batch.init(integ, problems, params, keys))
+    restored = checkpoint.restore(fresh, 1, stored)
+    a, stats = batch.advance(integ, problems, state, jnp.full(2, 2.0))
+    b, _ = batch.advance(integ, problems, restored, jnp.full(2, 2.0))
+    assert (np.asarray(stats["status"]) == status.DONE).all()
+    assert np.asarray(integ.time(a))[1] == pytest.approx(2.0)
+    assert np.array_equal(integ.params(a)["W"][1], integ.params(b)["W"][1])
+
+
+def test_reference_pair_is_the_flow_with_its_global_error_beside_it():
+    problem, p0 = make_problem()
+    preset = load_solver({"name": "p", "kind": "flow", "rtol": 1e-6, "atol": 1e-8, "reference": "dopri8-tight"})
+    pair = make_integrator(preset, {"stop_loss": 0.0})
+    assert isinstance(pair, ReferencePair) and pair.certificate_series == ("flow_error", "flow_loss_error")
+    state, _ = eqx.filter_jit(pair.advance)(problem, pair.init(problem, p0), 20.0)
+    (alone,) = flow_to(problem, p0, [20.0], preset | {"reference": ""})
+    (tight_flow,) = flow_to(problem, p0, [20.0], tight())
+    assert np.array_equal(pair.params(state)["W"], alone.y["W"])   # the reference changes nothing
+    error = float(jnp.linalg.norm(alone.y["W"] - tight_flow.y["W"]))
+    certificate = pair.certificate(problem, state)
+    assert 0.9 * error <= float(certificate["flow_error"]) <= 1.1 * error
+    assert float(certificate["flow_loss_error"]) == pytest.approx(
+        abs(float(problem.loss(alone.y)) - float(problem.loss(state.reference.y))))
+
+
+def test_a_flow_stops_at_every_time_a_descent_of_the_run_records():
+    gd = load_solver({"name": "gd", "kind": "gd", "learning_rate": 0.7})
+    flow = load_solver("tsit5")
+    run_cfg = {"t_end": 3.0, "checkpoints": {"count": 3}, "solvers": [flow, gd]}
+    np.testing.assert_array_equal(checkpoint_grid(gd, run_cfg), np.array([0, 1, 3, 4]) * 0.7)
+    np.testing.assert_allclose(checkpoint_grid(flow, run_cfg), [0.0, 0.7, 1.0, 2.0, 2.1, 2.8, 3.0], rtol=1e-15)

@@ -9,7 +9,7 @@ from test_plots import make_archive
 
 from flowsim import archive, theory
 from flowsim.plots import chen, figure_fig1, gather
-from flowsim.scenario import scenarios_dir
+from flowsim.config import scenarios_dir
 
 RTOL = 1e-12
 

@@ -22,7 +22,7 @@ from flowsim.observe import OBSERVABLES, observe, reference, series_axes
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
 from flowsim.config import Config, load_scenario, loads_scenario
-from flowsim.scenario import scenarios_dir
+from flowsim.config import scenarios_dir
 
 QUICKSTART = scenarios_dir() / "quickstart.toml"
 # quickstart.toml at toy size: one sweep point, one seed, two checkpoints

@@ -85,13 +85,14 @@ _SHARDED = textwrap.dedent("""
     from flowsim.archive import ArchiveWriter
     from flowsim.build import build_run
     from flowsim.devices import shard
-    from flowsim.driver import Driver, _stack
+    from flowsim.batch import stack
+    from flowsim.driver import Driver
     from flowsim.config import load_scenario
 
     out, = sys.argv[1:]
     sc = load_scenario(%r, ["seeds=[0, 1, 2, 3]", "run.checkpoints={count=5}"])
     built = {r.name: build_run(r.settings, r.seed) for r in sc.runs}
-    batch = shard(_stack([built[r.name].params for r in sc.runs[:4]]))
+    batch = shard(stack([built[r.name].params for r in sc.runs[:4]]))
     used = len(batch["W"].sharding.device_set)
     with ArchiveWriter.create(out, scenario_text=sc.text, resolved=sc.resolved, provenance={},
                               dtype="float64") as w:

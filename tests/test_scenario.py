@@ -26,7 +26,7 @@ from flowsim.config import (
 )
 from flowsim.config import schema as sc
 from flowsim.config import typed
-from flowsim.scenario import find_scenario, list_solvers, scenarios_dir, solvers_dir
+from flowsim.config import find_scenario, list_solvers, scenarios_dir, solvers_dir
 
 # A minimal valid scenario, as sections of raw TOML lines; cases patch it.
 BASE: dict[str, dict[str, str]] = {

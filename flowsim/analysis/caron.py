@@ -8,9 +8,10 @@ A scenario asks for them in an ``[analysis]`` table (see `flowsim.config.schema.
     pca = true
     solvers = []          # which solvers' final weights to analyse; [] = all
 
-The driver calls :func:`analyze_runs` once a solver has finished a batch of seeds; the
-command ``flowsim analyze OUT.h5`` recomputes them from an existing archive (final weights
-restored from each solver's checkpoint). Results go to
+:func:`analyze_runs` is a driver hook (`flowsim.driver.Hook`): `flowsim run` registers it,
+and the driver calls it once a solver has finished a batch of seeds, with the batch's
+initial and final weights. The command ``flowsim analyze OUT.h5`` recomputes them from an
+existing archive (final weights restored from each solver's checkpoint). Results go to
 ``/runs/<run>/<solver>/analysis/<name>/`` (arrays, attrs ``importance`` etc.), read back
 with ``SolverView.analysis``.
 """
@@ -41,8 +42,9 @@ def _validation(dataset, problem):
     return np.asarray(problem.X_test), np.asarray(problem.y_test), "test"
 
 
-def analyze_one(config: dict, problem, params, dataset, seed: int) -> dict[str, tuple[dict, dict]]:
-    """Every requested analysis of one trained network: name -> (arrays, attrs)."""
+def analyze_one(config: dict, problem, params, dataset, seed: int, initial) -> dict[str, tuple[dict, dict]]:
+    """Every requested analysis of one trained network (`params`, trained from `initial`):
+    name -> (arrays, attrs)."""
     cfg = config.get("analysis") or {}
     out = {}
     net = problem.net
@@ -76,8 +78,7 @@ def analyze_one(config: dict, problem, params, dataset, seed: int) -> dict[str, 
     if want_pca:
         npts = min(cfg["pca"]["points"], len(Xv))
         labels = np.argmax(yv[:npts], axis=1) if yv.shape[1] > 1 else yv[:npts, 0]
-        ref = net.ref if net.ref is not None else None
-        F0 = np.asarray(_prune.node_outputs(net, _initial(params, problem, dataset, config, seed, ref), Xv[:npts]))
+        F0 = np.asarray(_prune.node_outputs(net, initial, Xv[:npts]))
         s0, r0 = _pca.pca_scores(F0)
         s1, r1 = _pca.pca_scores(F[:npts])
         out["pca"] = ({"scores_init": s0, "explained_init": r0, "scores": s1, "explained": r1,
@@ -86,15 +87,6 @@ def analyze_one(config: dict, problem, params, dataset, seed: int) -> dict[str, 
                                                _pca.class_separation(s1, labels)])},
                       {"source": source})
     return out
-
-
-def _initial(params, problem, dataset, config, seed, ref):
-    """The initial weights of the run (rebuilt deterministically from config and seed)."""
-    if ref is not None:
-        return ref
-    from ..build import build_run
-
-    return build_run(config, seed).params
 
 
 def _select(config: dict, solver: str) -> bool:
@@ -107,38 +99,38 @@ def wanted(config: dict) -> bool:
     return any(cfg.get(k, {}).get("enabled") for k in ("prune", "transfer", "pca"))
 
 
-def analyze_runs(writer, runs, batch, solver: str, final_params, *,
+def analyze_runs(writer, runs, built, solver: str, *, initial, final,
                  report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> None:
-    """Analyse each seed's final weights of `solver` and store the results (driver hook).
-    `final_params` is the batched params pytree (leading axis = seed)."""
+    """Analyse each seed's final weights of `solver` and store the results (a driver hook).
+    `initial` and `final` are params pytrees stacked along the seed axis."""
     import jax
 
     config = runs[0].config
     if not wanted(config) or not _select(config, solver):
         return
-    for i, (r, b) in enumerate(zip(runs, batch)):
-        params = jax.tree.map(lambda x: x[i], final_params)
-        for name, (arrays, attrs) in analyze_one(r.config, b.problem, params, b.dataset, r.seed).items():
+    for i, (r, b) in enumerate(zip(runs, built)):
+        params, params0 = (jax.tree.map(lambda x: x[i], p) for p in (final, initial))
+        for name, (arrays, attrs) in analyze_one(r.config, b.problem, params, b.dataset, r.seed, params0).items():
             writer.write_analysis(r.name, solver, name, arrays, attrs)
     report(f"{runs[0].label or config['name']} · {solver}: analyses "
            f"{', '.join(k for k in ('prune', 'transfer', 'pca') if config['analysis'][k]['enabled'])} stored")
 
 
-def final_params_from_archive(config: dict, seed: int, preset: dict, checkpoint):
-    """Rebuild a run and restore a solver's committed checkpoint: (built, final params)."""
+def final_params_from_archive(config: dict, seed: int, preset: dict, stored):
+    """Rebuild a run and restore a solver's committed checkpoint `stored` (arrays, attrs):
+    (built, final params)."""
     import jax
 
+    from .. import batch, checkpoint
     from ..build import build_run
-    from ..driver import _restore, _Solver, _stack, stack_problems
+    from ..integrate.presets import make_integrator
 
     built = build_run(config, seed)
-    solver = _Solver(preset, config["run"])
-    template = solver.init(stack_problems([built.problem]), _stack([built.params]), [built])
-    leaves = jax.tree.leaves(template)
-    arrays = {f"leaf{j:03d}": np.asarray(checkpoint[0][f"leaf{j:03d}"]).reshape(x.shape[1:])
-              for j, x in enumerate(leaves)}
-    state = _restore(template, 0, arrays)
-    return built, jax.tree.map(lambda x: x[0], solver.main(state).y)
+    integ = make_integrator(preset, config["run"])
+    template = batch.init(integ, batch.stack_problems([built.problem]), batch.stack([built.params]),
+                          batch.stack([built.key]))
+    state = checkpoint.restore(template, 0, stored[0])
+    return built, jax.tree.map(lambda x: x[0], integ.params(state))
 
 
 def analyze_archive(path, *, only: list[str] | None = None,
@@ -168,7 +160,8 @@ def analyze_archive(path, *, only: list[str] | None = None,
     try:
         for run_name, seed, config, preset, cp in jobs:
             built, params = final_params_from_archive(config, seed, preset, cp)
-            for name, (arrays, attrs) in analyze_one(config, built.problem, params, built.dataset, seed).items():
+            for name, (arrays, attrs) in analyze_one(config, built.problem, params, built.dataset, seed,
+                                                     built.params).items():
                 writer.write_analysis(run_name, preset["name"], name, arrays, attrs)
                 count += 1
             report(f"{run_name} · {preset['name']}: analysed")

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from flowsim import losses
+
 from .prune import accuracy, risk
 
 
@@ -46,14 +48,16 @@ def external_forward(p, F):
 
 
 def external_loss(p, F, y, cross_entropy: bool):
-    pred = external_forward(p, F)
-    if cross_entropy:
-        return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(pred, axis=-1), axis=-1))
-    return jnp.mean((pred - y) ** 2)
+    return (losses.cross_entropy if cross_entropy else losses.mse)(external_forward(p, F), y)
 
 
 def train_external(p, F, y, *, steps: int, learning_rate: float, cross_entropy: bool):
-    """Full-batch GD; returns the final parameters (NaN once it diverges)."""
+    """Full-batch GD; returns the final parameters (NaN once it diverges).
+
+    Its own few lines rather than `flowsim.descent`: that integrates a `Problem` (the
+    trained network's model and data), with divergence checks and checkpoints this
+    external network, trained to the end inside one vmapped program, has no use for.
+    """
     grad = jax.grad(external_loss)
 
     def body(_, p):

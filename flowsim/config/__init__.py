@@ -8,8 +8,15 @@
     typed      frozen typed configs, `from_dict` / `to_dict`
     files      TOML in (with messages) and out
     load       `load_scenario`, `loads_scenario`, `load_solver`
+    catalog    the shipped scenarios, solver presets and datasets (package data)
 """
 
+from .catalog import data_dir as data_dir
+from .catalog import find_scenario as find_scenario
+from .catalog import list_scenarios as list_scenarios
+from .catalog import list_solvers as list_solvers
+from .catalog import scenarios_dir as scenarios_dir
+from .catalog import solvers_dir as solvers_dir
 from .files import to_toml as to_toml
 from .load import Scenario as Scenario
 from .load import load_scenario as load_scenario

@@ -32,6 +32,7 @@ from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..losses import LOSSES as _LOSS_REGISTRY
 from ..observe import OBSERVABLES as _OBSERVABLE_REGISTRY
+from .catalog import solvers_dir
 from .files import display, read_toml
 from .spec import (
     ABSENT,
@@ -352,16 +353,6 @@ SOLVER_FILE = Tagged(variants=_SOLVER_VARIANTS, rules=_SOLVER_RULES,
 #: An inline preset in a scenario: carries its own name; the description is optional.
 SOLVER_INLINE = Tagged(variants=_SOLVER_VARIANTS, rules=_SOLVER_RULES,
                        common={"name": Str(nonempty=True), "description": Str(default="")})
-
-
-def solvers_dir() -> Path:
-    """The folder of the solver presets (looked up on each call, so tests can point it
-    elsewhere)."""
-    # Imported here, not at the top: the catalog (flowsim.scenario) reads its TOML through
-    # this package, so a top-level import would be a circle until the catalog moves in.
-    from ..scenario import solvers_dir as catalog_solvers_dir
-
-    return catalog_solvers_dir()
 
 
 def load_preset(spec: Any, key: str, ctx: Ctx) -> dict:

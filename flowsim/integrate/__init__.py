@@ -1,1 +1,11 @@
-"""Integrators: how the weights move (exact flow, its modified flow, discrete descent)."""
+"""Integrators: how the weights move (exact flow, its modified flow, discrete descent).
+
+    registry.py    the solver kinds and flow methods, declared once (no JAX)
+    base.py        AbstractIntegrator: init, advance, time, and what the driver records
+    flow.py        FlowIntegrator: Diffrax, segment by segment, resumable bit for bit
+    descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
+    reference.py   ReferencePair: a flow beside a tighter reference (its error certificate)
+    presets.py     make_integrator and checkpoint_grid of a resolved solver preset
+
+Nothing is imported here, so that reading the registry does not import JAX.
+"""

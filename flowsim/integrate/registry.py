@@ -24,6 +24,7 @@ class FlowMethod:
     # Copies of the parameter vector the method keeps alive (stages, error estimate, state,
     # the host copy of a checkpoint); implicit methods add the Krylov basis of their GMRES.
     state_copies: int
+    diffrax: str          # the Diffrax solver class (a name, so that this table needs no JAX)
 
 
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
@@ -35,13 +36,13 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
 )}
 
 FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
-    FlowMethod("tsit5", implicit=False, state_copies=11),
-    FlowMethod("dopri5", implicit=False, state_copies=11),
-    FlowMethod("dopri8", implicit=False, state_copies=18),
-    FlowMethod("heun", implicit=False, state_copies=6),
-    FlowMethod("bosh3", implicit=False, state_copies=8),
-    FlowMethod("ralston", implicit=False, state_copies=6),
-    FlowMethod("kvaerno5", implicit=True, state_copies=40),
+    FlowMethod("tsit5", implicit=False, state_copies=11, diffrax="Tsit5"),
+    FlowMethod("dopri5", implicit=False, state_copies=11, diffrax="Dopri5"),
+    FlowMethod("dopri8", implicit=False, state_copies=18, diffrax="Dopri8"),
+    FlowMethod("heun", implicit=False, state_copies=6, diffrax="Heun"),
+    FlowMethod("bosh3", implicit=False, state_copies=8, diffrax="Bosh3"),
+    FlowMethod("ralston", implicit=False, state_copies=6, diffrax="Ralston"),
+    FlowMethod("kvaerno5", implicit=True, state_copies=40, diffrax="Kvaerno5"),
 )}
 
 DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)

@@ -7,7 +7,6 @@ record the archive keeps.
   inputs φ(X) (`embedded.py`).
 """
 
-from ..problem import Params as Params
 from .base import BuildError as BuildError
 from .base import Built as Built
 from .base import Model as Model

@@ -7,13 +7,16 @@ loss above `divergence_factor` × the initial loss) ends the chunk early with st
 `diverged` and the last good iterate: a result to record, never an exception.
 """
 
+from typing import ClassVar
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from . import status
-from .models import Params
-from .problem import Problem
+from .. import status
+from ..problem import Params
+from ..problem import Problem
+from .base import AbstractIntegrator
 
 
 class DescentState(eqx.Module):
@@ -25,7 +28,7 @@ class DescentState(eqx.Module):
     code: jax.Array           # status code: RUNNING, or DIVERGED once it has diverged
 
 
-class DescentIntegrator(eqx.Module):
+class DescentIntegrator(AbstractIntegrator):
     """Heavy-ball iteration v ← βv − η·rate·g, W ← W + v; β = 0 is plain GD.
 
     With `batch_size` set, g is the gradient of an unbiased mini-batch loss estimate
@@ -37,6 +40,9 @@ class DescentIntegrator(eqx.Module):
     beta: jax.Array
     divergence_factor: jax.Array
     batch_size: int = eqx.field(static=True)        # 0: full batch (a shape, so static)
+
+    discrete: ClassVar[bool] = True
+    certificate_series: ClassVar[tuple[str, ...]] = ()
 
     def init(self, problem: Problem, params: Params, key: jax.Array) -> DescentState:
         dtype = jax.tree.leaves(params)[0].dtype
@@ -97,11 +103,27 @@ class DescentIntegrator(eqx.Module):
                  "vf_evals": taken + 1, "status": jnp.where(new.code == status.RUNNING, status.DONE, new.code)}
         return new, stats
 
+    def time(self, state: DescentState) -> jax.Array:
+        return state.step * self.learning_rate
+
+    def params(self, state: DescentState) -> Params:
+        return state.y
+
+    def step(self, state: DescentState) -> jax.Array:
+        return state.step
+
+    def certificate(self, problem: Problem, state: DescentState) -> dict[str, jax.Array]:
+        return {}
+
+    def out_of_steps(self, steps: int) -> bool:
+        return False        # a descent runs to its step count, or diverges
+
 
 def make_descent_integrator(preset: dict) -> DescentIntegrator:
-    """Build the integrator of a `gd`, `momentum` or `sgd` solver preset."""
+    """Build the integrator of a resolved `gd`, `momentum` or `sgd` solver preset (every key
+    of its kind present, as `flowsim.scenario.load_solver` returns it)."""
     kind = preset["kind"]
     return DescentIntegrator(learning_rate=jnp.asarray(float(preset["learning_rate"])),
-                             beta=jnp.asarray(float(preset.get("beta", 0.9)) if kind == "momentum" else 0.0),
-                             divergence_factor=jnp.asarray(float(preset.get("divergence_factor", 1e8))),
-                             batch_size=int(preset.get("batch_size", 64)) if kind == "sgd" else 0)
+                             beta=jnp.asarray(float(preset["beta"]) if kind == "momentum" else 0.0),
+                             divergence_factor=jnp.asarray(float(preset["divergence_factor"])),
+                             batch_size=int(preset["batch_size"]) if kind == "sgd" else 0)

@@ -13,6 +13,7 @@ same pytree structure and the segment function compiles once.
 """
 
 from collections.abc import Callable
+from typing import ClassVar
 
 import diffrax as dfx
 import equinox as eqx
@@ -21,13 +22,12 @@ import jax.numpy as jnp
 import lineax as lx
 import optimistix as optx
 
-from . import status
-from .models import Params
-from .problem import Problem, hessian_vector_product
+from .. import status
+from ..problem import Params
+from ..problem import Problem, hessian_vector_product
+from .base import AbstractIntegrator
+from .registry import FLOW_METHODS
 
-EXPLICIT = {"tsit5": dfx.Tsit5, "dopri5": dfx.Dopri5, "dopri8": dfx.Dopri8, "heun": dfx.Heun,
-            "bosh3": dfx.Bosh3, "ralston": dfx.Ralston}
-IMPLICIT = ("kvaerno5",)
 # Vector-field evaluations outside the per-step count: the initial step-size search (2)
 # plus, for FSAL methods, the first step's extra evaluation of f(t0, y0) (1).
 _INIT_EVALS_STEP_SEARCH = 2
@@ -104,7 +104,7 @@ def _modified_velocity(eta: float) -> _ModifiedVelocity:
     return _ModifiedVelocity(eta=jnp.asarray(eta, dtype=jnp.float64))
 
 
-class FlowIntegrator(eqx.Module):
+class FlowIntegrator(AbstractIntegrator):
     """Advances a `FlowState` to a later time; knows nothing of files or checkpoints."""
 
     solver: dfx.AbstractSolver
@@ -114,9 +114,13 @@ class FlowIntegrator(eqx.Module):
     stop_loss: float = eqx.field(static=True)
     evals_per_step: int = eqx.field(static=True)    # 0 when not countable (implicit)
 
-    def init(self, problem: Problem, params: Params, t0: float = 0.0) -> FlowState:
-        """The state at t0: solver state and the controller's first step proposal."""
-        t0 = jnp.asarray(t0, dtype=jax.tree.leaves(params)[0].dtype)
+    discrete: ClassVar[bool] = False
+    certificate_series: ClassVar[tuple[str, ...]] = ()
+
+    def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FlowState:
+        """The state at t = 0: solver state and the controller's first step proposal (the
+        flow is deterministic: `key` is not used)."""
+        t0 = jnp.asarray(0.0, dtype=jax.tree.leaves(params)[0].dtype)
         terms = self.term
         tnext, cstate = self.controller.init(terms, t0, t0 + 1.0, params, None, problem,
                                              self.solver.func, self.solver.error_order(terms))
@@ -161,33 +165,47 @@ class FlowIntegrator(eqx.Module):
                  "vf_evals": steps * self.evals_per_step, "status": code}
         return new, stats
 
+    def time(self, state: FlowState) -> jax.Array:
+        return state.t
+
+    def params(self, state: FlowState) -> Params:
+        return state.y
+
+    def step(self, state: FlowState) -> None:
+        return None
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return {}
+
+    def out_of_steps(self, steps: int) -> bool:
+        return steps >= self.max_steps
+
 
 def make_flow_integrator(preset: dict, *, stop_loss: float = 0.0) -> FlowIntegrator:
-    """Build the integrator of a `flow` or `modified-flow` solver preset (see solvers/*.toml)."""
-    method = preset.get("method", "tsit5")
-    pid = dfx.PIDController(rtol=preset["rtol"], atol=preset["atol"],
-                            pcoeff=preset.get("pcoeff", 0.0), icoeff=preset.get("icoeff", 1.0),
-                            dtmin=preset.get("dtmin") or None, dtmax=preset.get("dtmax") or None)
-    if method in EXPLICIT:
-        solver = EXPLICIT[method]()
-        tab = solver.tableau
-        evals = len(tab.c) + 1 - int(tab.fsal)
-    elif method in IMPLICIT:
+    """Build the integrator of a resolved `flow` or `modified-flow` solver preset (every key
+    of its kind present, as `flowsim.scenario.load_solver` returns it)."""
+    if preset["method"] not in FLOW_METHODS:
+        raise ValueError(f"unknown flow method {preset['method']!r}; allowed: {', '.join(FLOW_METHODS)}")
+    method = FLOW_METHODS[preset["method"]]
+    pid = dfx.PIDController(rtol=preset["rtol"], atol=preset["atol"], pcoeff=preset["pcoeff"],
+                            icoeff=preset["icoeff"], dtmin=preset["dtmin"] or None, dtmax=preset["dtmax"] or None)
+    solver_class = getattr(dfx, method.diffrax)
+    if method.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
         # default VeryChord root finder would build is never formed.
-        newton = optx.Newton(rtol=preset.get("newton_rtol", 1e-8), atol=preset.get("newton_atol", 1e-10),
-                             linear_solver=lx.GMRES(rtol=preset.get("linear_rtol", 1e-10),
-                                                    atol=preset.get("linear_rtol", 1e-10),
-                                                    restart=preset.get("krylov_restart", 20),
-                                                    max_steps=preset.get("krylov_max_steps", 200)))
-        solver = dfx.Kvaerno5(root_finder=newton)
+        # GMRES's atol is the preset's `linear_rtol`: the preset has no `linear_atol`.
+        newton = optx.Newton(rtol=preset["newton_rtol"], atol=preset["newton_atol"],
+                             linear_solver=lx.GMRES(rtol=preset["linear_rtol"], atol=preset["linear_rtol"],
+                                                    restart=preset["krylov_restart"],
+                                                    max_steps=preset["krylov_max_steps"]))
+        solver = solver_class(root_finder=newton)
         evals = 0
     else:
-        allowed = ", ".join([*EXPLICIT, *IMPLICIT])
-        raise ValueError(f"unknown flow method {method!r}; allowed: {allowed}")
+        solver = solver_class()
+        tab = solver.tableau
+        evals = len(tab.c) + 1 - int(tab.fsal)
     field = _modified_velocity(preset["learning_rate"]) if preset["kind"] == "modified-flow" else _velocity
     controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
     return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
-                          max_steps=int(preset.get("max_steps", 1_000_000)), stop_loss=float(stop_loss),
-                          evals_per_step=evals)
+                          max_steps=int(preset["max_steps"]), stop_loss=float(stop_loss), evals_per_step=evals)

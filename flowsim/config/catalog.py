@@ -1,0 +1,80 @@
+"""The shipped catalog: scenarios, solver presets and datasets, located and listed.
+
+`scenarios/`, `solvers/` and `data/` stay at the top level of the repository. A wheel
+carries them inside the package as ``flowsim/_catalog/{scenarios,solvers,data}``
+(pyproject.toml maps them there at build time; siblings there as here, so a scenario's
+``../data/...`` path still resolves); a source checkout or an editable install reads them
+where they are. Both are found from the imported `flowsim` package through
+`importlib.resources`, so a checkout put first on ``sys.path`` reads its own files even
+when another copy of flowsim is installed. This is the one module that knows either place.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+from .files import display, read_toml
+from .spec import ScenarioError, did_you_mean, is_file, show, toml_string
+
+__all__ = ["data_dir", "find_scenario", "list_scenarios", "list_solvers", "scenarios_dir", "solvers_dir"]
+
+
+def _shipped(name: str) -> Path:
+    # A wheel is installed unpacked, so the package's resources are plain files.
+    package = Path(str(resources.files("flowsim")))
+    installed = package / "_catalog" / name
+    return installed if installed.is_dir() else package.parent / name
+
+
+def scenarios_dir() -> Path:
+    return _shipped("scenarios")
+
+
+def solvers_dir() -> Path:
+    return _shipped("solvers")
+
+
+def data_dir() -> Path:
+    return _shipped("data")
+
+
+def _description(path: Path) -> str:
+    """A catalog file's `description`; a file that cannot be read says why instead."""
+    try:
+        desc = read_toml(path, display(path)).get("description", "")
+    except ScenarioError as e:
+        return f"(unreadable: {e})"
+    return desc if isinstance(desc, str) else show(desc)
+
+
+def _catalog(folder: Path) -> list[tuple[str, str]]:
+    """(name, description) of each TOML file in `folder`."""
+    return [(p.name[: -len(".toml")], _description(p)) for p in sorted(folder.glob("*.toml"))]
+
+
+def list_solvers() -> list[tuple[str, str]]:
+    """(name, description) of every preset in solvers/."""
+    return _catalog(solvers_dir())
+
+
+def list_scenarios() -> list[tuple[str, str]]:
+    """(name, description) of every scenario in scenarios/."""
+    return _catalog(scenarios_dir())
+
+
+def find_scenario(name_or_path: str) -> Path:
+    """An existing file, else the catalog entry ``scenarios/NAME.toml``."""
+    p = Path(name_or_path)
+    if is_file(p):
+        return p.resolve()
+    candidate = scenarios_dir() / f"{name_or_path}.toml"
+    if is_file(candidate):
+        return candidate
+    names = [n for n, _ in list_scenarios()]
+    allowed = ", ".join(names) if names else "(the catalog is empty)"
+    guess = did_you_mean(str(name_or_path), names)
+    mean = f"; did you mean {toml_string(guess)}?" if guess else ""
+    raise ScenarioError(f"{name_or_path}: no such scenario file, and no scenario of that name "
+                        f"in {scenarios_dir()}{mean} available: {allowed}",
+                        file=str(name_or_path), value=name_or_path, allowed=allowed)

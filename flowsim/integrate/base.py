@@ -1,0 +1,60 @@
+"""What every integrator provides: the interface the batch kernels and the driver use."""
+
+import abc
+from typing import Any
+
+import equinox as eqx
+import jax
+
+from ..problem import Params
+from ..problem import Problem
+
+State = Any     # an integrator's own state: an Equinox module of arrays
+
+
+class AbstractIntegrator(eqx.Module):
+    """How one member's weights move from one checkpoint time to the next.
+
+    The integrator holds its configuration; its state holds everything that moves, so that a
+    state stored at a checkpoint and restored later resumes the same computation bit for bit.
+    Integrators know nothing of batches or files: `flowsim.batch` maps them over seeds and
+    the driver loops over checkpoints.
+
+    A member's position is its `time`: the flow time, or for a discrete method step × η (the
+    flow time it is compared with, DESIGN.md §1).
+    """
+
+    # Discrete methods record their step numbers beside the times.
+    discrete: eqx.AbstractClassVar[bool]
+    # Scalar series the integrator certifies its result with (recorded beside the observables).
+    certificate_series: eqx.AbstractClassVar[tuple[str, ...]]
+
+    @abc.abstractmethod
+    def init(self, problem: Problem, params: Params, key: jax.Array) -> State:
+        """The state at t = 0. `key` seeds a stochastic method (unused by the others)."""
+
+    @abc.abstractmethod
+    def advance(self, problem: Problem, state: State, t_next) -> tuple[State, dict[str, jax.Array]]:
+        """Go on to time `t_next`. Returns the new state and the statistics of the stretch:
+        steps, accepted, rejected, vf_evals and a `flowsim.status` code."""
+
+    @abc.abstractmethod
+    def time(self, state: State) -> jax.Array:
+        """Where the member is."""
+
+    @abc.abstractmethod
+    def params(self, state: State) -> Params:
+        """The member's weights."""
+
+    @abc.abstractmethod
+    def step(self, state: State) -> jax.Array | None:
+        """The step number of a discrete method (None for a flow)."""
+
+    @abc.abstractmethod
+    def certificate(self, problem: Problem, state: State) -> dict[str, jax.Array]:
+        """The `certificate_series` at `state`."""
+
+    @abc.abstractmethod
+    def out_of_steps(self, steps: int) -> bool:
+        """Whether a member that has taken `steps` steps in all has spent its step budget
+        (a stretch that ends in time on its last allowed step still ends `max_steps`)."""

@@ -1,0 +1,93 @@
+"""What an archive records so that its results can be traced: versions, commit, platform,
+device; and the warning owed when a run continues on another device than it began on.
+
+`git_commit` and `git_dirty` describe the git checkout whose top level holds this
+package, and nothing else: a copy of flowsim inside some other repository (vendored, or
+installed into a virtual environment in a project's folder) records "" for both rather
+than the enclosing repository's HEAD.
+"""
+
+import importlib.metadata
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import diffrax
+import equinox as eqx
+import h5py
+import jax
+import numpy as np
+
+from flowsim import __version__, archive
+
+_PACKAGE = Path(__file__).resolve().parent
+
+
+def _git(*args: str) -> str | None:
+    """The output of `git ARGS` run in the package's folder; None when git fails."""
+    try:
+        out = subprocess.run(["git", *args], cwd=_PACKAGE, capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def git_state() -> tuple[str, str]:
+    """(commit, dirty) of the checkout that holds this package: dirty is "true" when tracked
+    files have uncommitted changes. ("", "") when the package is not the `flowsim` folder at
+    the top level of a git checkout (e.g. an installed copy inside some other repository)."""
+    top = _git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != _PACKAGE.parent:
+        return "", ""
+    commit = _git("rev-parse", "HEAD") or ""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    dirty = "" if status is None else ("true" if status else "false")
+    return commit, dirty
+
+
+def device() -> str:
+    """The device the runs compute on, as `platform:kind` (e.g. "cpu:cpu")."""
+    dev = jax.devices()[0]
+    return f"{dev.platform}:{getattr(dev, 'device_kind', '')}"
+
+
+def _version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def provenance() -> dict:
+    """What a result needs to be traced: versions, commit, platform, device."""
+    commit, dirty = git_state()
+    extra = {"git_dirty": dirty, "lineax": _version("lineax"), "optimistix": _version("optimistix"),
+             "device_count": str(jax.device_count()), "process_count": str(jax.process_count()),
+             "processor": platform.processor() or platform.machine(),
+             "x64": str(bool(jax.config.jax_enable_x64)).lower()}
+    return {"flowsim": __version__, "git_commit": commit, "jax": jax.__version__,
+            "jaxlib": jax.lib.__version__ if hasattr(jax.lib, "__version__") else "",
+            "equinox": eqx.__version__, "diffrax": diffrax.__version__, "numpy": np.__version__,
+            "h5py": h5py.__version__, "python": sys.version.split()[0], "platform": platform.platform(),
+            "device": device()} | extra
+
+
+def device_change(recorded: str, current: str) -> str:
+    """The warning owed when runs recorded on device `recorded` continue on `current`; "" when
+    they are the same, or the archive does not say (results agree across devices only to the
+    last bits, so the continued runs are no longer those of one uninterrupted run)."""
+    if not recorded or recorded == current:
+        return ""
+    return (f"the archive was written on {recorded} and continues on {current}: the resumed runs "
+            "are no longer bit-identical to an uninterrupted run (devices differ in the last bits)")
+
+
+def warn_on_device_change(path) -> None:
+    """Before `--resume` appends to `path`: say so on stderr when this is another device."""
+    with archive.open(path) as a:
+        recorded = a.attrs.get("provenance", {}).get("device", "")
+    message = device_change(recorded, device())
+    if message:
+        print(f"flowsim: warning: {path}: {message}", file=sys.stderr)

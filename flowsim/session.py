@@ -1,0 +1,165 @@
+"""A scenario run into an archive: what `flowsim run` does, as library calls.
+
+    job = prepare("quickstart")          # load, choose the runs, check, build: every refusal
+                                         # of bad input, before any archive is touched
+    writer = open_archive(job)           # create the archive (or resume it)
+    statuses = drive(job, writer)        # run -> solver -> final status
+
+or all at once, `run_scenario("quickstart")`. Bad input raises `InputError` or the loader's
+own errors (`ScenarioError`, `DataError`, `BuildError`, `ArchiveError`); a stop request
+honoured after a committed checkpoint raises `flowsim.driver.Interrupted`.
+
+The heavy modules are imported inside the functions, so that the command line's other
+commands (and `flowsim run --distributed`, which must start `jax.distributed` first) do
+not pay for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from .build import Built
+    from .config import RunSpec, Scenario
+
+
+class InputError(Exception):
+    """Bad input found outside the scenario loader: an output path, a shard, conflicting
+    options."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """A scenario prepared to run into one archive."""
+
+    scenario: Scenario
+    runs: list[RunSpec]          # the runs this archive holds: all, or a `shard`'s part
+    shard: str | None            # "i/N" when the archive holds part i of N
+    out: Path                    # the archive
+    built: dict[str, Built]      # run name -> built run (`runs`, and the scenario's first run)
+    resume: bool
+    overwrite: bool
+
+
+def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str | Path | None = None,
+            shard: str | None = None, resume: bool = False, overwrite: bool = False) -> Job:
+    """Load the scenario (a file, or a name in the catalog) with its `--set` overrides,
+    choose the runs of `shard` ("i/N"), check the output path, the memory and the disk,
+    and build every run: bad data or shapes fail here, before the archive is touched.
+    The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
+    from .build import build_run, check_resources
+    from .devices import on_primary
+    from .config import find_scenario, load_scenario
+
+    if overwrite and resume:
+        raise InputError("--overwrite and --resume exclude each other")
+    sc = load_scenario(find_scenario(str(scenario)), list(overrides))
+    runs, part = sc.runs, None
+    if shard:   # a job array's part: its own archive, joined later by `flowsim merge`
+        from .archive.merge import ShardError, parse_shard, shard_runs
+
+        try:
+            i, n = parse_shard(shard)
+        except ShardError as err:
+            raise InputError(str(err)) from None
+        runs, part = shard_runs(sc.runs, i, n), f"{i}/{n}"
+        if not runs:
+            raise InputError(f"--shard {part}: this part holds none of the scenario's {len(sc.runs)} "
+                             f"run(s); allowed: N ≤ {len(sc.runs)}")
+    stem = sc.resolved['name'] + (f".part{part.replace('/', 'of')}" if part else "")
+    out = Path(output or Path("runs") / f"{stem}.h5")
+    # Under --distributed only process 0 touches the archive; every process raises its errors.
+    on_primary(lambda: _check_output(out, resume=resume, overwrite=overwrite))
+    # Refuse what would exhaust memory (or the disk) before anything is allocated.
+    check_resources(sc, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
+    built = {r.name: build_run(r.config, r.seed) for r in [sc.runs[0], *runs]}
+    return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
+
+
+def _check_output_folder(out: Path) -> None:
+    """The archive's folder (or its nearest existing ancestor) must be a writable folder."""
+    folder = out.parent if str(out.parent) else Path(".")
+    probe = folder
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise InputError(f"-o {out}: {probe} is a file, not a folder; allowed: an archive path in a "
+                         "writable folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise InputError(f"-o {out}: the folder {probe} is not writable; allowed: an archive path in a "
+                         "writable folder")
+    if out.exists() and out.is_dir():
+        raise InputError(f"-o {out}: is a folder; allowed: an archive file path such as {out / 'run.h5'}")
+
+
+def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
+    if out.exists() and not (overwrite or resume):
+        raise InputError(f"{out} exists; pass --resume to continue it or --overwrite to replace it")
+    if resume and not out.exists():
+        raise InputError(f"{out} does not exist; nothing to resume (run without --resume)")
+    _check_output_folder(out)
+
+
+def _open(job: Job):
+    from .archive import ArchiveWriter
+    from .provenance import provenance, warn_on_device_change
+
+    sc = job.scenario
+    if job.resume:
+        writer = ArchiveWriter.resume(job.out)
+    else:
+        writer = ArchiveWriter.create(job.out, scenario_text=sc.text, resolved=sc.resolved,
+                                      provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
+                                      dtype=sc.resolved["dtype"], overwrite=job.overwrite)
+    if job.resume and writer.resolved != json.loads(json.dumps(sc.resolved)):
+        writer.close()
+        raise InputError(f"{job.out} was written by a different scenario (or different --set values); "
+                         "resume with the same scenario and overrides, or use --overwrite")
+    if job.resume:
+        warn_on_device_change(job.out)
+    return writer
+
+
+def open_archive(job: Job, *, distributed: bool = False):
+    """Create the job's archive (or resume it, after checking that the same scenario and
+    overrides wrote it). An archive that cannot be written raises the OSError. With
+    `distributed`, process 0 holds the file and every process gets a writer that asks it."""
+    from .devices import SharedWriter, on_primary
+
+    writer = on_primary(lambda: _open(job))
+    return SharedWriter(writer) if distributed else writer
+
+
+def drive(job: Job, writer, *, progress: bool | None = None,
+          report: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+          should_stop: Callable[[], bool] = lambda: False) -> dict[str, dict[str, str]]:
+    """Run the job's runs into the open archive (closed on return); returns run -> solver
+    -> final status. The scenario's `[analysis]` runs after each solver of each batch."""
+    from .analysis.caron import analyze_runs
+    from .driver import Driver
+
+    with writer:
+        return Driver(job.scenario, writer, progress=progress, report=report, should_stop=should_stop,
+                      runs=job.runs, hooks=(analyze_runs,)).run(job.built)
+
+
+class Outcome(NamedTuple):
+    archive: Path
+    statuses: dict[str, dict[str, str]]     # run -> solver -> final status
+
+
+def run_scenario(scenario: str | Path, overrides: Sequence[str] = (), *, output: str | Path | None = None,
+                 shard: str | None = None, resume: bool = False, overwrite: bool = False,
+                 progress: bool | None = None, report: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
+                 should_stop: Callable[[], bool] = lambda: False) -> Outcome:
+    """`prepare`, `open_archive` and `drive` in one call: the archive written and the
+    final statuses (a numerical status such as `diverged` is a result, not an error)."""
+    job = prepare(scenario, overrides, output=output, shard=shard, resume=resume, overwrite=overwrite)
+    statuses = drive(job, open_archive(job), progress=progress, report=report, should_stop=should_stop)
+    return Outcome(archive=job.out, statuses=statuses)
