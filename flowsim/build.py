@@ -8,7 +8,7 @@ scenario key and what is allowed.
 import jax
 import numpy as np
 
-from .config.typed import Config, FlowPreset, ShallowModel, from_dict, to_dict
+from .config.typed import Config, FlowPreset, ShallowModel
 from .data import DataError, Dataset, make_dataset
 from .integrate.registry import state_copies
 from .models import MODELS, BuildError, Built
@@ -16,14 +16,8 @@ from .observe import OBSERVABLES
 from .precision import enable_x64
 
 
-def _typed(config) -> Config:
-    # Transitional: the driver, cli and caron analysis still pass the resolved dict.
-    return config if isinstance(config, Config) else from_dict(Config, config)
-
-
 def data_seed(config: Config, seed: int) -> int:
     """`data.seed` is an int shared by every run, or "run" to draw the data per seed."""
-    config = _typed(config)
     return seed if config.data.seed == "run" else int(config.data.seed)
 
 
@@ -73,7 +67,6 @@ def build_run(config: Config, seed: int) -> Built:
     """Data, network, loss and initial weights of one run (the network by `model.kind`,
     through `flowsim.models.MODELS`)."""
     enable_x64()   # every run, float32 ones too (int64 step counters, float64 times)
-    config = _typed(config)
     ds = _dataset(config, seed)
     _check_compatible(config, ds)
     return MODELS[config.model.kind].build(config, ds, seed)
@@ -174,7 +167,7 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) 
     solvers = config.run.solvers
     copies = 0
     for s in solvers:
-        c = state_copies(to_dict(s))
+        c = state_copies(s)
         paired = isinstance(s, FlowPreset) and s.reference is not None
         copies = max(copies, c * (2 if paired else 1))
     data = (n + n_test) * (d + 1)

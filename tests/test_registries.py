@@ -167,8 +167,8 @@ def _presets():
 
 @pytest.mark.parametrize("preset", list(_presets()))
 def test_every_solver_kind_and_flow_method_validates_and_is_estimated(preset):
-    spec = load_scenario(QUICKSTART, [*SMALL, f"run.solvers=[{preset}]"]).runs[0]
-    (solver,) = spec.config["run"]["solvers"]
-    est = estimate(spec.settings)
+    cfg = load_scenario(QUICKSTART, [*SMALL, f"run.solvers=[{preset}]"]).runs[0].settings
+    (solver,) = cfg.run.solvers
+    est = estimate(cfg)
     assert est["copies"] == state_copies(solver) > 0
     assert est["memory"] > 0 and est["disk"] > 0

@@ -67,13 +67,13 @@ def figure_prune(groups: dict, name: str) -> Figure:
     clf = _classification(first)
     keys = [("test_accuracy", "test accuracy"), ("train_accuracy", "train accuracy")] if clf else \
         [("test_risk", "test risk (mean squared error)"), ("train_risk", "train risk (mean squared error)")]
-    if first[0][1].get("loss_kind") == "cross-entropy" and not clf:
+    if first[0][1]["loss_kind"] == "cross-entropy" and not clf:
         keys = [("test_risk", "test risk (cross-entropy)"), ("train_risk", "train risk (cross-entropy)")]
     fig = Figure(figsize=(12, 5), layout="constrained", dpi=110)
     axes = fig.subplots(1, 2)
     for c, ((point, solver), g) in enumerate(sorted(groups.items())):
         arr0, attrs = g["results"][0]
-        imps = json.loads(attrs.get("importance", '["weight"]'))
+        imps = json.loads(attrs["importance"])
         m = arr0["counts"][-1]
         x = arr0["counts"] / m
         for ax, (key, title) in zip(axes, keys):
@@ -118,9 +118,9 @@ def figure_transfer(groups: dict, name: str) -> Figure:
         ax.set_ylabel(title)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8, title="node scaling")
-    fig.suptitle(f"{name}: transfer of the top-k features to a {src.get('hidden', '?')}-unit ReLU net\n"
-                 f"({src.get('steps', '?')} GD steps, η = {src.get('learning_rate', '?')}, "
-                 f"{src.get('source', '?')} split halved)", fontsize=11)
+    fig.suptitle(f"{name}: transfer of the top-k features to a {src['hidden']}-unit ReLU net\n"
+                 f"({src['steps']} GD steps, η = {src['learning_rate']}, "
+                 f"{src['source']} split halved)", fontsize=11)
     return fig
 
 
