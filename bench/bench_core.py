@@ -20,6 +20,7 @@ that a burst of load from elsewhere hits both sides.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -39,7 +40,7 @@ from flowsim.ntg import jacobian_ntg
 from flowsim.precision import enable_x64
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
-from flowsim.config import load_solver
+from flowsim.config import DescentPreset, Preset, SphereSineData, from_dict, load_solver
 
 enable_x64()   # the benchmarks build Problems directly, not through build_run
 
@@ -51,7 +52,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 def build(n: int, d: int, m: int, dtype=jnp.float64, seed: int = 0) -> tuple[Problem, dict]:
     """The Caron Fig. 1 problem (asymmetric γ = 0.5, α = 0.5, swish, ½Σ loss)."""
-    ds = make_dataset({"kind": "sphere-sine", "n": n, "d": d, "noise": 1.0, "n_test": 100}, seed)
+    ds = make_dataset(SphereSineData(seed=seed, n=n, d=d, noise=1.0, n_test=100), seed)
     scale = output_scale("asymmetric", m, gamma=0.5, alpha=0.5)
     net, p0 = init_shallow(jax.random.PRNGKey(seed), d=d, outputs=1, scale=scale, scaling_kind="asymmetric",
                            activation_name="swish", init_std=1.0, train_output=False, zeroed=False,
@@ -62,13 +63,13 @@ def build(n: int, d: int, m: int, dtype=jnp.float64, seed: int = 0) -> tuple[Pro
     return problem, p0
 
 
-def preset(spec: str | dict) -> dict:
-    """A resolved solver preset (every key of its kind filled in, as the integrator
-    factories take it): a file of solvers/ by name, or an inline table with a `name`."""
-    return load_solver(spec)
+def preset(spec: str | dict) -> Preset:
+    """A typed solver preset (as the integrator factories take it): a file of solvers/ by
+    name, or an inline table with a `name`."""
+    return from_dict(Preset, load_solver(spec))
 
 
-def gd_preset(eta: float) -> dict:
+def gd_preset(eta: float) -> DescentPreset:
     return preset({"name": f"gd-lr{eta:g}", "kind": "gd", "learning_rate": eta})
 
 
@@ -154,9 +155,8 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
     """The flow preset over `segments` equal segments. With `chunk_steps`, every call is
     capped at that many steps (status max_steps, then the same segment is resumed), so the
     run can stop once `budget_s` of wall time is spent; the horizon reached is returned."""
-    spec = dict(spec)
     if chunk_steps:
-        spec["max_steps"] = chunk_steps
+        spec = dataclasses.replace(spec, max_steps=chunk_steps)
     integ = make_flow_integrator(spec)
     advance = eqx.filter_jit(integ.advance)
     state0 = integ.init(problem, p0)
@@ -179,7 +179,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
                 if code == status.DONE:
                     break
                 if code != status.MAX_STEPS or not chunk_steps:
-                    raise RuntimeError(f"flow {spec['method']} ended with status {code}")
+                    raise RuntimeError(f"flow {spec.method} ended with status {code}")
                 if elapsed > budget_s:
                     break
             if elapsed > budget_s and k < segments:

@@ -37,9 +37,9 @@ def main(argv=None) -> int:
     sets = ["model.width=200", "run.t_end=20000.0"] if args.quick else []
     sc = load_scenario(ROOT / "scenarios" / "stiff.toml", sets)
     r = sc.runs[0]
-    b = build_run(r.config, r.seed)
+    b = build_run(r.settings, r.seed)
     problem, p0 = b.problem, b.params
-    t_end = float(r.config["run"]["t_end"])
+    t_end = float(r.settings.run.t_end)
     budget = 30.0 if args.quick else 240.0
     t0 = time.perf_counter()
     ev = jnp.linalg.eigvalsh(problem.ntg(p0))
@@ -51,20 +51,20 @@ def main(argv=None) -> int:
     for name in names:
         spec = preset(name)
         run, integ = flow_run(problem, p0, spec, t_end, 10, budget_s=budget,
-                              chunk_steps=None if spec["method"] != "kvaerno5" else 20)
+                              chunk_steps=None if spec.method != "kvaerno5" else 20)
         state, tot = run()   # flow_run compiled it already: this call is timed
         rows[name] = (spec, tot, float(problem.loss(state.y)), state)
         print(name, tot, flush=True)
-    tb = Table(f"{sc.resolved['name']}: n = {problem.X.shape[0]}, d = {problem.X.shape[1]}, m = {p0['W'].shape[0]}, "
-               f"{r.config['model']['scaling']['kind']} scaling, t_end = {t_end:g}; NTG λ_max·rate = {lmax:.3g}, "
+    tb = Table(f"{sc.settings.name}: n = {problem.X.shape[0]}, d = {problem.X.shape[1]}, m = {p0['W'].shape[0]}, "
+               f"{r.settings.model.scaling.kind} scaling, t_end = {t_end:g}; NTG λ_max·rate = {lmax:.3g}, "
                f"λ_min·rate = {lmin:.3g} (stiffness ratio {lmax / lmin:.0f}, λ_min·t_end = {lmin * t_end:.3g})",
                ["preset", "horizon", "steps (rejected)", "vf evals (counted)", "wall", "gradient-eval equivalents",
                 "final loss", "note"])
     ref = rows.get("tsit5")
     for name, (spec, tot, loss, state) in rows.items():
-        counted = tot["vf_evals"] if spec["method"] != "kvaerno5" else "n/a (implicit)"
+        counted = tot["vf_evals"] if spec.method != "kvaerno5" else "n/a (implicit)"
         horizon = f"{tot['t_reached']:.6g}" + (" (capped)" if tot["capped"] else "")
-        note = spec["description"]
+        note = spec.description
         tb.add(name, horizon, f"{tot['steps']} ({tot['rejected']})", counted, f"{tot['wall']:.2f} s",
                f"{tot['wall'] / t_grad:.0f}", fmt(loss), note)
     summary = Table("Stiff ratios" + (" (--quick)" if args.quick else ""), ["what", "measured", "target", "met?"])

@@ -1,4 +1,4 @@
-"""From a resolved run config (one sweep point, one seed) to a ready `Problem`.
+"""From a typed run config (`RunSpec.settings`: one sweep point, one seed) to a ready `Problem`.
 
 Everything that can fail on bad input (files, shapes, incompatible choices) fails here,
 before any archive is touched or any integration starts, with a `BuildError` that names the
@@ -8,6 +8,7 @@ scenario key and what is allowed.
 import jax
 import numpy as np
 
+from .config.typed import Config, FlowPreset, ShallowModel
 from .data import DataError, Dataset, make_dataset
 from .integrate.registry import state_copies
 from .models import MODELS, BuildError, Built
@@ -15,23 +16,23 @@ from .observe import OBSERVABLES
 from .precision import enable_x64
 
 
-def data_seed(config: dict, seed: int) -> int:
+def data_seed(config: Config, seed: int) -> int:
     """`data.seed` is an int shared by every run, or "run" to draw the data per seed."""
-    return seed if config["data"]["seed"] == "run" else int(config["data"]["seed"])
+    return seed if config.data.seed == "run" else int(config.data.seed)
 
 
-def _check_compatible(config: dict, ds: Dataset) -> None:
+def _check_compatible(config: Config, ds: Dataset) -> None:
     n = ds.X_train.shape[0]
-    if config["loss"]["kind"] == "cross-entropy" and ds.y_train.shape[1] < 2:
+    if config.loss.kind == "cross-entropy" and ds.y_train.shape[1] < 2:
         raise BuildError("`loss.kind` = \"cross-entropy\" needs a classification dataset (one-hot targets "
-                         f"with ≥ 2 classes); `data.kind` = {config['data']['kind']!r} gives 1 target column")
-    wants_test = {"test_loss", "test_accuracy"} & set(config["run"]["observe"])
+                         f"with ≥ 2 classes); `data.kind` = {config.data.kind!r} gives 1 target column")
+    wants_test = {"test_loss", "test_accuracy"} & set(config.run.observe)
     if wants_test and ds.X_test.shape[0] == 0:
         raise BuildError(f"`run.observe` asks for {sorted(wants_test)} but the dataset has no test points; "
                          "set `data.n_test` > 0 or drop them")
-    for solver in config["run"]["solvers"]:
-        if solver["kind"] == "sgd" and solver["batch_size"] > n:
-            raise BuildError(f"solver {solver['name']!r}: `batch_size` = {solver['batch_size']} exceeds the "
+    for solver in config.run.solvers:
+        if solver.kind == "sgd" and solver.batch_size > n:
+            raise BuildError(f"solver {solver.name!r}: `batch_size` = {solver.batch_size} exceeds the "
                              f"{n} training points; allowed: an integer in [1, {n}]")
 
 
@@ -43,29 +44,32 @@ _DATA_ALLOWED = {
 }
 
 
-def _dataset(config: dict, seed: int) -> Dataset:
+def _dataset(config: Config, seed: int) -> Dataset:
     """The run's data; a bad data file is a DataError naming the file, the key and what is
     allowed (make_dataset names the file and what is wrong with it)."""
+    data = config.data
+    # Only the user-file kinds (csv, npz) have a `path`; uci and digits read shipped files.
+    has_path = hasattr(data, "path")
     try:
-        return make_dataset(config["data"], data_seed(config, seed))
+        return make_dataset(data, data_seed(config, seed))
     except (DataError, UnicodeDecodeError) as err:
         text = str(err) if isinstance(err, DataError) else \
-            f"{config['data'].get('path', '?')}: is not UTF-8 text ({err.reason} at byte {err.start})"
+            f"{data.path if has_path else '?'}: is not UTF-8 text ({err.reason} at byte {err.start})"
         if "allowed:" in text:
             raise
-        kind = config["data"]["kind"]
-        key = "data.path" if "path" in config["data"] else "data"
+        kind = data.kind
+        key = "data.path" if has_path else "data"
         allowed = _DATA_ALLOWED.get(kind, f"data of kind {kind!r} as described in the scenario docs")
         raise DataError(f"{text} (from `{key}`); allowed: {allowed}") from None
 
 
-def build_run(config: dict, seed: int) -> Built:
+def build_run(config: Config, seed: int) -> Built:
     """Data, network, loss and initial weights of one run (the network by `model.kind`,
     through `flowsim.models.MODELS`)."""
     enable_x64()   # every run, float32 ones too (int64 step counters, float64 times)
     ds = _dataset(config, seed)
     _check_compatible(config, ds)
-    return MODELS[config["model"]["kind"]].build(config, ds, seed)
+    return MODELS[config.model.kind].build(config, ds, seed)
 
 
 def dataset_arrays(ds: Dataset) -> dict[str, np.ndarray]:
@@ -134,44 +138,43 @@ def memory_limit() -> tuple[float, str]:
     return limit, source
 
 
-def _data_shape(cfg: dict, seed: int, cache: dict) -> tuple[int, int, int]:
+def _data_shape(cfg: Config, seed: int, cache: dict) -> tuple[int, int, int]:
     """(n, n_test, d) of a run's data: from the scenario when it says, else by loading it
     (file-backed data are bounded by their file)."""
-    data = cfg["data"]
-    if all(k in data for k in _SYNTHETIC_SHAPE):
-        return int(data["n"]), int(data.get("n_test", 0)), int(data["d"])
-    import json
-
-    key = json.dumps(data, sort_keys=True, default=str) + str(data_seed(cfg, seed))
+    data = cfg.data
+    if all(hasattr(data, k) for k in _SYNTHETIC_SHAPE):
+        return int(data.n), int(data.n_test), int(data.d)
+    key = (data, data_seed(cfg, seed))
     if key not in cache:
         ds = _dataset(cfg, seed)
         cache[key] = (ds.X_train.shape[0], ds.X_test.shape[0], ds.X_train.shape[1])
     return cache[key]
 
 
-def estimate_resources(config: dict, n: int, n_test: int, d: int, seeds: int) -> dict[str, float]:
+def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) -> dict[str, float]:
     """Rough bytes of one sweep point's batch of `seeds` runs: memory and archive size.
 
     Memory: per seed, the solver's copies of the parameters (m·d), the forward/backward
     intermediates (≈ 4·n·m), the NTG work (2·p·m + 3·p²) and the data (stacked twice).
     Disk: every checkpoint row of every observed series plus the double-buffered
     checkpoint, per seed and solver, uncompressed."""
-    item = 4 if config["dtype"] == "float32" else 8
-    m = int(config["model"]["width"])
-    params = m * d + (m if config["model"].get("output") == "trained" else 0)
-    p = min(int(config["run"]["ntg_points"]), n)
-    solvers = config["run"]["solvers"]
+    item = 4 if config.dtype == "float32" else 8
+    model = config.model
+    m = int(model.width)
+    trained = isinstance(model, ShallowModel) and model.output == "trained"
+    params = m * d + (m if trained else 0)
+    p = min(int(config.run.ntg_points), n)
+    solvers = config.run.solvers
     copies = 0
     for s in solvers:
         c = state_copies(s)
-        copies = max(copies, c * (2 if s.get("reference") else 1))
+        paired = isinstance(s, FlowPreset) and s.reference is not None
+        copies = max(copies, c * (2 if paired else 1))
     data = (n + n_test) * (d + 1)
     memory = item * seeds * (copies * params + 4 * n * m + 2 * p * m + 3 * p * p + 2 * data)
-    from .config import checkpoint_times
-
-    rows = len(checkpoint_times(config["run"])) + 1
+    rows = len(config.run.checkpoint_times()) + 1
     row = 0
-    for name in config["run"]["observe"]:
+    for name in config.run.observe:
         row += OBSERVABLES[name].row_size(m, p, d)
     disk = item * seeds * len(solvers) * (2 * rows * row + 2 * copies * params) + item * data
     return {"memory": float(memory), "disk": float(disk), "params": float(params), "copies": float(copies)}
@@ -197,7 +200,7 @@ def check_resources(scenario, out_dir=None) -> None:
         points.setdefault(r.point, []).append(r)
     disk_total = 0.0
     for runs in points.values():
-        cfg = runs[0].config
+        cfg = runs[0].settings
         n, n_test, d = _data_shape(cfg, runs[0].seed, cache)
         est = estimate_resources(cfg, n, n_test, d, len(runs))
         disk_total += est["disk"]
@@ -205,14 +208,14 @@ def check_resources(scenario, out_dir=None) -> None:
             where = f" (sweep point {runs[0].label})" if runs[0].label else ""
             raise ResourceError(
                 f"{file}: this scenario needs an estimated {est['memory'] / _GIB:.3g} GiB of memory{where}: "
-                f"`model.width` = {cfg['model']['width']} × d = {d} parameters × {int(est['copies'])} solver "
+                f"`model.width` = {cfg.model.width} × d = {d} parameters × {int(est['copies'])} solver "
                 f"copies × {len(runs)} seed(s) (`seeds`), plus n = {n} points (`data.n`) × width and "
-                f"`run.ntg_points` = {cfg['run']['ntg_points']}; the limit is {limit / _GIB:.3g} GiB ({source}); "
+                f"`run.ntg_points` = {cfg.run.ntg_points}; the limit is {limit / _GIB:.3g} GiB ({source}); "
                 "allowed: a scenario whose estimate fits (lower model.width, data.n, run.ntg_points or the "
                 "number of seeds; FLOWSIM_MEMORY_LIMIT sets the limit)")
     if disk_free is not None and disk_total > disk_free:
         raise ResourceError(
             f"{file}: the archive would need an estimated {disk_total / _GIB:.3g} GiB (uncompressed: every "
-            f"checkpoint row of `run.observe` = {scenario.resolved['run']['observe']} for every run and "
+            f"checkpoint row of `run.observe` = {list(scenario.settings.run.observe)} for every run and "
             f"solver), more than the {disk_free / _GIB:.3g} GiB free at {out_dir}; allowed: fewer "
             "checkpoints (`run.checkpoints`), no `weights`/`ntg` in `run.observe`, or a smaller model")

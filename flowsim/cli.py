@@ -125,7 +125,7 @@ def cmd_run(args) -> int:
         raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
     primary = is_primary()
     if primary:
-        print(f"flowsim: {job.scenario.resolved['name']}: {len(job.runs)} run(s)" + (f" (part {shard} of "
+        print(f"flowsim: {job.scenario.settings.name}: {len(job.runs)} run(s)" + (f" (part {shard} of "
               f"{len(job.scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
     saved_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_hdf5_unraisable
@@ -198,6 +198,7 @@ def cmd_inspect(args) -> int:
 
     with archive.open(args.archive) as a:
         attrs = a.attrs
+        # inspect reads any archive, a recovered or partial one too: its attributes may be missing
         prov = attrs.get("provenance", {})
         print(f"{args.archive}: scenario {attrs.get('scenario_resolved', {}).get('name', '?')!r}, "
               f"dtype {attrs.get('dtype')}, flowsim {attrs.get('flowsim_version')}, created {attrs.get('created')}")

@@ -1,6 +1,7 @@
 """Datasets as plain numpy float64 arrays: the papers' synthetic generators and file loaders.
 
-`make_dataset(cfg, seed)` turns the resolved `[data]` table of a scenario into a `Dataset`.
+`make_dataset(data, seed)` turns the typed `[data]` table of a scenario (`flowsim.config.Data`)
+into a `Dataset`.
 Every kind returns `y` as a 2-D array: one column for regression, one-hot columns for
 classification. Nothing here imports JAX, so data can be made and inspected without it.
 
@@ -21,6 +22,7 @@ binary format of MNIST.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import math
 import zipfile
@@ -31,6 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from .config.catalog import data_dir
+from .config.typed import (CsvData, Data, DigitsData, NpzData, QuadraticTeacherData,
+                           RandomLabelsData, SingleReluData, SphereSineData, UciData, XorNoiseData)
 
 DATA_DIR = data_dir()
 
@@ -69,34 +73,22 @@ class DataError(ValueError):
     """Bad data input; the message names the file or the `[data]` key and what is wrong."""
 
 
-def make_dataset(cfg: dict, seed: int) -> Dataset:
-    """The dataset described by a resolved `[data]` table; `seed` seeds the data RNG."""
-    kind = cfg.get("kind")
-    maker = _MAKERS.get(kind)
-    if maker is None:
-        raise DataError(f"[data] kind {kind!r} is unknown; allowed: {', '.join(_MAKERS)}")
-    return maker(cfg, np.random.default_rng(seed))
+def make_dataset(data: Data, seed: int) -> Dataset:
+    """The dataset described by a typed `[data]` table; `seed` seeds the data RNG."""
+    return _MAKERS[data.kind](data, np.random.default_rng(seed))
 
 
-# ----------------------------------------------------------------------------- cfg access
+# ------------------------------------------------------------------------ value checks
+# Validation has checked these ranges already; a table built with `from_dict` has not.
 
 
-def _get(cfg: dict, key: str):
-    try:
-        return cfg[key]
-    except KeyError:
-        raise DataError(f"[data] key {key!r} is missing (kind {cfg.get('kind')!r})") from None
-
-
-def _count(cfg: dict, key: str, minimum: int = 0) -> int:
-    value = _get(cfg, key)
+def _count(value, key: str, minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
         raise DataError(f"[data] {key} = {value!r}: expected an integer >= {minimum}")
     return int(value)
 
 
-def _real(cfg: dict, key: str, minimum: float = -math.inf) -> float:
-    value = _get(cfg, key)
+def _real(value, key: str, minimum: float = -math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
         raise DataError(f"[data] {key} = {value!r}: expected a number >= {minimum}")
     return float(value)
@@ -125,18 +117,18 @@ def sphere_sine_target(X: np.ndarray) -> np.ndarray:
     return 5.0 / X.shape[1] * np.sin(np.pi * X).sum(axis=1)
 
 
-def _sphere_sine(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _sphere_sine(data: SphereSineData, rng: np.random.Generator) -> Dataset:
     """Caron et al. §6.1: x uniform on S^{d-1}, y = (5/d) Σ_k sin(π x_k) + ε, ε ~ N(0, noise²)."""
-    d, noise = _count(cfg, "d", 1), _real(cfg, "noise", 0.0)
+    d, noise = _count(data.d, "d", 1), _real(data.noise, "noise", 0.0)
 
     def draw(count: int):
         X = sphere(rng, count, d)
         return X, sphere_sine_target(X) + noise * rng.standard_normal(count)
 
-    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"))
+    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"))
 
 
-def _single_relu(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _single_relu(data: SingleReluData, rng: np.random.Generator) -> Dataset:
     """Caron et al. §8.1.2: a single-ReLU teacher, y = relu(⟨w*, x⟩) + noise·ε.
 
     The formula is lost in the available text of the paper; this is our reading. w* is
@@ -144,36 +136,37 @@ def _single_relu(cfg: dict, rng: np.random.Generator) -> Dataset:
     ⟨w*, x⟩ has variance 1 whatever d (the same O(1) pre-activation scale as the student's
     w·x/sqrt(d) with w ~ N(0, I_d)). w* is returned as extra["teacher_w"].
     """
-    d, noise = _count(cfg, "d", 1), _real(cfg, "noise", 0.0)
+    d, noise = _count(data.d, "d", 1), _real(data.noise, "noise", 0.0)
     w_star = sphere(rng, 1, d)[0]
 
     def draw(count: int):
         X = sphere(rng, count, d, math.sqrt(d))
         return X, np.maximum(X @ w_star, 0.0) + noise * rng.standard_normal(count)
 
-    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"), {"teacher_w": w_star})
+    n, n_test = _count(data.n, "n", 1), _count(data.n_test, "n_test")
+    return _synthetic(draw, n, n_test, {"teacher_w": w_star})
 
 
-def _random_labels(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _random_labels(data: RandomLabelsData, rng: np.random.Generator) -> Dataset:
     """Chen et al. experiment 1: x ~ N(0, I_d), y ~ U[low, high] independent of x."""
-    d, low, high = _count(cfg, "d", 1), _real(cfg, "low"), _real(cfg, "high")
+    d, low, high = _count(data.d, "d", 1), _real(data.low, "low"), _real(data.high, "high")
     if not high > low:
         raise DataError(f"[data] low = {low!r}, high = {high!r}: need low < high")
 
     def draw(count: int):
         return rng.standard_normal((count, d)), rng.uniform(low, high, count)
 
-    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"))
+    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"))
 
 
 # Chen et al. experiment 3: (x1, x2, y) for each of the four equally likely cases.
 _XOR_CASES = np.array([[1.0, 0.0, 1.0], [-1.0, 0.0, 1.0], [0.0, 1.0, -1.0], [0.0, -1.0, -1.0]])
 
 
-def _xor_noise(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _xor_noise(data: XorNoiseData, rng: np.random.Generator) -> Dataset:
     """Chen et al. experiment 3: (x1, x2, y) = (±1, 0, +1) or (0, ±1, −1), each w.p. 1/4;
     x3..xd ~ U[−1, 1] are noise coordinates."""
-    d = _count(cfg, "d", 2)
+    d = _count(data.d, "d", 2)
 
     def draw(count: int):
         case = _XOR_CASES[rng.integers(len(_XOR_CASES), size=count)]
@@ -181,7 +174,7 @@ def _xor_noise(cfg: dict, rng: np.random.Generator) -> Dataset:
         X[:, :2] = case[:, :2]
         return X, case[:, 2].copy()
 
-    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"))
+    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"))
 
 
 def quadratic_features(X: np.ndarray) -> np.ndarray:
@@ -189,7 +182,7 @@ def quadratic_features(X: np.ndarray) -> np.ndarray:
     return (X[:, :, None] * X[:, None, :]).reshape(len(X), -1)
 
 
-def _quadratic_teacher(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _quadratic_teacher(data: QuadraticTeacherData, rng: np.random.Generator) -> Dataset:
     """Chen et al. experiment 2: a quadratic-embedded ReLU teacher plus noise.
 
     f*(x) = (1/m*) Σ_i c_i relu(h_i(x)),  h_i(x) = D^{-1/2} Σ_j W_ij φ_j(x),  φ(x) = vec(x xᵀ),
@@ -198,8 +191,8 @@ def _quadratic_teacher(cfg: dict, rng: np.random.Generator) -> Dataset:
     |φ(x)|² = |x|⁴ = D, so every h_i(x) ~ N(0, 1) exactly over W, an O(1) teacher for all d.
     Teacher arrays: extra["teacher_W"] (m*, D) and extra["teacher_c"] (m*,).
     """
-    d, width = _count(cfg, "d", 1), _count(cfg, "teacher_width", 1)
-    noise = _real(cfg, "noise", 0.0)
+    d, width = _count(data.d, "d", 1), _count(data.teacher_width, "teacher_width", 1)
+    noise = _real(data.noise, "noise", 0.0)
     W = rng.standard_normal((width, d * d))
     c = rng.choice([-1.0, 1.0], size=width)
 
@@ -209,7 +202,7 @@ def _quadratic_teacher(cfg: dict, rng: np.random.Generator) -> Dataset:
         return X, np.maximum(h, 0.0) @ c / width + noise * rng.standard_normal(count)
 
     extra = {"teacher_W": W, "teacher_c": c}
-    return _synthetic(draw, _count(cfg, "n", 1), _count(cfg, "n_test"), extra)
+    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"), extra)
 
 
 # ------------------------------------------------------------------------------ CSV files
@@ -284,7 +277,7 @@ def _standardize(splits: dict[str, np.ndarray], prefix: str) -> dict[str, np.nda
     return {f"{prefix}_mean": mean, f"{prefix}_std": std}
 
 
-def _uci(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _uci(data: UciData, rng: np.random.Generator) -> Dataset:
     """A shipped UCI regression CSV, split as in Caron et al. §8.2.1.
 
     Rows are permuted by np.random.default_rng(permute_seed).permutation, then cut into
@@ -294,16 +287,11 @@ def _uci(cfg: dict, rng: np.random.Generator) -> Dataset:
     standardised with the training mean and (population) std, constant columns divided by 1;
     the statistics and the valid split go to `extra`.
     """
-    name = _get(cfg, "name")
+    name = data.name
     if name not in UCI_TARGETS:
         raise DataError(f"[data] name = {name!r} is unknown; allowed: {', '.join(UCI_TARGETS)}")
-    split = _get(cfg, "split")
-    try:
-        fractions = tuple(float(split[part]) for part in ("train", "test", "valid"))
-    except (KeyError, TypeError, ValueError):
-        raise DataError(
-            f"[data] split = {split!r}: expected {{train, test, valid}} fractions"
-        ) from None
+    split = dataclasses.asdict(data.split)
+    fractions = tuple(float(split[part]) for part in ("train", "test", "valid"))
     if min(fractions) < 0 or abs(sum(fractions) - 1.0) > 1e-9:
         raise DataError(f"[data] split = {split!r}: fractions must be >= 0 and sum to 1")
 
@@ -312,7 +300,7 @@ def _uci(cfg: dict, rng: np.random.Generator) -> Dataset:
     target, dropped = UCI_TARGETS[name]
     (t,) = _columns(path, header, [target])
     inputs = [j for j, col in enumerate(header) if col != target and col not in dropped]
-    table = table[np.random.default_rng(_count(cfg, "permute_seed")).permutation(len(table))]
+    table = table[np.random.default_rng(_count(data.permute_seed, "permute_seed")).permutation(len(table))]
 
     n_train, n_test, _ = _split_sizes(len(table), fractions)
     parts = {"train": table[:n_train], "test": table[n_train : n_train + n_test],
@@ -320,7 +308,7 @@ def _uci(cfg: dict, rng: np.random.Generator) -> Dataset:
     splits = {f"X_{p}": rows[:, inputs] for p, rows in parts.items()}
     splits |= {f"y_{p}": rows[:, [t]] for p, rows in parts.items()}
     stats = (
-        _standardize(splits, "X") | _standardize(splits, "y") if _get(cfg, "standardize") else {}
+        _standardize(splits, "X") | _standardize(splits, "y") if data.standardize else {}
     )
     extra = {"X_valid": splits["X_valid"], "y_valid": splits["y_valid"]} | stats
     return Dataset(
@@ -348,7 +336,7 @@ def _subsample(rng: np.random.Generator, table: np.ndarray, count, key: str) -> 
     return table[rng.permutation(len(table))[:count]]
 
 
-def _digits(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _digits(data: DigitsData, rng: np.random.Generator) -> Dataset:
     """UCI optdigits (8×8 digits, 64 pixel counts 0–16 and a `label` column), the offline
     stand-in for Caron et al.'s MNIST experiment.
 
@@ -357,32 +345,33 @@ def _digits(cfg: dict, rng: np.random.Generator) -> Dataset:
     statistics of the kept training rows (always-zero pixels divided by 1). y is one-hot.
     """
     tables = {}
-    for split, filename, key in zip(("train", "test"), DIGITS_FILES, ("n", "n_test"), strict=True):
+    counts = {"n": data.n, "n_test": data.n_test}
+    for split, filename, key in zip(("train", "test"), DIGITS_FILES, counts, strict=True):
         path = DATA_DIR / filename
         header, table = read_csv(path)
         (label,) = _columns(path, header, ["label"])
         if label != len(header) - 1:
             raise DataError(f"{path}: expected 'label' as the last column")
-        tables[split] = _subsample(rng, table, cfg.get(key), key)
+        tables[split] = _subsample(rng, table, counts[key], key)
     splits = {f"X_{s}": t[:, :-1] / DIGITS_MAX_PIXEL for s, t in tables.items()}
-    stats = _standardize(splits, "X") if _get(cfg, "standardize") else {}
+    stats = _standardize(splits, "X") if data.standardize else {}
     y = {s: one_hot(t[:, -1].astype(np.int64), DIGITS_CLASSES) for s, t in tables.items()}
     return Dataset(
         splits["X_train"], y["train"], splits["X_test"], y["test"], DIGITS_CLASSES, stats
     )
 
 
-def _csv(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _csv(data: CsvData, rng: np.random.Generator) -> Dataset:
     """A user CSV with a header row: the named target column(s) are y, every other column X.
 
     Rows are permuted with the run seed; the last floor(test_fraction·N) rows of the
     permutation are the test set. With `standardize`, X and y are standardised with the
     training statistics (kept in `extra`). Regression only: y has one column per target.
     """
-    path = Path(_get(cfg, "path"))
-    target = _get(cfg, "target")
+    path = Path(data.path)
+    target = data.target
     targets = [target] if isinstance(target, str) else list(target)
-    fraction = _real(cfg, "test_fraction", 0.0)
+    fraction = _real(data.test_fraction, "test_fraction", 0.0)
     if fraction >= 1.0 or not targets:
         raise DataError(f"[data] test_fraction = {fraction!r} must be < 1 and target non-empty")
     header, table = read_csv(path)
@@ -401,7 +390,7 @@ def _csv(cfg: dict, rng: np.random.Generator) -> Dataset:
     splits = {"X_train": table[:n_train, inputs], "X_test": table[n_train:, inputs],
               "y_train": table[:n_train][:, t], "y_test": table[n_train:][:, t]}  # fmt: skip
     stats = (
-        _standardize(splits, "X") | _standardize(splits, "y") if _get(cfg, "standardize") else {}
+        _standardize(splits, "X") | _standardize(splits, "y") if data.standardize else {}
     )
     return Dataset(
         splits["X_train"], splits["y_train"], splits["X_test"], splits["y_test"], 0, stats
@@ -440,7 +429,7 @@ def _npz_labels(path: Path, key: str, y: np.ndarray, classes: int) -> np.ndarray
     return (y[:, None] if y.ndim == 1 else y).astype(np.float64)
 
 
-def _npz(cfg: dict, rng: np.random.Generator) -> Dataset:
+def _npz(data: NpzData, rng: np.random.Generator) -> Dataset:
     """A user .npz with X_train, y_train and optionally X_test, y_test (both or neither).
 
     y may be 1-D (made (n, 1)) or 2-D. The file is classification only if it holds an integer
@@ -448,7 +437,7 @@ def _npz(cfg: dict, rng: np.random.Generator) -> Dataset:
     `classes` columns. Integer y without `classes` stays regression (labels as numbers). The
     run seed is not used: the file fixes the data. Other arrays in the file are ignored.
     """
-    path = Path(_get(cfg, "path"))
+    path = Path(data.path)
     arrays = _load_npz(path)
     required = ["X_train", "y_train"] + (
         ["X_test", "y_test"] if {"X_test", "y_test"} & arrays.keys() else []
@@ -529,7 +518,7 @@ def load_idx(path) -> np.ndarray:
     return np.frombuffer(raw, dtype, offset=start).reshape(shape).astype(dtype.newbyteorder("="))
 
 
-_MAKERS: dict[str, Callable[[dict, np.random.Generator], Dataset]] = {
+_MAKERS: dict[str, Callable[[Data, np.random.Generator], Dataset]] = {
     "sphere-sine": _sphere_sine,
     "single-relu": _single_relu,
     "random-labels": _random_labels,

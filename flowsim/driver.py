@@ -9,7 +9,6 @@ go on. Once a solver has finished a batch, the driver hands what it holds to its
 nothing of JAX.
 """
 
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +23,7 @@ from tqdm.auto import tqdm
 from . import batch, checkpoint, status
 from .archive import ArchiveWriter
 from .build import Built, data_seed, dataset_arrays
-from .config import RunSpec, Scenario
+from .config import Data, Preset, RunSpec, Scenario, to_dict
 from .devices import is_primary, shard, to_host
 from .integrate.base import AbstractIntegrator
 from .integrate.presets import checkpoint_grid, make_integrator
@@ -67,8 +66,8 @@ def _series_spec(integ: AbstractIntegrator, problem, params, names) -> dict:
     return spec | {k: ((), dtype, ()) for k in integ.certificate_series}
 
 
-def _data_key(r: RunSpec) -> tuple[str, int]:
-    return json.dumps(r.config["data"], sort_keys=True), data_seed(r.config, r.seed)
+def _data_key(r: RunSpec) -> tuple[Data, int]:
+    return r.settings.data, data_seed(r.settings, r.seed)
 
 
 class Driver:
@@ -111,32 +110,32 @@ class Driver:
                                        init=b.init)
                 if _data_key(r) != _data_key(first):
                     self.writer.write_data(dataset_arrays(b.dataset), run=r.name)
-            run_cfg = runs[0].config["run"]
-            for preset in run_cfg["solvers"]:
+            run_cfg = runs[0].settings.run
+            for preset in run_cfg.solvers:
                 codes, final = self._run_batch(preset, make_integrator(preset, run_cfg), runs, built_runs)
                 for name, code in codes.items():
-                    statuses[name][preset["name"]] = code
+                    statuses[name][preset.name] = code
                 if self.hooks and is_primary():
                     # numpy, not `to_host`: that gathers across processes, and only this one is here
                     initial = jax.tree.map(lambda *xs: np.stack(xs), *(b.params for b in built_runs))
                     for hook in self.hooks:
-                        hook(self.writer, runs, built_runs, preset["name"], initial=initial, final=final,
+                        hook(self.writer, runs, built_runs, preset.name, initial=initial, final=final,
                              report=self.report)
         return statuses
 
-    def _run_batch(self, preset: dict, integ: AbstractIntegrator, runs: list[RunSpec],
+    def _run_batch(self, preset: Preset, integ: AbstractIntegrator, runs: list[RunSpec],
                    built_runs: list[Built]) -> tuple[dict[str, str], Params]:
         """Run one solver over a batch of seeds; returns run → final status, and the final
         weights (stacked, host arrays)."""
-        name = preset["name"]
-        config = runs[0].config
-        names = tuple(config["run"]["observe"])
+        name = preset.name
+        config = runs[0].settings
+        names = config.run.observe
         problems = batch.stack_problems([b.problem for b in built_runs])
         problems = problems._replace(tree=shard(problems.tree, problems.axes))
         params0 = shard(batch.stack([b.params for b in built_runs]))
         spec = _series_spec(integ, built_runs[0].problem, built_runs[0].params, names)
         for r in runs:
-            self.writer.create_solver(r.name, name, preset=preset, series=spec, discrete=integ.discrete)
+            self.writer.create_solver(r.name, name, preset=to_dict(preset), series=spec, discrete=integ.discrete)
         state = batch.init(integ, problems, params0, shard(batch.stack([b.key for b in built_runs])))
         members, restored = [], None
         for i, r in enumerate(runs):
@@ -152,10 +151,10 @@ class Driver:
         if restored is not None:
             state = shard(restored)
         refs = batch.references(problems, params0)
-        times = checkpoint_grid(preset, config["run"])
+        times = checkpoint_grid(preset, config.run)
         start = min(m.done_rows for m in members)
         bar = tqdm(total=len(times), initial=start, disable=self._bar_disabled(), unit="ckpt", leave=False,
-                   desc=f"{runs[0].label or config['name']} · {name}"[:60])
+                   desc=f"{runs[0].label or config.name} · {name}"[:60])
         try:
             for i in range(start, len(times)):
                 if all(m.code != status.RUNNING for m in members):
@@ -175,7 +174,7 @@ class Driver:
                                    wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)],
                                    status_time=float(ends[j]))
             out[m.run.name] = status.name(final)
-        self._summarise(runs[0].label or config["name"], name, members, out)
+        self._summarise(runs[0].label or config.name, name, members, out)
         return out, to_host(integ.params(state))
 
     def _step(self, name, integ, problems, state, members, i, times, refs, names):

@@ -72,13 +72,13 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
         if not runs:
             raise InputError(f"--shard {part}: this part holds none of the scenario's {len(sc.runs)} "
                              f"run(s); allowed: N ≤ {len(sc.runs)}")
-    stem = sc.resolved['name'] + (f".part{part.replace('/', 'of')}" if part else "")
+    stem = sc.settings.name + (f".part{part.replace('/', 'of')}" if part else "")
     out = Path(output or Path("runs") / f"{stem}.h5")
     # Under --distributed only process 0 touches the archive; every process raises its errors.
     on_primary(lambda: _check_output(out, resume=resume, overwrite=overwrite))
     # Refuse what would exhaust memory (or the disk) before anything is allocated.
     check_resources(sc, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
-    built = {r.name: build_run(r.config, r.seed) for r in [sc.runs[0], *runs]}
+    built = {r.name: build_run(r.settings, r.seed) for r in [sc.runs[0], *runs]}
     return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
 
 
@@ -116,7 +116,7 @@ def _open(job: Job):
     else:
         writer = ArchiveWriter.create(job.out, scenario_text=sc.text, resolved=sc.resolved,
                                       provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
-                                      dtype=sc.resolved["dtype"], overwrite=job.overwrite)
+                                      dtype=sc.settings.dtype, overwrite=job.overwrite)
     if job.resume and writer.resolved != json.loads(json.dumps(sc.resolved)):
         writer.close()
         raise InputError(f"{job.out} was written by a different scenario (or different --set values); "

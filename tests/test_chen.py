@@ -52,7 +52,7 @@ observe = ["loss", "test_loss", "test_accuracy", "hidden"]
 def built(embedding, scaling, **kw):
     s = loads_scenario(scenario_text(embedding, scaling, **kw))
     r = s.runs[0]
-    return r.config, build_run(r.config, r.seed)
+    return r.config, build_run(r.settings, r.seed)
 
 
 # ------------------------------------------------------------------------ models
@@ -138,7 +138,7 @@ def test_embedding_weights_archived_and_seeded():
     _, b2 = built("random-features", "theirs")
     assert np.array_equal(b1.init["z"], b2.init["z"])
     s = loads_scenario(scenario_text().replace("seeds = [3]", "seeds = [4]"))
-    b3 = build_run(s.runs[0].config, 4)
+    b3 = build_run(s.runs[0].settings, 4)
     assert not np.allclose(b1.init["z"], b3.init["z"])
 
 

@@ -17,6 +17,7 @@ from test_engine import linear_closed_form
 from flowsim import archive
 from flowsim.analysis import compare
 from flowsim.build import build_run
+from flowsim.config import Config, DescentPreset, Preset, from_dict, load_solver
 from flowsim.cli import main
 from flowsim.losses import loss_fn
 from flowsim.observe import OBSERVABLES, observe
@@ -75,7 +76,7 @@ def test_compare_distances_equal_the_linear_closed_form(linear_archive, capsys):
     rep = compare.compare_archive(linear_archive)
     with archive.open(linear_archive) as a:
         (run,) = a.runs.values()
-        built = build_run(run.params, run.seed)
+        built = build_run(from_dict(Config, run.params), run.seed)
     problem, p0 = built.problem, built.params
     W0 = np.asarray(p0["W"])
     assert {(p.discrete, p.flow) for p in rep.pairs} == {(g, f) for g in ("gd-0.5", "gd-0.25")
@@ -170,7 +171,7 @@ def test_certificate_flags_gaps_below_the_flow_error(linear_archive, tmp_path, c
     by = {(p.discrete, p.flow): p for p in rep.pairs}
     with archive.open(linear_archive) as a:
         (run,) = a.runs.values()
-        built = build_run(run.params, run.seed)
+        built = build_run(from_dict(Config, run.params), run.seed)
         W_loose = {float(t): w for t, w in zip(run.solvers["loose"].t, run.solvers["loose"]["weights"])}
     loose = by[("gd-0.25", "loose")]
     assert loose.certified_on == "weights" and loose.unresolved.any() and not loose.unresolved.all()
@@ -223,8 +224,10 @@ def _pair(eta, gap, err, status="done"):
     t = np.array([1.0, 2.0, 4.0])
     gap = np.asarray(gap, float)
     return compare.Pair(run="r", label="", seed=0, discrete=f"gd-{eta}", flow="flow", discrete_kind="gd",
-                        flow_kind="flow", eta=eta, status=status, preset={"kind": "gd", "learning_rate": eta},
-                        flow_preset={"kind": "flow"}, t=t, step=np.round(t / eta).astype(int),
+                        flow_kind="flow", eta=eta, status=status,
+                        preset=DescentPreset(name=f"gd-{eta}", kind="gd", description="", learning_rate=eta,
+                                             divergence_factor=1e8),
+                        flow_preset=from_dict(Preset, load_solver("tsit5")), t=t, step=np.round(t / eta).astype(int),
                         gaps={"weight_gap": gap}, flow_error=np.full(3, err),
                         unresolved=~(gap > 2 * err), certified_on="weights")
 

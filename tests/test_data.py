@@ -5,10 +5,14 @@ import hashlib
 import math
 import re
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from flowsim.config import Data, ScenarioError, from_dict
+from flowsim.config.schema import DATA
+from flowsim.config.spec import Ctx
 from flowsim.data import (
     DATA_DIR,
     DIGITS_FILES,
@@ -33,6 +37,16 @@ SYNTHETIC = {
 UCI_SPLIT = dict(train=0.4, test=0.2, valid=0.4)
 
 
+def table(cfg: dict) -> Data:
+    """The typed [data] table of a complete `cfg` (None: the key left out), built without
+    validation so that the data layer's own checks are what a bad value meets."""
+    return from_dict(Data, {"seed": 0} | {k: v for k, v in cfg.items() if v is not None})
+
+
+def make(cfg: dict, seed: int) -> Dataset:
+    return make_dataset(table(cfg), seed)
+
+
 def uci_cfg(name, standardize=True):
     return dict(kind="uci", name=name, split=UCI_SPLIT, permute_seed=10, standardize=standardize)
 
@@ -52,26 +66,26 @@ def arrays(ds: Dataset) -> dict:
 @pytest.mark.parametrize("kind", SYNTHETIC)
 def test_synthetic_shapes_dtype_and_determinism(kind):
     cfg = SYNTHETIC[kind]
-    ds = make_dataset(cfg, seed=3)
+    ds = make(cfg, seed=3)
     assert ds.X_train.shape == (30, 7) and ds.y_train.shape == (30, 1)
     assert ds.X_test.shape == (11, 7) and ds.y_test.shape == (11, 1)
     assert ds.classes == 0
     for name, A in arrays(ds).items():
         assert A.dtype == np.float64, name
-    again, other = make_dataset(cfg, seed=3), make_dataset(cfg, seed=4)
+    again, other = make(cfg, seed=3), make(cfg, seed=4)
     for name, A in arrays(ds).items():
         np.testing.assert_array_equal(A, arrays(again)[name])
     assert not np.array_equal(ds.X_train, other.X_train)
 
 
 def test_zero_test_rows_keep_two_dimensions():
-    ds = make_dataset(SYNTHETIC["sphere-sine"] | {"n_test": 0}, seed=0)
+    ds = make(SYNTHETIC["sphere-sine"] | {"n_test": 0}, seed=0)
     assert ds.X_test.shape == (0, 7) and ds.y_test.shape == (0, 1)
 
 
 def test_sphere_sine_points_and_labels():
     cfg = SYNTHETIC["sphere-sine"] | {"noise": 0.0, "n": 200}
-    ds = make_dataset(cfg, seed=0)
+    ds = make(cfg, seed=0)
     for X in (ds.X_train, ds.X_test):
         np.testing.assert_allclose(np.linalg.norm(X, axis=1), 1.0, rtol=0, atol=1e-12)
     d = ds.X_train.shape[1]
@@ -82,7 +96,7 @@ def test_sphere_sine_points_and_labels():
 
 def test_sphere_sine_noise_level():
     n, noise = 20_000, 0.7
-    ds = make_dataset(SYNTHETIC["sphere-sine"] | {"noise": noise, "n": n}, seed=1)
+    ds = make(SYNTHETIC["sphere-sine"] | {"noise": noise, "n": n}, seed=1)
     residual = ds.y_train[:, 0] - sphere_sine_target(ds.X_train)
     # sample std of n Gaussians has standard error ≈ σ/sqrt(2n); allow 5 of them
     assert abs(residual.std() - noise) < 5 * noise / math.sqrt(2 * n)
@@ -90,7 +104,7 @@ def test_sphere_sine_noise_level():
 
 
 def test_single_relu_teacher():
-    ds = make_dataset(SYNTHETIC["single-relu"] | {"noise": 0.0}, seed=2)
+    ds = make(SYNTHETIC["single-relu"] | {"noise": 0.0}, seed=2)
     w = ds.extra["teacher_w"]
     assert w.shape == (7,) and abs(np.linalg.norm(w) - 1) < 1e-12
     np.testing.assert_allclose(np.linalg.norm(ds.X_train, axis=1), math.sqrt(7), rtol=1e-12)
@@ -98,7 +112,7 @@ def test_single_relu_teacher():
 
 
 def test_quadratic_teacher_formula():
-    ds = make_dataset(SYNTHETIC["quadratic-teacher"] | {"noise": 0.0}, seed=5)
+    ds = make(SYNTHETIC["quadratic-teacher"] | {"noise": 0.0}, seed=5)
     W, c = ds.extra["teacher_W"], ds.extra["teacher_c"]
     d = ds.X_train.shape[1]
     assert W.shape == (5, d * d) and set(np.unique(c)) <= {-1.0, 1.0}
@@ -113,7 +127,7 @@ def test_quadratic_teacher_formula():
 
 
 def test_random_labels_range():
-    ds = make_dataset(SYNTHETIC["random-labels"] | {"n": 5000, "low": 2.0, "high": 3.0}, seed=0)
+    ds = make(SYNTHETIC["random-labels"] | {"n": 5000, "low": 2.0, "high": 3.0}, seed=0)
     assert ds.y_train.min() >= 2.0 and ds.y_train.max() <= 3.0
     assert abs(ds.y_train.mean() - 2.5) < 5 * math.sqrt(1 / 12 / 5000)
     assert abs(ds.X_train.std() - 1.0) < 0.01
@@ -121,7 +135,7 @@ def test_random_labels_range():
 
 def test_xor_noise_structure_and_proportions():
     n = 40_000
-    ds = make_dataset(SYNTHETIC["xor-noise"] | {"n": n}, seed=0)
+    ds = make(SYNTHETIC["xor-noise"] | {"n": n}, seed=0)
     X, y = ds.X_train, ds.y_train[:, 0]
     cases = [(1, 0, 1), (-1, 0, 1), (0, 1, -1), (0, -1, -1)]
     counts = [np.sum((X[:, 0] == a) & (X[:, 1] == b) & (y == c)) for a, b, c in cases]
@@ -135,12 +149,15 @@ def test_xor_noise_structure_and_proportions():
 
 
 def test_unknown_kind_and_missing_key():
-    with pytest.raises(DataError, match="kind 'nope' is unknown"):
-        make_dataset({"kind": "nope"}, 0)
-    with pytest.raises(DataError, match="'noise' is missing"):
-        make_dataset({"kind": "sphere-sine", "n": 3, "d": 2, "n_test": 0}, 0)
+    # Validation names an unknown kind; a typed table cannot lack a key; a count out of
+    # range is refused by the data layer too.
+    ctx = Ctx(file="test.toml", base_dir=Path.cwd())
+    with pytest.raises(ScenarioError, match='data.kind. = "nope" is not an allowed value'):
+        DATA.check({"kind": "nope"}, "data", ctx)
+    with pytest.raises(TypeError, match="'noise'"):
+        make({"kind": "sphere-sine", "n": 3, "d": 2, "n_test": 0}, 0)
     with pytest.raises(DataError, match="n = 0"):
-        make_dataset(SYNTHETIC["xor-noise"] | {"n": 0}, 0)
+        make(SYNTHETIC["xor-noise"] | {"n": 0}, 0)
 
 
 # ------------------------------------------------------------------------- shipped files
@@ -180,7 +197,7 @@ def test_shipped_csv_matches_manifest(filename):
 @pytest.mark.parametrize("name", UCI_TARGETS)
 def test_uci_split_sizes_and_permutation(name):
     rows, columns, target, _ = manifest()[f"{name}.csv"]
-    ds = make_dataset(uci_cfg(name, standardize=False), seed=0)
+    ds = make(uci_cfg(name, standardize=False), seed=0)
     n_train, n_test = math.floor(0.4 * rows), math.floor(0.2 * rows)
     d = columns - 1 - len(UCI_TARGETS[name][1])
     assert ds.X_train.shape == (n_train, d) and ds.y_train.shape == (n_train, 1)
@@ -195,11 +212,11 @@ def test_uci_split_sizes_and_permutation(name):
 
 
 def test_uci_standardisation_and_seed_independence():
-    ds = make_dataset(uci_cfg("energy"), seed=0)
+    ds = make(uci_cfg("energy"), seed=0)
     for A in (ds.X_train, ds.y_train):
         np.testing.assert_allclose(A.mean(axis=0), 0, atol=1e-12)
         np.testing.assert_allclose(A.std(axis=0), 1, atol=1e-12)
-    raw = make_dataset(uci_cfg("energy", standardize=False), seed=0)
+    raw = make(uci_cfg("energy", standardize=False), seed=0)
     np.testing.assert_allclose(
         ds.X_test * ds.extra["X_std"] + ds.extra["X_mean"], raw.X_test, rtol=1e-13
     )
@@ -208,18 +225,18 @@ def test_uci_standardisation_and_seed_independence():
         raw.extra["y_valid"],
         rtol=1e-13,
     )
-    np.testing.assert_array_equal(make_dataset(uci_cfg("energy"), seed=7).X_train, ds.X_train)
+    np.testing.assert_array_equal(make(uci_cfg("energy"), seed=7).X_train, ds.X_train)
 
 
 def test_uci_bad_name_and_split():
     with pytest.raises(DataError, match="name = 'iris'"):
-        make_dataset(uci_cfg("iris"), 0)
+        make(uci_cfg("iris"), 0)
     with pytest.raises(DataError, match="sum to 1"):
-        make_dataset(uci_cfg("plant") | {"split": dict(train=0.5, test=0.2, valid=0.4)}, 0)
+        make(uci_cfg("plant") | {"split": dict(train=0.5, test=0.2, valid=0.4)}, 0)
 
 
 def test_digits():
-    ds = make_dataset(dict(kind="digits", n=None, n_test=200, standardize=False), seed=0)
+    ds = make(dict(kind="digits", n=None, n_test=200, standardize=False), seed=0)
     assert ds.classes == 10
     assert ds.X_train.shape == (3823, 64) and ds.y_train.shape == (3823, 10)
     assert ds.X_test.shape == (200, 64) and ds.y_test.shape == (200, 10)
@@ -229,7 +246,7 @@ def test_digits():
     # class counts of the whole training file (data/README.md)
     assert ds.y_train.sum(axis=0).tolist() == [376, 389, 380, 389, 387, 376, 377, 387, 380, 382]
 
-    st = make_dataset(dict(kind="digits", n=500, n_test=None, standardize=True), seed=1)
+    st = make(dict(kind="digits", n=500, n_test=None, standardize=True), seed=1)
     assert st.X_train.shape == (500, 64) and st.X_test.shape == (1797, 64)
     std = st.X_train.std(axis=0)
     constant = std < 1e-12  # e.g. pixel p00, always 0: left at 0, not divided by 0
@@ -255,12 +272,12 @@ def test_csv_round_trip(tmp_path):
     cfg = dict(
         kind="csv", path=str(path), target=["t1", "t2"], test_fraction=0.25, standardize=False
     )
-    ds = make_dataset(cfg, seed=0)
+    ds = make(cfg, seed=0)
     assert ds.X_train.shape == (15, 2) and ds.y_train.shape == (15, 2) and ds.X_test.shape == (5, 2)
     rebuilt = np.hstack([np.vstack([ds.X_train, ds.X_test]), np.vstack([ds.y_train, ds.y_test])])
     np.testing.assert_array_equal(np.sort(rebuilt, axis=0), np.sort(table, axis=0))
 
-    st = make_dataset(cfg | {"target": "b", "standardize": True}, seed=0)
+    st = make(cfg | {"target": "b", "standardize": True}, seed=0)
     assert st.X_train.shape == (15, 3) and st.y_train.shape == (15, 1)
     np.testing.assert_allclose(st.X_train.mean(axis=0), 0, atol=1e-12)
     np.testing.assert_allclose(st.y_train.std(axis=0), 1, atol=1e-12)
@@ -283,7 +300,7 @@ def test_bad_csv_raises_naming_the_file(tmp_path, case):
     text, message = BAD_CSV[case]
     path = write(tmp_path / f"{case}.csv", text)
     with pytest.raises(DataError, match=message) as err:
-        make_dataset(
+        make(
             dict(kind="csv", path=str(path), target="b", test_fraction=0.0, standardize=False), 0
         )
     assert str(path) in str(err.value)
@@ -292,7 +309,7 @@ def test_bad_csv_raises_naming_the_file(tmp_path, case):
 def test_missing_csv(tmp_path):
     path = tmp_path / "absent.csv"
     with pytest.raises(DataError, match="no such file") as err:
-        make_dataset(
+        make(
             dict(kind="csv", path=str(path), target="b", test_fraction=0.0, standardize=False), 0
         )
     assert str(path) in str(err.value)
@@ -307,14 +324,14 @@ def test_npz_regression_round_trip(tmp_path):
     X, y = rng.standard_normal((8, 3)), rng.standard_normal(8)
     path = tmp_path / "reg.npz"
     np.savez(path, X_train=X, y_train=y, X_test=X[:2], y_test=y[:2])
-    ds = make_dataset(npz_cfg(path), seed=0)
+    ds = make(npz_cfg(path), seed=0)
     np.testing.assert_array_equal(ds.X_train, X)
     np.testing.assert_array_equal(ds.y_train, y[:, None])
     assert ds.y_test.shape == (2, 1) and ds.classes == 0
 
     # integer labels without `classes` stay regression; no test arrays → 0 test rows
     np.savez(path, X_train=X, y_train=np.arange(8))
-    ds = make_dataset(npz_cfg(path), seed=0)
+    ds = make(npz_cfg(path), seed=0)
     assert ds.classes == 0 and ds.y_train.dtype == np.float64 and ds.y_train.shape == (8, 1)
     assert ds.X_test.shape == (0, 3) and ds.y_test.shape == (0, 1)
 
@@ -330,7 +347,7 @@ def test_npz_classification_one_hot(tmp_path):
         y_test=np.array([1]),
         classes=3,
     )
-    ds = make_dataset(npz_cfg(path), seed=0)
+    ds = make(npz_cfg(path), seed=0)
     assert ds.classes == 3
     np.testing.assert_array_equal(ds.y_train, np.eye(3)[[0, 2, 1, 2]])
     np.testing.assert_array_equal(ds.y_test, [[0, 1, 0]])
@@ -369,14 +386,14 @@ def test_bad_npz_raises_naming_the_file(tmp_path, case):
     path = tmp_path / f"{case}.npz"
     np.savez(path, **content)
     with pytest.raises(DataError, match=message) as err:
-        make_dataset(npz_cfg(path), 0)
+        make(npz_cfg(path), 0)
     assert str(path) in str(err.value)
 
 
 def test_npz_not_an_archive(tmp_path):
     path = write(tmp_path / "junk.npz", "not a zip")
     with pytest.raises(DataError, match="not a readable .npz") as err:
-        make_dataset(npz_cfg(path), 0)
+        make(npz_cfg(path), 0)
     assert str(path) in str(err.value)
 
 

@@ -15,18 +15,28 @@ from flowsim.integrate.presets import checkpoint_grid, make_integrator
 from flowsim.integrate.reference import ReferencePair
 from flowsim.integrate.registry import SOLVER_KINDS
 from flowsim.ntg import jacobian_ntg
-from flowsim.config import load_solver
+from flowsim.config import CheckpointCount, Preset, Run, from_dict, load_solver
 
 ACTIVATIONS = ["relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"]
 
 
+def typed(preset) -> Preset:
+    """The factories take typed presets: fill the defaults as a scenario's would be."""
+    return from_dict(Preset, load_solver({"name": "test"} | preset))
+
+
 def make_flow_integrator(preset, **kw):
-    """The factories take resolved presets: fill the defaults as a scenario's would be."""
-    return flow_integrator(load_solver({"name": "test"} | preset), **kw)
+    return flow_integrator(typed(preset), **kw)
 
 
 def make_descent_integrator(preset):
-    return descent_integrator(load_solver({"name": "test"} | preset))
+    return descent_integrator(typed(preset))
+
+
+def run_table(*solvers, t_end=1.0, count=1) -> Run:
+    """A [run] table holding `solvers` (what make_integrator and checkpoint_grid read)."""
+    return Run(t_end=t_end, checkpoints=CheckpointCount(count=count, spacing="linear"), solvers=solvers,
+               observe=(), ntg_points=1, stop_loss=0.0)
 
 
 def flow_to(problem, params, times, preset):
@@ -300,7 +310,7 @@ def test_sgd_with_full_batch_equals_gd_and_is_seeded():
 
 def _kind_preset(kind):
     extra = {} if kind == "flow" else {"learning_rate": 0.1}     # a step size: GD's, or the modified flow's
-    return load_solver({"name": kind, "kind": kind, **extra, **({"batch_size": 5} if kind == "sgd" else {})})
+    return typed({"name": kind, "kind": kind, **extra, **({"batch_size": 5} if kind == "sgd" else {})})
 
 
 @pytest.mark.parametrize("kind", SOLVER_KINDS)
@@ -308,7 +318,7 @@ def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind):
     """Two seeds through `flowsim.batch`; seed 1's state stored as named arrays after t = 1
     and restored into a fresh batch goes on to t = 2 exactly as the uninterrupted batch."""
     pairs = [make_problem(seed=s) for s in range(2)]
-    integ = make_integrator(_kind_preset(kind), {"stop_loss": 0.0})
+    integ = make_integrator(_kind_preset(kind), run_table())
     assert integ.discrete == SOLVER_KINDS[kind].discrete
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
     keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
@@ -326,7 +336,7 @@ def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind):
 def test_reference_pair_is_the_flow_with_its_global_error_beside_it():
     problem, p0 = make_problem()
     preset = load_solver({"name": "p", "kind": "flow", "rtol": 1e-6, "atol": 1e-8, "reference": "dopri8-tight"})
-    pair = make_integrator(preset, {"stop_loss": 0.0})
+    pair = make_integrator(typed(preset), run_table())
     assert isinstance(pair, ReferencePair) and pair.certificate_series == ("flow_error", "flow_loss_error")
     state, _ = eqx.filter_jit(pair.advance)(problem, pair.init(problem, p0), 20.0)
     (alone,) = flow_to(problem, p0, [20.0], preset | {"reference": ""})
@@ -340,8 +350,8 @@ def test_reference_pair_is_the_flow_with_its_global_error_beside_it():
 
 
 def test_a_flow_stops_at_every_time_a_descent_of_the_run_records():
-    gd = load_solver({"name": "gd", "kind": "gd", "learning_rate": 0.7})
-    flow = load_solver("tsit5")
-    run_cfg = {"t_end": 3.0, "checkpoints": {"count": 3}, "solvers": [flow, gd]}
+    gd = typed({"name": "gd", "kind": "gd", "learning_rate": 0.7})
+    flow = from_dict(Preset, load_solver("tsit5"))
+    run_cfg = run_table(flow, gd, t_end=3.0, count=3)
     np.testing.assert_array_equal(checkpoint_grid(gd, run_cfg), np.array([0, 1, 3, 4]) * 0.7)
     np.testing.assert_allclose(checkpoint_grid(flow, run_cfg), [0.0, 0.7, 1.0, 2.0, 2.1, 2.8, 3.0], rtol=1e-15)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from matplotlib.image import imread
 
 from flowsim import archive as A
 from flowsim import plots
+from flowsim.config import Scaling, from_dict, load_solver, loads_scenario, to_dict
 
 POINTS = [
     ('model.scaling={kind="ntk"}', {"kind": "ntk"}),
@@ -15,6 +18,18 @@ POINTS = [
      {"kind": "asymmetric", "gamma": 0.5, "alpha": 0.7}),
 ]
 ALL_SERIES = ("loss", "test_loss", "ntg", "ntg_eig", "ntg_change_spectral", "weight_change")
+BASE = loads_scenario('name = "x"\n[data]\nkind = "sphere-sine"\n[model]\nkind = "shallow"\n'
+                      '[run]\nt_end = 1.0\nsolvers = ["tsit5", "gd-lr1"]\n').settings
+
+
+def config(name="x", width=None, scaling=None):
+    """A resolved config (typed) of a shallow model, as validation gives it."""
+    model = BASE.model
+    if width is not None:
+        model = dataclasses.replace(model, width=width)
+    if scaling is not None:
+        model = dataclasses.replace(model, scaling=from_dict(Scaling, scaling))
+    return dataclasses.replace(BASE, name=name, model=model)
 
 
 def _series_spec(names, p, m):
@@ -45,18 +60,16 @@ def make_archive(path, *, name="synthetic-fig1", seeds=(0, 1, 2), points=POINTS,
     with status "diverged".
     """
     rng = np.random.default_rng(0)
-    resolved = {"name": name, "loss": {"kind": "half-sse"}}
+    resolved = to_dict(config(name))
     w = A.ArchiveWriter.create(path, scenario_text=f'name = "{name}"\n', resolved=resolved,
                                provenance={}, dtype="float64")
     try:
         w.write_data({"X_train": rng.normal(size=(p, d)), "y_train": rng.normal(size=(p, 1))})
         ts = np.linspace(0.0, 2000.0, k) if times is None else np.asarray(times, float)
         k = len(ts)
-        solvers = {"tsit5": {"kind": "flow", "method": "tsit5"},
-                   "gd-lr1": {"kind": "gd", "learning_rate": 1.0}}
+        solvers = {"tsit5": load_solver("tsit5"), "gd-lr1": load_solver("gd-lr1")}
         for pi, (label, scaling) in enumerate(points):
-            params = {"name": name, "model": {"width": m, "scaling": scaling},
-                      "loss": {"kind": "half-sse"}}
+            params = to_dict(config(name, m, scaling))
             gamma = 1.0 if scaling["kind"] == "ntk" else scaling.get("gamma", 0.0)
             lam = gamma / m + (1 - gamma) * (np.arange(1, m + 1) ** -1.4) / np.sum(np.arange(1, m + 1) ** -1.4)
             for seed in seeds:
@@ -158,16 +171,16 @@ def test_ntg_fallbacks_from_full_matrix(tmp_path):
 
 
 def test_short_label():
-    asym = {"model": {"scaling": {"kind": "asymmetric", "gamma": 0.5, "alpha": 0.7}}}
+    asym = config(scaling={"kind": "asymmetric", "gamma": 0.5, "alpha": 0.7})
     assert plots.short_label(asym, 'model.scaling={kind="asymmetric", gamma=0.5, alpha=0.7}') \
         == "asymmetric γ=0.5 α=0.7"
-    assert plots.short_label({"model": {"scaling": {"kind": "ntk"}}}, 'model.scaling={kind="ntk"}') == "NTK"
+    assert plots.short_label(config(scaling={"kind": "ntk"}), 'model.scaling={kind="ntk"}') == "NTK"
     assert plots.short_label(asym, "") == "asymmetric γ=0.5 α=0.7"        # no sweep
-    assert plots.short_label({}, 'model.scaling={kind="single", gamma=0.0}') == "single γ=0"
-    both = {"model": {"width": 200, "scaling": {"kind": "ntk"}}}
+    assert plots.short_label(None, 'model.scaling={kind="single", gamma=0.0}') == "single γ=0"
+    both = config(width=200, scaling={"kind": "ntk"})
     assert plots.short_label(both, 'model.scaling={kind="ntk"}; model.width=200') == "NTK, m=200"
-    assert plots.short_label({}, 'data={kind="uci", name="concrete"}') == "data=uci name=concrete"
-    assert plots.short_label({}, "model.scaling.gamma=0.25") == "γ=0.25"
+    assert plots.short_label(None, 'data={kind="uci", name="concrete"}') == "data=uci name=concrete"
+    assert plots.short_label(None, "model.scaling.gamma=0.25") == "γ=0.25"
 
 
 def test_log_spaced_times_use_symlog_axis(tmp_path):

@@ -21,7 +21,7 @@ from flowsim.models import MODELS, init_shallow
 from flowsim.observe import OBSERVABLES, observe, reference, series_axes
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
-from flowsim.config import load_scenario, loads_scenario
+from flowsim.config import Config, load_scenario, loads_scenario
 from flowsim.config import scenarios_dir
 
 QUICKSTART = scenarios_dir() / "quickstart.toml"
@@ -43,7 +43,7 @@ def small_problem(activation="swish", loss="half-sse", outputs=1, n=6, d=3, m=8,
     return problem, params
 
 
-def estimate(cfg: dict) -> dict[str, float]:
+def estimate(cfg: Config) -> dict[str, float]:
     return estimate_resources(cfg, 6, 4, 3, 1)
 
 
@@ -101,7 +101,7 @@ solvers = ["gd-lr0.1"]
 observe = ["loss"]
 """)
     r = sc.runs[0]
-    built = build_run(r.config, r.seed)
+    built = build_run(r.settings, r.seed)
     assert math.isclose(float(built.problem.loss(built.params)), float(built.init["loss0"]), rel_tol=1e-12)
     assert built.problem.ntg(built.params).shape == (6, 6)
 
@@ -111,8 +111,8 @@ observe = ["loss"]
 
 @pytest.mark.parametrize("name", list(OBSERVABLES))
 def test_every_observable_validates_is_estimated_and_observed(name):
-    cfg = load_scenario(QUICKSTART, [*SMALL, f'run.observe=["{name}"]']).runs[0].config
-    base = load_scenario(QUICKSTART, [*SMALL, "run.observe=[]"]).runs[0].config
+    cfg = load_scenario(QUICKSTART, [*SMALL, f'run.observe=["{name}"]']).runs[0].settings
+    base = load_scenario(QUICKSTART, [*SMALL, "run.observe=[]"]).runs[0].settings
     entry = OBSERVABLES[name]
     m, p, d = 8, 5, 3
     rows = 2 + 1                                      # two checkpoints and t = 0
@@ -167,8 +167,8 @@ def _presets():
 
 @pytest.mark.parametrize("preset", list(_presets()))
 def test_every_solver_kind_and_flow_method_validates_and_is_estimated(preset):
-    cfg = load_scenario(QUICKSTART, [*SMALL, f"run.solvers=[{preset}]"]).runs[0].config
-    (solver,) = cfg["run"]["solvers"]
+    cfg = load_scenario(QUICKSTART, [*SMALL, f"run.solvers=[{preset}]"]).runs[0].settings
+    (solver,) = cfg.run.solvers
     est = estimate(cfg)
     assert est["copies"] == state_copies(solver) > 0
     assert est["memory"] > 0 and est["disk"] > 0

@@ -46,7 +46,7 @@ def _drive(tmp_path, tag, sets, stop_after=None):
     """Run TINY in this process; returns the number of compilations. `stop_after=k` stops
     the run (as SIGTERM would) once k checkpoints are committed."""
     sc = load_scenario(TINY, list(sets))
-    built = {r.name: build_run(r.config, r.seed) for r in sc.runs}
+    built = {r.name: build_run(r.settings, r.seed) for r in sc.runs}
     w = ArchiveWriter.create(tmp_path / f"{tag}.h5", scenario_text=sc.text, resolved=sc.resolved,
                              provenance={}, dtype="float64")
     polls = iter(range(10**9))
@@ -91,7 +91,7 @@ _SHARDED = textwrap.dedent("""
 
     out, = sys.argv[1:]
     sc = load_scenario(%r, ["seeds=[0, 1, 2, 3]", "run.checkpoints={count=5}"])
-    built = {r.name: build_run(r.config, r.seed) for r in sc.runs}
+    built = {r.name: build_run(r.settings, r.seed) for r in sc.runs}
     batch = shard(stack([built[r.name].params for r in sc.runs[:4]]))
     used = len(batch["W"].sharding.device_set)
     with ArchiveWriter.create(out, scenario_text=sc.text, resolved=sc.resolved, provenance={},

@@ -18,6 +18,7 @@ with ``SolverView.analysis``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
@@ -27,6 +28,7 @@ import numpy as np
 
 from ..config.schema import ANALYSIS, ANALYSIS_TABLES
 from ..config.spec import Ctx
+from ..config.typed import Analysis, Config, Preset, from_dict
 from . import pca as _pca
 from . import prune as _prune
 from . import transfer as _transfer
@@ -42,41 +44,43 @@ def _validation(dataset, problem):
     return np.asarray(problem.X_test), np.asarray(problem.y_test), "test"
 
 
-def analyze_one(config: dict, problem, params, dataset, seed: int, initial) -> dict[str, tuple[dict, dict]]:
+def analyze_one(config: Config, problem, params, dataset, seed: int, initial) -> dict[str, tuple[dict, dict]]:
     """Every requested analysis of one trained network (`params`, trained from `initial`):
     name -> (arrays, attrs)."""
-    cfg = config.get("analysis") or {}
     out = {}
+    if config.analysis is None:        # the scenario has no [analysis] table
+        return out
+    cfg = config.analysis
     net = problem.net
-    loss_kind = config["loss"]["kind"]
-    if cfg.get("prune", {}).get("enabled"):
-        p = cfg["prune"]
-        counts = _prune.prune_counts(net.width, p["points"])
+    loss_kind = config.loss.kind
+    if cfg.prune.enabled:
+        p = cfg.prune
+        counts = _prune.prune_counts(net.width, p.points)
         arrays = _prune.prune_curve(net, params, problem.X, problem.y, problem.X_test, problem.y_test,
-                                    loss_kind=loss_kind, counts=counts, importances=p["importance"])
-        out["prune"] = (arrays, {"importance": json.dumps(p["importance"]), "loss_kind": loss_kind})
-    want_transfer = cfg.get("transfer", {}).get("enabled")
-    want_pca = cfg.get("pca", {}).get("enabled")
+                                    loss_kind=loss_kind, counts=counts, importances=p.importance)
+        out["prune"] = (arrays, {"importance": json.dumps(p.importance), "loss_kind": loss_kind})
+    want_transfer = cfg.transfer.enabled
+    want_pca = cfg.pca.enabled
     if want_transfer or want_pca:
         Xv, yv, source = _validation(dataset, problem)
         F = np.asarray(_prune.node_outputs(net, params, Xv))
     if want_transfer:
-        t = cfg["transfer"]
+        t = cfg.transfer
         rows: dict[str, list] = {}
-        for kind in t["importance"]:
+        for kind in t.importance:
             res = _transfer.transfer_curve(
-                F, yv, _prune.importance(net, params, kind), t["k"], hidden=t["hidden"], steps=t["steps"],
-                learning_rate=t["learning_rate"], cross_entropy=loss_kind == "cross-entropy", seed=seed,
-                standardise=t["standardize"])
+                F, yv, _prune.importance(net, params, kind), t.k, hidden=t.hidden, steps=t.steps,
+                learning_rate=t.learning_rate, cross_entropy=loss_kind == "cross-entropy", seed=seed,
+                standardise=t.standardize)
             for k, v in res.items():
                 if k != "k":
                     rows.setdefault(k, []).append(v)
         arrays = {"k": res["k"], **{k: np.stack(v) for k, v in rows.items()}}
-        out["transfer"] = (arrays, {"importance": json.dumps(t["importance"]), "source": source,
-                                    "hidden": t["hidden"], "steps": t["steps"],
-                                    "learning_rate": t["learning_rate"]})
+        out["transfer"] = (arrays, {"importance": json.dumps(t.importance), "source": source,
+                                    "hidden": t.hidden, "steps": t.steps,
+                                    "learning_rate": t.learning_rate})
     if want_pca:
-        npts = min(cfg["pca"]["points"], len(Xv))
+        npts = min(cfg.pca.points, len(Xv))
         labels = np.argmax(yv[:npts], axis=1) if yv.shape[1] > 1 else yv[:npts, 0]
         F0 = np.asarray(_prune.node_outputs(net, initial, Xv[:npts]))
         s0, r0 = _pca.pca_scores(F0)
@@ -89,14 +93,17 @@ def analyze_one(config: dict, problem, params, dataset, seed: int, initial) -> d
     return out
 
 
-def _select(config: dict, solver: str) -> bool:
-    chosen = (config.get("analysis") or {}).get("solvers") or []
+def _tables(analysis: Analysis) -> dict:
+    return {"prune": analysis.prune, "transfer": analysis.transfer, "pca": analysis.pca}
+
+
+def _select(config: Config, solver: str) -> bool:
+    chosen = config.analysis.solvers if config.analysis is not None else ()
     return not chosen or solver in chosen
 
 
-def wanted(config: dict) -> bool:
-    cfg = config.get("analysis") or {}
-    return any(cfg.get(k, {}).get("enabled") for k in ("prune", "transfer", "pca"))
+def wanted(config: Config) -> bool:
+    return config.analysis is not None and any(t.enabled for t in _tables(config.analysis).values())
 
 
 def analyze_runs(writer, runs, built, solver: str, *, initial, final,
@@ -105,18 +112,18 @@ def analyze_runs(writer, runs, built, solver: str, *, initial, final,
     `initial` and `final` are params pytrees stacked along the seed axis."""
     import jax
 
-    config = runs[0].config
+    config = runs[0].settings
     if not wanted(config) or not _select(config, solver):
         return
     for i, (r, b) in enumerate(zip(runs, built)):
         params, params0 = (jax.tree.map(lambda x: x[i], p) for p in (final, initial))
-        for name, (arrays, attrs) in analyze_one(r.config, b.problem, params, b.dataset, r.seed, params0).items():
+        for name, (arrays, attrs) in analyze_one(r.settings, b.problem, params, b.dataset, r.seed, params0).items():
             writer.write_analysis(r.name, solver, name, arrays, attrs)
-    report(f"{runs[0].label or config['name']} · {solver}: analyses "
-           f"{', '.join(k for k in ('prune', 'transfer', 'pca') if config['analysis'][k]['enabled'])} stored")
+    done = [k for k, t in _tables(config.analysis).items() if t.enabled]
+    report(f"{runs[0].label or config.name} · {solver}: analyses {', '.join(done)} stored")
 
 
-def final_params_from_archive(config: dict, seed: int, preset: dict, stored):
+def final_params_from_archive(config: Config, seed: int, preset: Preset, stored):
     """Rebuild a run and restore a solver's committed checkpoint `stored` (arrays, attrs):
     (built, final params)."""
     import jax
@@ -126,7 +133,7 @@ def final_params_from_archive(config: dict, seed: int, preset: dict, stored):
     from ..integrate.presets import make_integrator
 
     built = build_run(config, seed)
-    integ = make_integrator(preset, config["run"])
+    integ = make_integrator(preset, config.run)
     template = batch.init(integ, batch.stack_problems([built.problem]), batch.stack([built.params]),
                           batch.stack([built.key]))
     state = checkpoint.restore(template, 0, stored[0])
@@ -144,13 +151,13 @@ def analyze_archive(path, *, only: list[str] | None = None,
     jobs = []
     with archive.open(path) as a:
         for run in a.runs.values():
-            config = dict(run.params)
-            cfg = resolve_analysis(config.get("analysis"), all_on=not config.get("analysis"))
+            config = from_dict(Config, run.params)
+            cfg = config.analysis or from_dict(Analysis, resolve_analysis(None, all_on=True))
             if only:
-                cfg = {k: (v | {"enabled": v["enabled"] and k in only} if isinstance(v, dict) and "enabled" in v
-                           else v) for k, v in cfg.items()}
-            config["analysis"] = cfg
-            presets = {p["name"]: p for p in config["run"]["solvers"]}
+                cfg = dataclasses.replace(cfg, **{k: dataclasses.replace(t, enabled=t.enabled and k in only)
+                                                  for k, t in _tables(cfg).items()})
+            config = dataclasses.replace(config, analysis=cfg)
+            presets = {p.name: p for p in config.run.solvers}
             for name, view in run.solvers.items():
                 cp = view.checkpoint
                 if cp is not None and name in presets and _select(config, name):
@@ -162,9 +169,9 @@ def analyze_archive(path, *, only: list[str] | None = None,
             built, params = final_params_from_archive(config, seed, preset, cp)
             for name, (arrays, attrs) in analyze_one(config, built.problem, params, built.dataset, seed,
                                                      built.params).items():
-                writer.write_analysis(run_name, preset["name"], name, arrays, attrs)
+                writer.write_analysis(run_name, preset.name, name, arrays, attrs)
                 count += 1
-            report(f"{run_name} · {preset['name']}: analysed")
+            report(f"{run_name} · {preset.name}: analysed")
     finally:
         writer.close()
     return count

@@ -39,6 +39,7 @@ heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diver
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
 import re
@@ -48,7 +49,8 @@ from pathlib import Path
 import numpy as np
 
 from flowsim import archive as _archive
-from flowsim.integrate.registry import DISCRETE_KINDS, FLOW_KINDS, SOLVER_KINDS
+from flowsim.config.typed import DescentPreset, FlowPreset, Preset, from_dict
+from flowsim.integrate.registry import SOLVER_KINDS
 
 CERTIFICATE_FACTOR = 2.0
 TIME_RTOL = 1e-9
@@ -74,8 +76,8 @@ class Pair:
     flow_kind: str
     eta: float
     status: str                      # the discrete solver's status
-    preset: dict                     # the discrete solver's preset
-    flow_preset: dict
+    preset: DescentPreset            # the discrete solver's preset
+    flow_preset: FlowPreset
     t: np.ndarray                    # matched times, t > 0
     step: np.ndarray
     gaps: dict[str, np.ndarray | None] = field(default_factory=dict)
@@ -203,19 +205,21 @@ def _sharp_source(view) -> str:
     return "sharpness" if "sharpness" in view else "gn_sharpness" if "gn_sharpness" in view else ""
 
 
-def compare_pair(run, dview, fview, factor: float = CERTIFICATE_FACTOR) -> Pair:
-    """Gaps of the discrete solver `dview` from the flow `fview` at their matched times."""
+def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
+                 factor: float = CERTIFICATE_FACTOR) -> Pair:
+    """Gaps of the discrete solver `dview` from the flow `fview` (their presets typed) at
+    their matched times."""
     td, tf = np.asarray(dview.t, float), np.asarray(fview.t, float)
     ia, ib = match_times(td, tf)
     keep = td[ia] > 0
     ia, ib = ia[keep], ib[keep]
     unmatched = int(np.sum(td > 0) - ia.size)
     step = dview.step
-    step = np.asarray(step)[ia] if step is not None else np.round(td[ia] / dview.preset["learning_rate"]).astype(int)
+    step = np.asarray(step)[ia] if step is not None else np.round(td[ia] / dpreset.learning_rate).astype(int)
     pair = Pair(run=run.name, label=run.label, seed=run.seed, discrete=dview.name, flow=fview.name,
-                discrete_kind=dview.preset.get("kind", "gd"), flow_kind=fview.preset.get("kind", "flow"),
-                eta=float(dview.preset["learning_rate"]), status=dview.status, preset=dview.preset,
-                flow_preset=fview.preset, t=td[ia], step=step, unmatched=unmatched)
+                discrete_kind=dpreset.kind, flow_kind=fpreset.kind,
+                eta=float(dpreset.learning_rate), status=dview.status, preset=dpreset,
+                flow_preset=fpreset, t=td[ia], step=step, unmatched=unmatched)
     gaps: dict[str, np.ndarray | None] = dict.fromkeys(GAPS)
     Wd, Wf = _series(dview, "weights"), _series(fview, "weights")
     if Wd is not None and Wf is not None:
@@ -255,10 +259,9 @@ def _spectral(m: np.ndarray) -> float:
     return float(np.max(np.abs(np.linalg.eigvalsh(0.5 * (m + m.T)))))
 
 
-def _stability(run, view) -> Stability:
-    preset = view.preset
-    eta = float(preset["learning_rate"])
-    limit = 2.0 * (1.0 + float(preset.get("beta", 0.9))) if preset.get("kind") == "momentum" else 2.0
+def _stability(run, view, preset: DescentPreset) -> Stability:
+    eta = float(preset.learning_rate)
+    limit = 2.0 * (1.0 + float(preset.beta)) if preset.kind == "momentum" else 2.0
     src = _sharp_source(view)
     out = Stability(run=run.name, solver=view.name, eta=eta, status=view.status, source=src, limit=limit,
                     verdict="unknown")
@@ -282,11 +285,12 @@ def _stability(run, view) -> Stability:
 def _ladder_key(pair: Pair) -> tuple:
     """Pairs in one ladder: same run, discrete kind and non-η settings, same flow (for
     modified flows: the same method and tolerances, each at its own η)."""
-    settings = tuple(sorted((k, str(v)) for k, v in pair.preset.items()
-                            if k not in ("name", "description", "learning_rate")))
+    settings = tuple(sorted((f.name, str(getattr(pair.preset, f.name)))
+                            for f in dataclasses.fields(pair.preset)
+                            if f.name not in ("name", "description", "learning_rate")))
     if pair.flow_kind == "modified-flow":
         fp = pair.flow_preset
-        flow = ("modified-flow", fp.get("method"), fp.get("rtol"), fp.get("atol"))
+        flow = ("modified-flow", fp.method, fp.rtol, fp.atol)
     else:
         flow = ("flow", pair.flow)
     return pair.run, pair.discrete_kind, settings, flow
@@ -360,20 +364,21 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
         for run in arch.runs.values():
             runs[run.name] = run.label
             solvers = run.solvers
-            disc = [v for v in solvers.values() if v.preset.get("kind") in DISCRETE_KINDS]
-            flows = [v for v in solvers.values() if v.preset.get("kind") in FLOW_KINDS]
+            presets = {name: from_dict(Preset, v.preset) for name, v in solvers.items()}
+            disc = [v for v in solvers.values() if isinstance(presets[v.name], DescentPreset)]
+            flows = [v for v in solvers.values() if isinstance(presets[v.name], FlowPreset)]
             if not disc or not flows:
                 notes.append(f"run {run.name}: needs a discrete and a flow solver (has "
                              f"{', '.join(solvers) or 'none'}); nothing to compare")
             for d in disc:
-                stab.append(_stability(run, d))
+                dp = presets[d.name]
+                stab.append(_stability(run, d, dp))
                 for f in flows:
-                    if f.preset.get("kind") == "modified-flow" and not (
-                            d.preset.get("kind") == "gd"
-                            and math.isclose(float(f.preset["learning_rate"]), float(d.preset["learning_rate"]),
-                                             rel_tol=1e-12)):
+                    fp = presets[f.name]
+                    if fp.kind == "modified-flow" and not (
+                            dp.kind == "gd" and math.isclose(fp.learning_rate, dp.learning_rate, rel_tol=1e-12)):
                         continue
-                    p = compare_pair(run, d, f, factor)
+                    p = compare_pair(run, d, f, dp, fp, factor)
                     pairs.append(p)
                     if p.unmatched:
                         notes.append(f"run {run.name}: {d.name} vs {f.name}: {p.unmatched} checkpoint(s) of "
@@ -383,7 +388,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                 notes.append(f"run {run.name}: series `weights` not recorded by {', '.join(missing)}: no "
                              "weight distance (add \"weights\" to run.observe); loss, NTG and weight-change "
                              "gaps are reported")
-            flows_plain = [f.name for f in flows if f.preset.get("kind") == "flow" and "flow_error" not in f]
+            flows_plain = [f.name for f in flows if presets[f.name].kind == "flow" and "flow_error" not in f]
             if disc and flows_plain:
                 notes.append(f"run {run.name}: flow(s) {', '.join(flows_plain)} have no error estimate "
                              "(give the preset a `reference`): gaps are not certified")
@@ -580,7 +585,7 @@ def figure_run(rep: Report, run: str):
             ax_s.plot(s.t[-1], s.sharp[-1], marker="x", ms=9, mew=2, color=col[s.eta])
     with _archive.open(rep.path) as arch:
         for v in arch.runs[run].solvers.values():
-            if v.preset.get("kind") == "flow" and _sharp_source(v):
+            if from_dict(Preset, v.preset).kind == "flow" and _sharp_source(v):
                 t, lam = np.asarray(v.t, float), _series(v, _sharp_source(v))
                 ok = t > 0
                 ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")

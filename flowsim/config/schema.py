@@ -134,7 +134,7 @@ def _checkpoints_fit(run: dict, key: str, ctx: Ctx) -> None:
 
 
 def _k_within_width(top: dict, key: str, ctx: Ctx) -> None:
-    model = top.get("model", {})
+    model = top.get("model", {})          # validation reads the raw tables: keys may be missing
     scaling = model.get("scaling", {})
     if scaling.get("kind") == "finite" and scaling["k"] > model["width"]:
         raise ctx.bad("model.scaling.k", scaling["k"],
@@ -487,7 +487,7 @@ def _check_sweep(value: Any, key: str, ctx: Ctx) -> dict:
     """The [sweep] table's shape; each point is validated later, after expansion."""
     if not isinstance(value, dict):
         raise ctx.wrong_type(key, value, "a table")
-    out: dict[str, Any] = {
+    out: dict[str, Any] = {   # the raw [sweep] table: `mode` may be left out
         "mode": Str(choices=SWEEP_MODES).check(value.get("mode", "product"), join(key, "mode"), ctx)
     }
     axes = [k for k in value if k != "mode"]

@@ -31,7 +31,7 @@ def checkpoint_times(run_cfg: dict) -> np.ndarray:
     elif "times" in cp:
         ts = np.asarray(cp["times"], dtype=np.float64)
         ts = ts[ts < t_end]
-    else:
+    else:   # a table not yet through validation (its own range check, user code) may omit these
         count = int(cp.get("count", 50))
         if cp.get("spacing", "linear") == "log":
             if count == 1:

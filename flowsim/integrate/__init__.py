@@ -5,7 +5,7 @@
     flow.py        FlowIntegrator: Diffrax, segment by segment, resumable bit for bit
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
     reference.py   ReferencePair: a flow beside a tighter reference (its error certificate)
-    presets.py     make_integrator and checkpoint_grid of a resolved solver preset
+    presets.py     make_integrator and checkpoint_grid of a typed solver preset
 
 Nothing is imported here, so that reading the registry does not import JAX.
 """

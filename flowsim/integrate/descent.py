@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import status
+from ..config.typed import DescentPreset
 from ..problem import Params
 from ..problem import Problem
 from .base import AbstractIntegrator
@@ -119,11 +120,10 @@ class DescentIntegrator(AbstractIntegrator):
         return False        # a descent runs to its step count, or diverges
 
 
-def make_descent_integrator(preset: dict) -> DescentIntegrator:
-    """Build the integrator of a resolved `gd`, `momentum` or `sgd` solver preset (every key
-    of its kind present, as `flowsim.scenario.load_solver` returns it)."""
-    kind = preset["kind"]
-    return DescentIntegrator(learning_rate=jnp.asarray(float(preset["learning_rate"])),
-                             beta=jnp.asarray(float(preset["beta"]) if kind == "momentum" else 0.0),
-                             divergence_factor=jnp.asarray(float(preset["divergence_factor"])),
-                             batch_size=int(preset["batch_size"]) if kind == "sgd" else 0)
+def make_descent_integrator(preset: DescentPreset) -> DescentIntegrator:
+    """Build the integrator of a `gd`, `momentum` or `sgd` solver preset."""
+    kind = preset.kind
+    return DescentIntegrator(learning_rate=jnp.asarray(float(preset.learning_rate)),
+                             beta=jnp.asarray(float(preset.beta) if kind == "momentum" else 0.0),
+                             divergence_factor=jnp.asarray(float(preset.divergence_factor)),
+                             batch_size=int(preset.batch_size) if kind == "sgd" else 0)

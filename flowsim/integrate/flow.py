@@ -23,6 +23,7 @@ import lineax as lx
 import optimistix as optx
 
 from .. import status
+from ..config.typed import FlowPreset
 from ..problem import Params
 from ..problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator
@@ -181,31 +182,30 @@ class FlowIntegrator(AbstractIntegrator):
         return steps >= self.max_steps
 
 
-def make_flow_integrator(preset: dict, *, stop_loss: float = 0.0) -> FlowIntegrator:
-    """Build the integrator of a resolved `flow` or `modified-flow` solver preset (every key
-    of its kind present, as `flowsim.scenario.load_solver` returns it)."""
-    if preset["method"] not in FLOW_METHODS:
-        raise ValueError(f"unknown flow method {preset['method']!r}; allowed: {', '.join(FLOW_METHODS)}")
-    method = FLOW_METHODS[preset["method"]]
-    pid = dfx.PIDController(rtol=preset["rtol"], atol=preset["atol"], pcoeff=preset["pcoeff"],
-                            icoeff=preset["icoeff"], dtmin=preset["dtmin"] or None, dtmax=preset["dtmax"] or None)
+def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> FlowIntegrator:
+    """Build the integrator of a `flow` or `modified-flow` solver preset."""
+    if preset.method not in FLOW_METHODS:
+        raise ValueError(f"unknown flow method {preset.method!r}; allowed: {', '.join(FLOW_METHODS)}")
+    method = FLOW_METHODS[preset.method]
+    pid = dfx.PIDController(rtol=preset.rtol, atol=preset.atol, pcoeff=preset.pcoeff,
+                            icoeff=preset.icoeff, dtmin=preset.dtmin or None, dtmax=preset.dtmax or None)
     solver_class = getattr(dfx, method.diffrax)
     if method.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
         # default VeryChord root finder would build is never formed.
         # GMRES's atol is the preset's `linear_rtol`: the preset has no `linear_atol`.
-        newton = optx.Newton(rtol=preset["newton_rtol"], atol=preset["newton_atol"],
-                             linear_solver=lx.GMRES(rtol=preset["linear_rtol"], atol=preset["linear_rtol"],
-                                                    restart=preset["krylov_restart"],
-                                                    max_steps=preset["krylov_max_steps"]))
+        newton = optx.Newton(rtol=preset.newton_rtol, atol=preset.newton_atol,
+                             linear_solver=lx.GMRES(rtol=preset.linear_rtol, atol=preset.linear_rtol,
+                                                    restart=preset.krylov_restart,
+                                                    max_steps=preset.krylov_max_steps))
         solver = solver_class(root_finder=newton)
         evals = 0
     else:
         solver = solver_class()
         tab = solver.tableau
         evals = len(tab.c) + 1 - int(tab.fsal)
-    field = _modified_velocity(preset["learning_rate"]) if preset["kind"] == "modified-flow" else _velocity
+    field = _modified_velocity(preset.learning_rate) if preset.kind == "modified-flow" else _velocity
     controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
     return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
-                          max_steps=int(preset["max_steps"]), stop_loss=float(stop_loss), evals_per_step=evals)
+                          max_steps=int(preset.max_steps), stop_loss=float(stop_loss), evals_per_step=evals)

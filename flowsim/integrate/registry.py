@@ -5,7 +5,13 @@ no other module spells a list of kinds. Pure Python (no JAX), so that reading an
 or validating a scenario does not pay for importing the integrators.
 """
 
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:   # flowsim.config.typed reads the kinds below: no import at run time
+    from ..config.typed import Preset
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ def is_discrete(kind: str) -> bool:
     return SOLVER_KINDS[kind].discrete
 
 
-def state_copies(preset: dict) -> int:
+def state_copies(preset: Preset) -> int:
     """Parameter-sized arrays a solver preset keeps alive (for the memory estimate)."""
-    kind = SOLVER_KINDS[preset["kind"]]
-    return kind.state_copies if kind.discrete else FLOW_METHODS[preset["method"]].state_copies
+    kind = SOLVER_KINDS[preset.kind]
+    return kind.state_copies if kind.discrete else FLOW_METHODS[preset.method].state_copies

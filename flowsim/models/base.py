@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ..config.typed import Config
 from ..data import Dataset
 from ..problem import Params, Problem
 
@@ -27,8 +28,8 @@ class Built:
 @dataclass(frozen=True)
 class Model:
     name: str                                        # `model.kind` in a scenario
-    build: Callable[[dict, Dataset, int], Built]     # (run config, its data, seed) -> Built
+    build: Callable[[Config, Dataset, int], Built]   # (run config, its data, seed) -> Built
 
 
-def dtype_of(config: dict):
-    return jnp.float32 if config["dtype"] == "float32" else jnp.float64
+def dtype_of(config: Config):
+    return jnp.float32 if config.dtype == "float32" else jnp.float64

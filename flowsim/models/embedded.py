@@ -54,6 +54,7 @@ import numpy as np
 from .. import theory
 from ..activations import activation as _activation
 from ..activations import derivative as _derivative
+from ..config.typed import Config
 from ..data import Dataset, quadratic_features
 from ..problem import Problem
 from ..scaling import OutputScale
@@ -125,42 +126,42 @@ def active_fraction(net: ShallowNet, params, U: jax.Array) -> float:
     return float(jnp.min(jnp.mean(_derivative(net.activation)(h) ** 2, axis=1)))
 
 
-def build_embedded(config: dict, ds: Dataset, seed: int) -> Built:
+def build_embedded(config: Config, ds: Dataset, seed: int) -> Built:
     """The builder of `model.kind = "embedded"`: data → φ̃(X), network, init record."""
     dtype = dtype_of(config)
-    model = config["model"]
+    model = config.model
     n, d = ds.X_train.shape
-    m = model["width"]
-    kind = model["embedding"]
-    z = feature_weights(seed, model["features"], d) if kind == "random-features" else None
-    D = embedding_dim(kind, d, model.get("features"))
-    sc = chen_scale(model["chen_scaling"], m, D, model["c_hat"])
-    phi = embed(kind, ds.X_train, z=z, activation=model["activation"])
-    phi_test = embed(kind, ds.X_test, z=z, activation=model["activation"])
+    m = model.width
+    kind = model.embedding
+    z = feature_weights(seed, model.features, d) if kind == "random-features" else None
+    D = embedding_dim(kind, d, model.features)
+    sc = chen_scale(model.chen_scaling, m, D, model.c_hat)
+    phi = embed(kind, ds.X_train, z=z, activation=model.activation)
+    phi_test = embed(kind, ds.X_test, z=z, activation=model.activation)
     G = theory.gram_matrix(phi)
 
     model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
     k_w, k_a = jax.random.split(model_key)
-    W = model["init_std"] * jax.random.normal(k_w, (m, D), dtype)
+    W = model.init_std * jax.random.normal(k_w, (m, D), dtype)
     a = jax.random.rademacher(k_a, (m, ds.y_train.shape[1]), dtype)
     if sc.paired:
         W, a = pair_nodes(W, a)
     scale = OutputScale(c=sc.c, lam=sc.c**2, rate=sc.rate)
     net, params = init_shallow(model_key, d=D, outputs=ds.y_train.shape[1], scale=scale,
-                               scaling_kind="embedded", activation_name=model["activation"],
-                               init_std=model["init_std"], train_output=False, zeroed=model["zeroed"],
+                               scaling_kind="embedded", activation_name=model.activation,
+                               init_std=model.init_std, train_output=False, zeroed=model.zeroed,
                                init_weights={"W0": np.asarray(W), "a": np.asarray(a)}, dtype=dtype)
-    p = min(config["run"]["ntg_points"], n)
+    p = min(config.run.ntg_points, n)
     U = jnp.asarray(sc.input_factor * phi, dtype)
     problem = Problem(net=net, X=U, y=jnp.asarray(ds.y_train, dtype),
                       X_test=jnp.asarray(sc.input_factor * phi_test, dtype), y_test=jnp.asarray(ds.y_test, dtype),
-                      rate=sc.rate, loss_kind=config["loss"]["kind"], ntg_points=p)
+                      rate=sc.rate, loss_kind=config.loss.kind, ntg_points=p)
     eta0 = active_fraction(net, params, U)
     eig = np.linalg.eigvalsh(G)
     init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
             "loss0": np.asarray(problem.loss(params)),
             "G_lambda_min": np.asarray(eig[0]), "G_lambda_max": np.asarray(eig[-1]),
-            "c_hat": np.asarray(float(model["c_hat"])), "flow_rate": np.asarray(sc.rate),
+            "c_hat": np.asarray(float(model.c_hat)), "flow_rate": np.asarray(sc.rate),
             "eta0": np.asarray(eta0), "chen_r": np.asarray(2 * eta0 * sc.chen_r_factor),
             "embedding_dim": np.asarray(D), "input_factor": np.asarray(sc.input_factor)}
     if z is not None:

@@ -8,6 +8,7 @@ trainable state a small dict makes it the ODE state, the GD state and the checkp
 `build_shallow` is the builder of `model.kind = "shallow"`.
 """
 
+import dataclasses
 import math
 
 import equinox as eqx
@@ -17,6 +18,7 @@ import numpy as np
 
 from .. import theory
 from ..activations import activation, derivative
+from ..config.typed import Config, CustomScaling, Scaling, ShallowModel
 from ..data import Dataset
 from ..problem import Params, Problem
 from ..scaling import OutputScale, output_scale
@@ -124,24 +126,27 @@ def _load_npz(path: str, key: str, names: tuple[str, ...]) -> dict[str, np.ndarr
                          f".npz file (numpy.savez) holding {', '.join(names)}") from None
 
 
-def _scaling_params(cfg: dict, m: int) -> dict:
-    params = {k: v for k, v in cfg.items() if k in ("gamma", "alpha", "k")}
-    if cfg["kind"] == "custom":
-        lam = _load_npz(cfg["path"], "model.scaling.path", ("lam",))["lam"]
+def _scaling_params(scaling: Scaling, m: int) -> dict:
+    """The keyword arguments of `output_scale`: the scaling's numbers (gamma, alpha, k), and
+    for a custom one its λ vector read from `path`."""
+    params = {f.name: getattr(scaling, f.name) for f in dataclasses.fields(scaling)
+              if f.name not in ("kind", "path")}
+    if isinstance(scaling, CustomScaling):
+        lam = _load_npz(scaling.path, "model.scaling.path", ("lam",))["lam"]
         if lam.shape != (m,):
-            raise BuildError(f"{cfg['path']} (from `model.scaling.path`): `lam` has shape {lam.shape}; "
+            raise BuildError(f"{scaling.path} (from `model.scaling.path`): `lam` has shape {lam.shape}; "
                              f"allowed: a vector of length model.width = {m}")
         params["lam"] = lam
     return params
 
 
-def _init_weights(model: dict, d: int) -> dict[str, np.ndarray] | None:
-    if not model["init_path"]:
+def _init_weights(model: ShallowModel, d: int) -> dict[str, np.ndarray] | None:
+    if not model.init_path:
         return None
-    w = _load_npz(model["init_path"], "model.init_path", ("W0", "a"))
-    m = model["width"]
+    w = _load_npz(model.init_path, "model.init_path", ("W0", "a"))
+    m = model.width
     if w["W0"].shape != (m, d) or w["a"].shape[0] != m:
-        raise BuildError(f"{model['init_path']} (from `model.init_path`): W0 has shape {w['W0'].shape} and a "
+        raise BuildError(f"{model.init_path} (from `model.init_path`): W0 has shape {w['W0'].shape} and a "
                          f"{w['a'].shape}; allowed: W0 of shape (model.width, d) = ({m}, {d}) and a of length {m}")
     return w
 
@@ -157,24 +162,24 @@ def _kappa_n(X: np.ndarray, activation: str) -> float:
     return k if np.isfinite(k) else float("nan")
 
 
-def build_shallow(config: dict, ds: Dataset, seed: int) -> Built:
+def build_shallow(config: Config, ds: Dataset, seed: int) -> Built:
     """Network, loss and initial weights of one run of `model.kind = "shallow"`."""
     dtype = dtype_of(config)
-    model = config["model"]
+    model = config.model
     n, d = ds.X_train.shape
-    m = model["width"]
-    scaling = model["scaling"]
-    scale = output_scale(scaling["kind"], m, **_scaling_params(scaling, m))
+    m = model.width
+    scaling = model.scaling
+    scale = output_scale(scaling.kind, m, **_scaling_params(scaling, m))
     model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
     net, params = init_shallow(model_key, d=d, outputs=ds.y_train.shape[1], scale=scale,
-                               scaling_kind=scaling["kind"], activation_name=model["activation"],
-                               init_std=model["init_std"], train_output=model["output"] == "trained",
-                               zeroed=model["zeroed"], init_weights=_init_weights(model, d), dtype=dtype)
-    p = min(config["run"]["ntg_points"], n)
+                               scaling_kind=scaling.kind, activation_name=model.activation,
+                               init_std=model.init_std, train_output=model.output == "trained",
+                               zeroed=model.zeroed, init_weights=_init_weights(model, d), dtype=dtype)
+    p = min(config.run.ntg_points, n)
     problem = Problem(net=net, X=jnp.asarray(ds.X_train, dtype), y=jnp.asarray(ds.y_train, dtype),
                       X_test=jnp.asarray(ds.X_test, dtype), y_test=jnp.asarray(ds.y_test, dtype),
-                      rate=scale.rate, loss_kind=config["loss"]["kind"], ntg_points=p)
+                      rate=scale.rate, loss_kind=config.loss.kind, ntg_points=p)
     init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
-            "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model["activation"])),
+            "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model.activation)),
             "loss0": np.asarray(problem.loss(params))}
     return Built(problem=problem, params=params, dataset=ds, init=init, key=solver_key)

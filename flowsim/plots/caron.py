@@ -25,10 +25,10 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
-from flowsim.integrate.registry import DISCRETE_KINDS
+from flowsim.config.typed import DescentPreset
 
 from .labels import scaling_label, short_label
-from .reader import gather
+from .reader import gather, run_config, scenario_config, solver_preset
 from .style import PALETTE, Style, draw, legends
 
 _IMP_STYLE = {"weight": "-", "lambda": "--"}
@@ -49,10 +49,11 @@ def collect(arch) -> dict:
     """name -> {(point, solver): {"label", "params", "results": [(arrays, attrs) per seed]}}."""
     out: dict = defaultdict(dict)
     for run in arch.runs.values():
+        config = run_config(run)
         for sname, view in run.solvers.items():
             for name, res in view.analysis.items():
-                d = out[name].setdefault((run.point, sname), {"label": short_label(run.params, run.label),
-                                                              "params": run.params, "results": []})
+                d = out[name].setdefault((run.point, sname), {"label": short_label(config, run.label),
+                                                              "params": config, "results": []})
                 d["results"].append(res)
     return out
 
@@ -66,13 +67,13 @@ def figure_prune(groups: dict, name: str) -> Figure:
     clf = _classification(first)
     keys = [("test_accuracy", "test accuracy"), ("train_accuracy", "train accuracy")] if clf else \
         [("test_risk", "test risk (mean squared error)"), ("train_risk", "train risk (mean squared error)")]
-    if first[0][1].get("loss_kind") == "cross-entropy" and not clf:
+    if first[0][1]["loss_kind"] == "cross-entropy" and not clf:
         keys = [("test_risk", "test risk (cross-entropy)"), ("train_risk", "train risk (cross-entropy)")]
     fig = Figure(figsize=(12, 5), layout="constrained", dpi=110)
     axes = fig.subplots(1, 2)
     for c, ((point, solver), g) in enumerate(sorted(groups.items())):
         arr0, attrs = g["results"][0]
-        imps = json.loads(attrs.get("importance", '["weight"]'))
+        imps = json.loads(attrs["importance"])
         m = arr0["counts"][-1]
         x = arr0["counts"] / m
         for ax, (key, title) in zip(axes, keys):
@@ -117,9 +118,9 @@ def figure_transfer(groups: dict, name: str) -> Figure:
         ax.set_ylabel(title)
         ax.grid(True, which="both", alpha=0.3)
     axes[0].legend(fontsize=8, title="node scaling")
-    fig.suptitle(f"{name}: transfer of the top-k features to a {src.get('hidden', '?')}-unit ReLU net\n"
-                 f"({src.get('steps', '?')} GD steps, η = {src.get('learning_rate', '?')}, "
-                 f"{src.get('source', '?')} split halved)", fontsize=11)
+    fig.suptitle(f"{name}: transfer of the top-k features to a {src['hidden']}-unit ReLU net\n"
+                 f"({src['steps']} GD steps, η = {src['learning_rate']}, "
+                 f"{src['source']} split halved)", fontsize=11)
     return fig
 
 
@@ -167,21 +168,22 @@ def lr_transfer_table(arch) -> dict:
     """(scaling label, width) -> {learning_rate: [final loss per seed]} for a width×η sweep."""
     table: dict = defaultdict(lambda: defaultdict(list))
     for run in arch.runs.values():
-        p = run.params
+        model = run_config(run).model
         for sname, view in run.solvers.items():
-            if view.preset.get("kind") not in DISCRETE_KINDS or not view.n_checkpoints:
+            preset = solver_preset(view)
+            if not isinstance(preset, DescentPreset) or not view.n_checkpoints:
                 continue
             loss = view["loss"]
             final = float(loss[-1]) if view.status == "done" else float("nan")
-            key = (scaling_label(p["model"]["scaling"]), int(p["model"]["width"]))
-            table[key][float(view.preset["learning_rate"])].append(final)
+            key = (scaling_label(model.scaling), int(model.width))
+            table[key][float(preset.learning_rate)].append(final)
     return table
 
 
 def is_lr_sweep(arch) -> bool:
-    resolved = arch.attrs.get("scenario_resolved") or {}
-    sweep = resolved.get("sweep") or {}
-    return "model.width" in sweep and "run.solvers" in sweep
+    settings = scenario_config(arch)
+    sweep = settings.sweep if settings is not None else None
+    return sweep is not None and "model.width" in sweep.axes and "run.solvers" in sweep.axes
 
 
 def figure_lr_transfer(table: dict, name: str) -> Figure:

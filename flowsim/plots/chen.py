@@ -25,10 +25,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
+from flowsim.config.typed import Config
 from flowsim.integrate.registry import DISCRETE_KINDS
 from flowsim.theory import chen_loss_bound
 
-from .reader import safe_name
+from .reader import run_config, safe_name, scenario_config, solver_preset
 from .style import PALETTE
 
 __all__ = ["figure_kind", "plot_archive", "read_runs", "fitted_rate", "exp1_summary",
@@ -41,8 +42,8 @@ _SCALING_NAMES = {"theirs": "P-3L NN (theirs)", "ntk": "P-3L NN (NTK)", "mean-fi
 
 def figure_kind(arch: _archive.Archive) -> str:
     """The archive's ``[plot] figure`` ("" when absent or "default")."""
-    resolved = arch.attrs.get("scenario_resolved") or {}
-    kind = (resolved.get("plot") or {}).get("figure", "") if isinstance(resolved, dict) else ""
+    settings = scenario_config(arch)
+    kind = settings.plot.figure if settings is not None and settings.plot is not None else ""
     return kind if kind in FIGURES else ""
 
 
@@ -58,16 +59,10 @@ class ChenRun:
     point: int
     seed: int
     label: str
-    params: dict
+    params: Config
     init: dict[str, np.ndarray]
     y_test_sq: float                       # ½ Σ y_test² (the relative-error denominator)
     solvers: dict[str, dict] = field(default_factory=dict)   # name -> {t, kind, status, series}
-
-    def get(self, key: str):
-        node = self.params
-        for part in key.split("."):
-            node = node.get(part) if isinstance(node, dict) else None
-        return node
 
     def scalar(self, key: str) -> float:
         v = self.init.get(key)
@@ -79,7 +74,7 @@ def read_runs(arch: _archive.Archive) -> list[ChenRun]:
     out = []
     for run in arch.runs.values():
         y_test = run.data.get("y_test", np.zeros(0))
-        cr = ChenRun(name=run.name, point=run.point, seed=run.seed, label=run.label, params=run.params,
+        cr = ChenRun(name=run.name, point=run.point, seed=run.seed, label=run.label, params=run_config(run),
                      init={k: np.asarray(v) for k, v in run.init.items() if k not in ("W0", "z")},
                      y_test_sq=0.5 * float(np.sum(np.asarray(y_test, float) ** 2)))
         for sname, view in run.solvers.items():
@@ -90,7 +85,7 @@ def read_runs(arch: _archive.Archive) -> list[ChenRun]:
             if "hidden" in view and view.n_checkpoints:
                 h = view["hidden"]
                 series["hidden"] = np.asarray(h[[0, view.n_checkpoints - 1]], float)
-            cr.solvers[sname] = {"t": np.asarray(view.t, float), "kind": view.preset.get("kind", "flow"),
+            cr.solvers[sname] = {"t": np.asarray(view.t, float), "kind": solver_preset(view).kind,
                                  "status": view.status, "series": series}
         out.append(cr)
     out.sort(key=lambda r: (r.point, r.seed))
@@ -150,7 +145,7 @@ def exp1_summary(runs: list[ChenRun]) -> dict[str, dict[int, float]]:
         for pt, group in _points(runs).items():
             rates = [fitted_rate(r.solvers[s]["t"], r.solvers[s]["series"]["loss"])
                      for r in group if s in r.solvers]
-            out.setdefault(s, {})[int(group[0].get("data.n"))] = float(np.nanmean(rates))
+            out.setdefault(s, {})[int(group[0].params.data.n)] = float(np.nanmean(rates))
     return out
 
 
@@ -160,7 +155,7 @@ def exp2_summary(runs: list[ChenRun]) -> dict[str, dict[str, dict[int, tuple[flo
     for s in _solver_names(runs):
         for pt, group in _points(runs).items():
             errs = [relative_test_error(r, s)[-1] for r in group if s in r.solvers]
-            emb, n = group[0].get("model.embedding"), int(group[0].get("data.n"))
+            emb, n = group[0].params.model.embedding, int(group[0].params.data.n)
             out.setdefault(s, {}).setdefault(emb, {})[n] = (float(np.mean(errs)), float(np.std(errs)))
     return out
 
@@ -173,7 +168,7 @@ def exp3_summary(runs: list[ChenRun]) -> dict[str, dict[str, dict[str, float]]]:
             g = [r for r in group if s in r.solvers]
             errs = [test_error(r, s) for r in g]
             loss = [r.solvers[s]["series"]["loss"] for r in g]
-            out.setdefault(s, {})[group[0].get("model.chen_scaling")] = {
+            out.setdefault(s, {})[group[0].params.model.chen_scaling] = {
                 "test_error": float(np.mean([e[-1] for e in errs])),
                 "min_test_error": float(np.mean([np.nanmin(e) for e in errs])),
                 "movement": float(np.mean([feature_movement(r, s) for r in g])),
@@ -232,7 +227,7 @@ def _loss_overlay(ax, group: list[ChenRun], t: np.ndarray, colour) -> bool:
     """Chen et al.'s rate L_0 exp(−r ĉ² λ_min(G) t) (flowsim/models/embedded.py) where λ_min(G) > 0."""
     r = group[0]
     lam, rr, c = (np.mean([g.scalar(k) for g in group]) for k in ("G_lambda_min", "chen_r", "c_hat"))
-    if not (lam > 1e-10 and math.isfinite(rr)) or r.get("loss.kind") not in (None, "half-sse"):
+    if not (lam > 1e-10 and math.isfinite(rr)) or r.params.loss.kind != "half-sse":
         return False
     l0 = np.mean([g.scalar("loss0") for g in group])
     ax.plot(t, chen_loss_bound(t, l0, rr, c, lam), color=colour, ls=":", lw=1.2)
@@ -249,11 +244,11 @@ def figure_exp1(runs: list[ChenRun], name: str) -> Figure:
     ax, bx = fig.subplots(1, 2)
     styles = _styles(runs)
     points = _points(runs)
-    d = int(runs[0].get("data.d"))
+    d = int(runs[0].params.data.d)
     overlay = False
     for i, (pt, group) in enumerate(points.items()):
         colour = PALETTE[i % len(PALETTE)]
-        n = int(group[0].get("data.n"))
+        n = int(group[0].params.data.n)
         for s, ls in styles.items():
             g = [r for r in group if s in r.solvers]
             if g:
@@ -308,11 +303,11 @@ def figure_exp2(runs: list[ChenRun], name: str) -> Figure:
     ax.set_ylabel(r"relative test error $\|f - y\|^2 / \|y\|^2$ at the end")
     ax.set_title("(a) test error at the end vs n", loc="left")
     first = next(iter(styles))
-    ns = sorted({int(r.get("data.n")) for r in runs})
+    ns = sorted({int(r.params.data.n) for r in runs})
     widths = np.linspace(0.8, 2.4, len(ns))
     for pt, group in _points(runs).items():
         g = [r for r in group if first in r.solvers]
-        emb, n = group[0].get("model.embedding"), int(group[0].get("data.n"))
+        emb, n = group[0].params.model.embedding, int(group[0].params.data.n)
         _band(bx, g[0].solvers[first]["t"], [relative_test_error(r, first) for r in g], colours.get(emb, "0.3"),
               "-", lw=float(widths[ns.index(n)]))
     bx.set_xscale("symlog", linthresh=1.0)
@@ -323,9 +318,9 @@ def figure_exp2(runs: list[ChenRun], name: str) -> Figure:
     for a in (ax, bx):
         a.grid(True, alpha=0.3)
     extra = [Line2D([], [], color=c, lw=2, label=names[e]) for e, c in colours.items()
-             if any(r.get("model.embedding") == e for r in runs)]
+             if any(r.params.model.embedding == e for r in runs)]
     _solver_legend(fig, styles, runs, extra)
-    fig.suptitle(f"{name}: Chen et al. exp. 2, benefit of an embedding, d = {runs[0].get('data.d')} "
+    fig.suptitle(f"{name}: Chen et al. exp. 2, benefit of an embedding, d = {runs[0].params.data.d} "
                  f"({_seeds(runs)})")
     return fig
 
@@ -342,7 +337,7 @@ def figure_exp3(runs: list[ChenRun], name: str) -> Figure:
                           solvers[0])
     summary = exp3_summary(runs)
     for j, (pt, group) in enumerate(points.items()):
-        scaling = group[0].get("model.chen_scaling")
+        scaling = group[0].params.model.chen_scaling
         ax, sx = axes[0, j], axes[1, j]
         ex = ax.twinx()
         for s, ls in styles.items():
@@ -380,7 +375,7 @@ def figure_exp3(runs: list[ChenRun], name: str) -> Figure:
              Line2D([], [], color="0.6", marker="o", ls="none", label="h at t = 0"),
              Line2D([], [], color="tab:purple", marker="o", ls="none", label="h at the end")]
     _solver_legend(fig, styles, runs, extra)
-    n, m = runs[0].get("data.n"), runs[0].get("model.width")
+    n, m = runs[0].params.data.n, runs[0].params.model.width
     fig.suptitle(f"{name}: Chen et al. exp. 3, P-3L net, XOR + noise, n = {n}, m = D = {m} ({_seeds(runs)})")
     return fig
 
@@ -394,7 +389,8 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf"), name: str | None = No
     out.mkdir(parents=True, exist_ok=True)
     with _archive.open(path) as arch:
         kind = figure_kind(arch)
-        name = name or (arch.attrs.get("scenario_resolved") or {}).get("name") or Path(path).stem
+        settings = scenario_config(arch)
+        name = name or (settings.name if settings is not None else "") or Path(path).stem
         runs = read_runs(arch)
     if not kind or not runs:
         return []

@@ -17,8 +17,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from flowsim import theory
+from flowsim.config.typed import Config, ShallowModel
 
-from .labels import get_dotted
 from .reader import TOP_NODES, Trace
 from .style import (
     Style,
@@ -34,14 +34,16 @@ from .style import (
 )
 
 
-def _theory_gamma(params: dict) -> float | None:
-    """γ of Caron's bounds: 1 for NTK, the scaling's gamma for the asymmetric families."""
-    sc = get_dotted(params, "model.scaling") or {}
-    kind = sc.get("kind", "ntk")
-    if kind == "ntk":
+def _theory_gamma(params: Config) -> float | None:
+    """γ of Caron's bounds: 1 for NTK, the scaling's gamma for the asymmetric families;
+    None for the other scalings and for models without node scaling (embedded)."""
+    if not isinstance(params.model, ShallowModel):
+        return None
+    sc = params.model.scaling
+    if sc.kind == "ntk":
         return 1.0
-    if kind in ("asymmetric", "single", "finite", "custom"):
-        return float(sc.get("gamma", 0.0))
+    if sc.kind in ("asymmetric", "single", "finite", "custom"):
+        return float(sc.gamma)
     return None
 
 
@@ -88,7 +90,7 @@ def _clip_top(ax: Axes, have: list[Trace], name: str) -> None:
 def _loss_bound(ax: Axes, have: list[Trace], style: Style) -> None:
     ylim = ax.get_ylim()
     for tr in one_per_point(have):
-        loss_kind = (get_dotted(tr.params, "loss.kind") or "half-sse")
+        loss_kind = tr.params.loss.kind
         constants = theory_constants(tr)
         if loss_kind != "half-sse" or constants is None:
             continue

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import numpy as np
 
+from flowsim.config.typed import Config, CustomScaling, FiniteScaling, Preset, Scaling
 from flowsim.integrate.registry import SOLVER_KINDS
 
 GREEK = {"gamma": "γ", "alpha": "α", "lam": "λ", "eta": "η", "learning_rate": "η",
@@ -24,20 +26,20 @@ def num(x) -> str:
     return str(x)
 
 
-def scaling_label(sc: dict) -> str:
+def scaling_label(sc: Scaling) -> str:
     """`{kind="asymmetric", gamma=0.5, alpha=0.7}` -> "asymmetric γ=0.5 α=0.7"."""
-    kind = str(sc.get("kind", "ntk"))
+    kind = sc.kind
     if kind == "ntk":
         return "NTK"
     words = {"single": "single node", "custom": "custom λ"}.get(kind, kind)
     parts = [words]
-    if kind == "finite" and "k" in sc:
-        parts.append(f"K={num(sc['k'])}")
+    if isinstance(sc, FiniteScaling):
+        parts.append(f"K={num(sc.k)}")
     for key in ("gamma", "alpha"):
-        if key in sc:
-            parts.append(f"{GREEK[key]}={num(sc[key])}")
-    if kind == "custom" and sc.get("path"):
-        parts.append(Path(str(sc["path"])).stem)
+        if hasattr(sc, key):          # the scaling kinds that have it
+            parts.append(f"{GREEK[key]}={num(getattr(sc, key))}")
+    if isinstance(sc, CustomScaling) and sc.path:
+        parts.append(Path(sc.path).stem)
     return " ".join(parts)
 
 
@@ -84,37 +86,38 @@ def _value_text(value: str) -> str:
         return value
 
 
-def get_dotted(params: dict, key: str):
-    """`params["model"]["scaling"]` for key "model.scaling" (None where a part is missing)."""
-    cur = params
+def get_dotted(config: Config | None, key: str):
+    """`config.model.scaling` for key "model.scaling"; None where a part is not there (a
+    swept key may name a field that only some kinds have, or a list element)."""
+    cur = config
     for part in key.split("."):
-        if not isinstance(cur, dict) or part not in cur:
+        if not dataclasses.is_dataclass(cur) or not hasattr(cur, part):
             return None
-        cur = cur[part]
+        cur = getattr(cur, part)
     return cur
 
 
-def short_label(params: dict, label: str) -> str:
+def short_label(params: Config | None, label: str) -> str:
     """A readable sweep-point label for legends.
 
     ``model.scaling={kind="asymmetric", gamma=0.5, alpha=0.7}`` becomes
     "asymmetric γ=0.5 α=0.7", ``{kind="ntk"}`` becomes "NTK", other swept keys keep
     their last component (``model.width=200`` -> "m=200"); parts are joined by ", ".
-    Without a sweep (empty label) the point is named by its node scaling.
+    Without a sweep (empty label) the point is named by its node scaling. Without `params`
+    the label is made from the text of the swept values alone.
     """
-    params = params or {}
     parts = []
     for item in _split_top(label or "", ";"):
         key, _, value = item.partition("=")
         key = key.strip().strip('"')
         resolved = get_dotted(params, key)
         if key == "model.scaling" or key.endswith(".scaling"):
-            sc = resolved if isinstance(resolved, dict) else None
+            sc = resolved if dataclasses.is_dataclass(resolved) else None
             parts.append(scaling_label(sc) if sc else _value_text(value))
             continue
         name = key.rsplit(".", 1)[-1]
         text = _value_text(value)
-        if key == "model.scaling.kind" and isinstance(get_dotted(params, "model.scaling"), dict):
+        if key == "model.scaling.kind" and dataclasses.is_dataclass(get_dotted(params, "model.scaling")):
             parts.append(scaling_label(get_dotted(params, "model.scaling")))
         elif name == "kind":
             parts.append(text)
@@ -123,7 +126,7 @@ def short_label(params: dict, label: str) -> str:
     if parts:
         return ", ".join(parts)
     sc = get_dotted(params, "model.scaling")
-    return scaling_label(sc) if isinstance(sc, dict) else (label or "")
+    return scaling_label(sc) if dataclasses.is_dataclass(sc) else (label or "")
 
 
 def kind_label(kind: str) -> str:
@@ -138,12 +141,10 @@ def is_discrete(kind: str) -> bool:
     return entry is not None and entry.discrete
 
 
-def solver_label(name: str, preset: dict) -> str:
-    kind = str(preset.get("kind", "flow"))
-    text = f"{name}: {kind_label(kind)}"
-    if is_discrete(kind) or "learning_rate" in preset:
-        if "learning_rate" in preset:
-            text += f" η={num(preset['learning_rate'])}"
-    elif preset.get("method") and preset["method"] != name:
-        text += f" ({preset['method']})"
+def solver_label(name: str, preset: Preset) -> str:
+    text = f"{name}: {kind_label(preset.kind)}"
+    if preset.learning_rate is not None:         # every discrete kind, and the modified flow
+        text += f" η={num(preset.learning_rate)}"
+    elif preset.method != name:
+        text += f" ({preset.method})"
     return text

@@ -11,6 +11,7 @@ import numpy as np
 
 from flowsim import archive as _archive
 from flowsim import status
+from flowsim.config.typed import Config, Preset, from_dict
 
 from .labels import short_label
 
@@ -26,8 +27,8 @@ class Trace:
     point: int
     solver: str
     label: str                     # the short point label
-    params: dict
-    preset: dict
+    params: Config
+    preset: Preset
     t: np.ndarray                  # (k,) the longest seed's checkpoint times
     seeds: list[int] = field(default_factory=list)
     statuses: list[str] = field(default_factory=list)
@@ -37,12 +38,28 @@ class Trace:
 
     @property
     def kind(self) -> str:
-        return str(self.preset.get("kind", "flow"))
+        return self.preset.kind
 
     @property
     def early_ends(self) -> list[tuple[int, str]]:
         """(seed index, status) of the seeds that ended early."""
         return [(i, s) for i, s in enumerate(self.statuses) if s in EARLY_END]
+
+
+def run_config(run: _archive.RunView) -> Config:
+    """The typed config of an archived run (the archive stores its resolved form)."""
+    return from_dict(Config, run.params)
+
+
+def solver_preset(view: _archive.SolverView) -> Preset:
+    """The typed preset of an archived solver (stored resolved, like the run's config)."""
+    return from_dict(Preset, view.preset)
+
+
+def scenario_config(arch: _archive.Archive) -> Config | None:
+    """The archive's typed scenario; None where it holds no resolved scenario."""
+    resolved = arch.attrs.get("scenario_resolved")
+    return from_dict(Config, resolved) if isinstance(resolved, dict) and resolved else None
 
 
 def _derived(view: _archive.SolverView) -> dict[str, np.ndarray]:
@@ -110,9 +127,10 @@ def gather(arch: _archive.Archive) -> list[Trace]:
     """Read every run of an open archive into Traces sorted by (point, solver order)."""
     groups: dict[tuple[int, str], list[tuple]] = {}
     order: list[str] = []
-    meta: dict[int, tuple[str, dict]] = {}
+    meta: dict[int, tuple[str, Config]] = {}
     for run in arch.runs.values():
-        meta.setdefault(run.point, (run.label, run.params))
+        if run.point not in meta:
+            meta[run.point] = (run.label, run_config(run))
         init = run.init
         scalars = {k: float(np.asarray(v)) for k, v in init.items()
                    if np.ndim(v) == 0 and k in ("kappa_n", "loss0")}
@@ -120,7 +138,7 @@ def gather(arch: _archive.Archive) -> list[Trace]:
             if name not in order:
                 order.append(name)
             groups.setdefault((run.point, name), []).append(
-                (run.seed, view.status, view.preset, np.asarray(view.t, float),
+                (run.seed, view.status, solver_preset(view), np.asarray(view.t, float),
                  _derived(view), scalars))
     traces = []
     for (point, name), items in sorted(groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
@@ -142,12 +160,13 @@ def gather(arch: _archive.Archive) -> list[Trace]:
 
 def scenario_name(arch: _archive.Archive, path) -> str:
     """The scenario's name (from the resolved scenario, a run, or the file name)."""
-    resolved = arch.attrs.get("scenario_resolved") or {}
-    if isinstance(resolved, dict) and resolved.get("name"):
-        return str(resolved["name"])
+    settings = scenario_config(arch)
+    if settings is not None and settings.name:
+        return settings.name
     for run in arch.runs.values():
-        if run.params.get("name"):
-            return str(run.params["name"])
+        name = run_config(run).name
+        if name:
+            return name
     return Path(os.fspath(path)).stem
 
 
