@@ -8,10 +8,6 @@ or validating a scenario does not pay for importing the integrators.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:   # flowsim.config.typed reads the kinds below: no import at run time
-    from ..config.typed import Preset
 
 
 @dataclass(frozen=True)
@@ -59,7 +55,9 @@ def is_discrete(kind: str) -> bool:
     return SOLVER_KINDS[kind].discrete
 
 
-def state_copies(preset: Preset) -> int:
-    """Parameter-sized arrays a solver preset keeps alive (for the memory estimate)."""
+def state_copies(preset) -> int:
+    """Parameter-sized arrays a typed solver preset (`flowsim.config.FlowPreset` or
+    `DescentPreset`, which read this table: hence no import here) keeps alive, for the
+    memory estimate."""
     kind = SOLVER_KINDS[preset.kind]
     return kind.state_copies if kind.discrete else FLOW_METHODS[preset.method].state_copies
