@@ -3,7 +3,7 @@
 `make_dataset(data, seed)` turns the typed `[data]` table of a scenario (`flowsim.config.Data`)
 into a `Dataset`.
 Every kind returns `y` as a 2-D array: one column for regression, one-hot columns for
-classification. Nothing here imports JAX, so data can be made and inspected without it.
+classification. The arrays are numpy's: the draws do not depend on JAX or on the device.
 
 Synthetic kinds (all draws from `np.random.default_rng(seed)`, training set first, then the
 test set from the same distribution):

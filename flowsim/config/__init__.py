@@ -7,7 +7,7 @@
     times      checkpoint times of a [run] table
     typed      frozen typed configs, `from_dict` / `to_dict`
     files      TOML in (with messages) and out
-    load       `load_scenario`, `loads_scenario`, `load_solver`
+    load       `load_scenario`, `loads_scenario`, `load_solver`, `solver_preset`
     catalog    the shipped scenarios, solver presets and datasets (package data)
 """
 
@@ -21,6 +21,7 @@ from .files import to_toml as to_toml
 from .load import Scenario as Scenario
 from .load import load_scenario as load_scenario
 from .load import load_solver as load_solver
+from .load import solver_preset as solver_preset
 from .load import loads_scenario as loads_scenario
 from .spec import ScenarioError as ScenarioError
 from .sweep import RunSpec as RunSpec

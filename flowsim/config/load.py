@@ -19,7 +19,7 @@ from .overrides import apply_overrides
 from .schema import SCENARIO, load_preset, sweep_axes
 from .spec import Ctx
 from .sweep import RunSpec, expand, make_runs
-from .typed import Config, from_dict
+from .typed import Config, Preset, from_dict
 
 
 @dataclass(frozen=True)
@@ -78,3 +78,8 @@ def load_solver(spec: str | dict, *, file: str = "<scenario>", key: str = "run.s
     errors in an inline table name `file` and `key`.
     """
     return load_preset(spec, key, Ctx(file=file, base_dir=Path.cwd()))
+
+
+def solver_preset(spec: str | dict) -> Preset:
+    """`load_solver`, typed: a `FlowPreset` or a `DescentPreset`."""
+    return from_dict(Preset, load_solver(spec))

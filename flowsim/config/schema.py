@@ -317,6 +317,7 @@ _FLOW_KEYS: dict[str, Spec] = {
     "max_steps": Int(lo=1, default=1_000_000),
     # Implicit methods (kvaerno5) solve their stages by matrix-free Newton-Krylov:
     "linear_rtol": _positive(1e-10),
+    "linear_atol": _positive(1e-10),
     "newton_rtol": _positive(1e-8),
     "newton_atol": _positive(1e-10),
     "krylov_restart": Int(lo=1, default=20),      # GMRES restart length

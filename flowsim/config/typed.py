@@ -310,6 +310,7 @@ class FlowPreset:
     dtmax: float
     max_steps: int
     linear_rtol: float
+    linear_atol: float
     newton_rtol: float
     newton_atol: float
     krylov_restart: int

@@ -194,9 +194,8 @@ def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> FlowI
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
         # default VeryChord root finder would build is never formed.
-        # GMRES's atol is the preset's `linear_rtol`: the preset has no `linear_atol`.
         newton = optx.Newton(rtol=preset.newton_rtol, atol=preset.newton_atol,
-                             linear_solver=lx.GMRES(rtol=preset.linear_rtol, atol=preset.linear_rtol,
+                             linear_solver=lx.GMRES(rtol=preset.linear_rtol, atol=preset.linear_atol,
                                                     restart=preset.krylov_restart,
                                                     max_steps=preset.krylov_max_steps))
         solver = solver_class(root_finder=newton)
