@@ -219,7 +219,7 @@ def test_exp1_quick_rate_larger_below_d(tmp_path):
     """Chen exp. 1: the fitted linear rate of log L is larger for every n ≤ d than for
     every n > d (both for GD with δ = 1 and for the exact flow)."""
     runs = run_quick("chen-exp1-quick", tmp_path)
-    d = int(runs[0].get("data.d"))
+    d = runs[0].params.data.d
     for solver, rates in plots_chen.exp1_summary(runs).items():
         below = [r for n, r in rates.items() if n <= d]
         above = [r for n, r in rates.items() if n > d]

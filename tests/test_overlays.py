@@ -58,7 +58,7 @@ def test_chen_overlay_is_the_theory_rate(tmp_path, capsys, monkeypatch):
         runs = chen.read_runs(arch)
     fig = chen.figure_exp1(runs, "exp1")
     (line,) = dotted(fig.axes[0])            # only the point with n ≤ d has the overlay
-    group = [r for r in runs if int(r.get("data.n")) == 3]
+    group = [r for r in runs if r.params.data.n == 3]
     assert len(group) == 2                   # two seeds, averaged
     lam, rate, c_hat, l0 = (float(np.mean([r.scalar(k) for r in group]))
                             for k in ("G_lambda_min", "chen_r", "c_hat", "loss0"))
