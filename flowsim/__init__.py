@@ -1,7 +1,19 @@
 """flowsim: exact gradient flow of wide shallow networks, with gradient descent beside it.
 
 Importing flowsim changes no global JAX setting (and imports no JAX): a run turns float64
-on itself (flowsim.precision)."""
+on itself (flowsim.precision). It does choose Equinox's runtime-error mode, below."""
+
+import os
+
+# Equinox's runtime checks (`eqx.error_if`) become host callbacks in the compiled program
+# by default, and JAX never stores a program with a host callback in its persistent cache:
+# every flow run recompiled (about 10 s a process on 2 cores for the test scenarios). The
+# one check inside flowsim's segments is diffeqsolve's "(t1 - t0) * dt0 >= 0", which holds
+# by construction (dt0 is the controller's positive proposal); with "nan" a failed check
+# would give NaNs, which end the run with status `nonfinite`: statuses are results either
+# way. Equinox reads the variable when it is first imported, so a user who imported it
+# before flowsim, or who set EQX_ON_ERROR, keeps their choice.
+os.environ.setdefault("EQX_ON_ERROR", "nan")
 
 __version__ = "0.1.0"
 

@@ -4,7 +4,11 @@ small problems, helpers."""
 import os
 from pathlib import Path
 
-import jax
+# On a GPU, JAX takes 75 % of its memory at the first use by default; the suite's
+# subprocesses share the device with this process, so each takes what it needs.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+import jax  # noqa: E402
 import jax.numpy as jnp
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Scale: no recompilation per segment or per seed; the seed axis sharded over several
+"""Scale: no recompilation per segment or per seed, nor in a second identical run; the seed axis sharded over several
 (CPU) devices gives the one-device results, and so does one run over two processes
 (`jax.distributed`); `run --shard i/N` + `merge` reads like one run."""
 
@@ -76,6 +76,34 @@ def test_no_recompilation_per_segment_or_seed(tmp_path):
     assert again == 0, f"{again} compilation(s) for more segments / other seeds with unchanged shapes"
     three = _drive(tmp_path, "three", ["seeds=[0, 1, 2]", "run.checkpoints={count=12}", *one])
     assert 0 < three <= warm, f"3 seeds × 12 segments compiled {three} programs; 2 seeds × 3 segments {warm}"
+
+
+_LOGGED_RUN = textwrap.dedent("""
+    import logging, sys
+    from flowsim import cli
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    logging.getLogger("jax._src.compiler").setLevel(logging.DEBUG)
+    sys.exit(cli.main(sys.argv[1:]))
+""")
+
+
+@pytest.mark.slow
+def test_a_second_identical_run_compiles_nothing(tmp_path):
+    """Two `flowsim run` processes, one compilation cache: the second finds every program
+    (flow and GD) in the cache, per JAX's own compiler log. A host callback in a program
+    (Equinox's runtime checks) would keep it out of the cache."""
+    env = dict(os.environ, FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
+    logs = []
+    for i in range(2):
+        proc = subprocess.run([sys.executable, "-c", _LOGGED_RUN, "run", TINY, "-o", tmp_path / f"{i}.h5", "-q",
+                               "--set", "run.checkpoints={count=3}"], env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        logs.append(proc.stderr)
+    assert "PERSISTENT COMPILATION CACHE MISS" in logs[0]        # the log is on: the first run compiled
+    assert "host callbacks" not in logs[0], [ln for ln in logs[0].splitlines() if "host callbacks" in ln]
+    misses = [ln for ln in logs[1].splitlines() if "PERSISTENT COMPILATION CACHE MISS" in ln]
+    assert misses == [], misses
 
 
 _SHARDED = textwrap.dedent("""
@@ -220,7 +248,7 @@ def test_one_run_over_two_processes_equals_one_process(tmp_path):
 def test_a_stop_reaching_one_process_stops_both(tmp_path):
     """SIGTERM to process 1 only: both processes stop after the same checkpoint (exit 130),
     and `--resume --distributed` completes the archive to the single-process results."""
-    sets = ["seeds=[0, 1]", "run.checkpoints={count=150}", 'run.solvers=["tsit5"]']
+    sets = ["seeds=[0, 1]", "run.checkpoints={count=60}", 'run.solvers=["tsit5"]']
     args = [TINY, "-o", tmp_path / "stop.h5", *set_args(sets)]
     _drive(tmp_path, "one", sets)
     procs = _start_distributed(tmp_path, *args)

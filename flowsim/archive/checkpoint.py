@@ -52,27 +52,40 @@ def build_checkpoint(g: h5py.Group, arrays: dict[str, np.ndarray], capacity: int
     return cp
 
 
-def checkpoint_fits(cp: h5py.Group | None, arrays: dict[str, np.ndarray], nbytes: int) -> bool:
+def checkpoint_layout(cp: h5py.Group | None) -> tuple[dict, int] | None:
+    """What the slots hold: ({name: (shape, dtype)}, attrs capacity in bytes), or None."""
     if cp is None or "_commit" not in cp:
-        return False
-    names = {k for k in cp if not k.startswith("_")}
-    if names != set(arrays):
-        return False
-    for name, arr in arrays.items():
-        ds = cp[name]
-        if ds.shape[1:] != arr.shape or ds.dtype != arr.dtype:
-            return False
-    return cp["_attrs_json"].shape[1] >= nbytes
+        return None
+    arrays = {k: (ds.shape[1:], ds.dtype) for k, ds in cp.items() if not k.startswith("_")}
+    return arrays, cp["_attrs_json"].shape[1]
 
 
-def write_slot(cp: h5py.Group, slot: int, arrays: dict[str, np.ndarray], blob: bytes) -> None:
+def checkpoint_fits(layout: tuple[dict, int] | None, arrays: dict[str, np.ndarray], nbytes: int) -> bool:
+    """Whether the slots of `layout` (checkpoint_layout) take `arrays` and `nbytes` of attrs."""
+    if layout is None:
+        return False
+    slots, capacity = layout
+    return slots == {k: (a.shape, a.dtype) for k, a in arrays.items()} and capacity >= nbytes
+
+
+def write_row(ds: h5py.Dataset, i: int, row) -> None:
+    """ds[i] = row through h5py's low-level calls: its indexing builds a selection object
+    per write, which on the append path cost as much as the write itself."""
+    row = np.array(row, dtype=ds.dtype, order="C")
+    space = ds.id.get_space()
+    space.select_hyperslab((i, *(0 for _ in row.shape)), (1, *row.shape))
+    ds.id.write(h5py.h5s.create_simple((1, *row.shape)), space, row)
+
+
+# write_slot and write_commit take the checkpoint group or a {name: dataset} dict of it.
+def write_slot(cp: h5py.Group | dict, slot: int, arrays: dict[str, np.ndarray], blob: bytes) -> None:
     for name, arr in arrays.items():
-        cp[name][slot] = arr
+        write_row(cp[name], slot, arr)
     if blob:
         cp["_attrs_json"][slot, : len(blob)] = np.frombuffer(blob, dtype=np.uint8)
 
 
-def write_commit(cp: h5py.Group, slot: int, index: int, attrs_len: int) -> None:
+def write_commit(cp: h5py.Group | dict, slot: int, index: int, attrs_len: int) -> None:
     cp["_commit"][slot] = np.array([index, attrs_len, _commit_check(index, attrs_len)],
                                    dtype=np.int64)
 

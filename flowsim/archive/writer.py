@@ -52,6 +52,7 @@ Writers are serialised with an ``fcntl.flock`` on ``<path>.lock`` (holding the p
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from typing import Any, Iterator
 
@@ -59,8 +60,9 @@ import h5py
 import numpy as np
 
 from ..status import NAMES as STATUS_NAMES
-from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, mirror_checkpoint_attrs,
-                         n_committed, read_checkpoint, write_commit, write_slot)
+from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, checkpoint_layout,
+                         mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_row,
+                         write_slot)
 from .errors import ArchiveError, ArchiveFull
 from .format import (attr_str, build_solver, dumps, init_solver_attrs, loads, series_spec, write_arrays,
                      write_root_attrs)
@@ -101,6 +103,20 @@ def _ensure_room(path: str, nbytes: int) -> None:
                           f"{max(0, int(room))} left on the disk or under the file-size limit)")
 
 
+@dataclasses.dataclass
+class _Hot:
+    """One solver group's open handles for the append path. Looking them up through h5py
+    on every append cost more than writing the rows (about 1 ms a lookup here), so they
+    are kept while the SWMR file object that made them is open (`_open_swmr` drops them)."""
+    group: h5py.Group
+    spec: dict
+    discrete: bool
+    series: dict[str, h5py.Dataset]      # t, step (discrete solvers), then each observable
+    n: int                               # committed rows
+    layout: tuple | None                 # checkpoint_layout of the slots
+    slots: dict[str, h5py.Dataset]       # the checkpoint group's datasets, by name
+
+
 class ArchiveWriter:
     """The single writer of an archive (see the module docstring for crash safety)."""
 
@@ -110,6 +126,7 @@ class ArchiveWriter:
         self._lock = lock
         self._f: h5py.File | None = None
         self._swmr = False
+        self._hot: dict[tuple[str, str], _Hot] = {}
         self._pending = 0          # bytes the next structure change will add (room check)
         self.scenario_text = ""
         self.resolved: dict = {}
@@ -183,6 +200,7 @@ class ArchiveWriter:
         self._f = h5py.File(self.path, "r+", libver="latest", locking=False)
         self._f.swmr_mode = True
         self._swmr = True
+        self._hot = {}
 
     @contextlib.contextmanager
     def _structure(self) -> Iterator[h5py.File]:
@@ -264,38 +282,49 @@ class ArchiveWriter:
                values: dict[str, np.ndarray], checkpoint: dict[str, np.ndarray],
                checkpoint_attrs: dict) -> None:
         """Append one checkpoint row, then the checkpoint state, then commit (see docs)."""
-        g = self._solver_group(run, solver)
-        spec = series_spec(g)
-        rows = self._validate_values(g, spec, values)
-        n = n_committed(g)
+        hot = self._hot_group(run, solver)
+        rows = self._validate_values(hot.group, hot.spec, values)
+        n = hot.n
         arrays = {k: np.ascontiguousarray(v) for k, v in checkpoint.items()}
         growth = sum(r.nbytes for r in rows.values()) + 16
-        if not checkpoint_fits(g.get("checkpoint"), arrays, 0):
+        if not checkpoint_fits(hot.layout, arrays, 0):
             growth += 2 * sum(a.nbytes for a in arrays.values()) + 2 * ATTRS_CAPACITY
         _ensure_room(self.path, growth)
         blob = dumps(checkpoint_attrs).encode()
-        discrete = bool(g.attrs.get("discrete", False))
-        if discrete and step is None:
-            raise ArchiveError(f"{self.path}: {g.name} is discrete: append needs step")
+        if hot.discrete and step is None:
+            raise ArchiveError(f"{self.path}: {hot.group.name} is discrete: append needs step")
         # 1. series rows (row n); resize to n+1 explicitly so a failed earlier append
         #    cannot shift rows.
-        _append_row(g["t"], n, np.float64(t))
-        if discrete:
-            _append_row(g["step"], n, np.int64(step))
+        _append_row(hot.series["t"], n, np.float64(t))
+        if hot.discrete:
+            _append_row(hot.series["step"], n, np.int64(step))
         for name, row in rows.items():
-            _append_row(g[name], n, row)
+            _append_row(hot.series[name], n, row)
         self._f.flush()
         # 2. checkpoint into the slot that is not the committed one.
         slot = (n + 1) % 2
-        if not checkpoint_fits(g.get("checkpoint"), arrays, len(blob)):
+        if not checkpoint_fits(hot.layout, arrays, len(blob)):
             self._rebuild_checkpoint(run, solver, arrays, len(blob))
-            g = self._solver_group(run, solver)
-        cp = g["checkpoint"]
-        write_slot(cp, slot, arrays, blob)
+            hot = self._hot_group(run, solver)
+        write_slot(hot.slots, slot, arrays, blob)
         self._f.flush()
         # 3. commit record, last.
-        write_commit(cp, slot, n + 1, len(blob))
+        write_commit(hot.slots, slot, n + 1, len(blob))
         self._f.flush()
+        hot.n = n + 1
+
+    def _hot_group(self, run: str, solver: str) -> _Hot:
+        hot = self._hot.get((run, solver))
+        if hot is None:
+            g = self._solver_group(run, solver)
+            spec = series_spec(g)
+            discrete = bool(g.attrs.get("discrete", False))
+            names = ["t", *(["step"] if discrete else []), *spec]
+            cp = g.get("checkpoint")
+            hot = _Hot(g, spec, discrete, {k: g[k] for k in names}, n_committed(g),
+                       checkpoint_layout(cp), {} if cp is None else dict(cp.items()))
+            self._hot[(run, solver)] = hot
+        return hot
 
     def _validate_values(self, g: h5py.Group, spec: dict, values: dict) -> dict:
         """Check names/shapes before writing anything; return rows cast to their dtype."""
@@ -406,5 +435,5 @@ class ArchiveWriter:
 
 
 def _append_row(ds: h5py.Dataset, n: int, row: Any) -> None:
-    ds.resize(n + 1, axis=0)
-    ds[n] = row
+    ds.id.set_extent((n + 1, *ds.shape[1:]))
+    write_row(ds, n, row)

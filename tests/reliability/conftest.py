@@ -36,9 +36,10 @@ def cache_dir(tmp_path_factory) -> Path:
 
 
 def env_for(cache_dir: Path) -> dict:
+    """The subprocesses' environment: this process's device (no JAX_PLATFORMS pin: runs
+    compared bit for bit must share a device), one compilation cache."""
     env = dict(os.environ)
     env["FLOWSIM_CACHE_DIR"] = str(cache_dir)
-    env.setdefault("JAX_PLATFORMS", "cpu")
     return env
 
 

@@ -4,10 +4,10 @@ Every test ends the same way: `flowsim inspect` opens what is left and reports i
 `flowsim run --resume` completes it into an archive equal, dataset by dataset, to an
 uninterrupted run (wall times and the creation time aside).
 
-The faulted runs are real `flowsim run` subprocesses, and so are the reference runs and
-the resumes whose archives are compared with them: all on the one device `env_for` picks
-(results agree across devices only to the last bits), sharing one compilation cache.
-`inspect` and the refused second writers go through `flowsim.cli.main` in this process.
+The faulted runs and the reference runs are real `flowsim run` subprocesses; the resumes,
+`inspect` and the refused second writers go through `flowsim.cli.main` in this process
+(one compilation for all of them). Both sides run on this process's default device
+(`env_for` pins none): results agree across devices only to the last bits.
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ def reference(tmp_path_factory, cache_dir):
     return path
 
 
-def resume(cache_dir, out, *args) -> None:
+def resume(inproc, out, *args) -> None:
     """`flowsim run --resume` completes `out`, on the device that began it."""
-    proc = run_sub(cache_dir, "run", FAULT, "-o", out, "-q", "--resume", *args)
-    assert proc.returncode == 0, proc.stderr
-    assert "bit-identical" not in proc.stderr, proc.stderr
+    code, _, err = inproc("run", FAULT, "-o", out, "-q", "--resume", *args)
+    assert code == 0, err
+    assert "bit-identical" not in err, err
 
 
 def check_inspect(inproc, path, *, expect_running: bool):
@@ -75,7 +75,7 @@ def test_sigterm_finishes_the_checkpoint_and_resumes(tmp_path, cache_dir, inproc
         by_point.setdefault(run.split("-")[0] + solver, set()).add(n)
     assert all(len(v) == 1 for v in by_point.values()), rows
     check_inspect(inproc, out, expect_running=True)
-    resume(cache_dir, out, *QUICK)
+    resume(inproc, out, *QUICK)
     assert_same_archive(reference, out)
 
 
@@ -97,7 +97,7 @@ def test_sigkill_with_a_second_writer_refused_then_resume(tmp_path, cache_dir, i
     assert proc.returncode == -signal.SIGKILL
     assert committed(out) >= 2                      # opens, and holds what was committed
     check_inspect(inproc, out, expect_running=True)
-    resume(cache_dir, out, *QUICK)
+    resume(inproc, out, *QUICK)
     assert_same_archive(reference, out)
 
 
@@ -133,7 +133,7 @@ def test_disk_full_mid_run(tmp_path, cache_dir, inproc, reference, fraction):
                         (sv.t == rv.t[: sv.n_checkpoints]).all()
         assert total > 0
     check_inspect(inproc, out, expect_running=True)
-    resume(cache_dir, out, *QUICK)
+    resume(inproc, out, *QUICK)
     assert_same_archive(reference, out)
 
 
@@ -212,11 +212,11 @@ def test_random_kills_and_terms_then_resume_bit_for_bit(tmp_path, cache_dir, inp
             n = committed(out)                              # opens (or raises: test fails)
             code, text, e = inproc("inspect", out)
             assert code == 0, e
-            resume(cache_dir, out)
+            resume(inproc, out)
         else:
             n = 0
-            proc = run_sub(cache_dir, "run", FAULT, "-o", out, "-q")
-            assert proc.returncode == 0, (attempt, proc.stderr)
+            code, _, e = inproc("run", FAULT, "-o", out, "-q")
+            assert code == 0, (attempt, e)
         assert_same_archive(reference, out)
         outcomes.append((sig.name, round(delay, 1), rc, n))
         out.unlink()
