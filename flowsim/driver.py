@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import equinox as eqx
 import jax
 import numpy as np
 from tqdm.auto import tqdm

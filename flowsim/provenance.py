@@ -19,7 +19,7 @@ import h5py
 import jax
 import numpy as np
 
-from flowsim import __version__, archive
+from flowsim import __version__
 
 _PACKAGE = Path(__file__).resolve().parent
 
@@ -84,10 +84,9 @@ def device_change(recorded: str, current: str) -> str:
             "are no longer bit-identical to an uninterrupted run (devices differ in the last bits)")
 
 
-def warn_on_device_change(path) -> None:
-    """Before `--resume` appends to `path`: say so on stderr when this is another device."""
-    with archive.open(path) as a:
-        recorded = a.attrs.get("provenance", {}).get("device", "")
-    message = device_change(recorded, device())
+def warn_on_device_change(path, recorded: dict) -> None:
+    """Before `--resume` appends to `path`, whose `recorded` provenance the writer read:
+    say so on stderr when this is another device."""
+    message = device_change(recorded.get("device", ""), device())
     if message:
         print(f"flowsim: warning: {path}: {message}", file=sys.stderr)

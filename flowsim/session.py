@@ -122,7 +122,7 @@ def _open(job: Job):
         raise InputError(f"{job.out} was written by a different scenario (or different --set values); "
                          "resume with the same scenario and overrides, or use --overwrite")
     if job.resume:
-        warn_on_device_change(job.out)
+        warn_on_device_change(job.out, writer.provenance)
     return writer
 
 

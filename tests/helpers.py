@@ -2,14 +2,20 @@
 
 import contextlib
 import io
+from typing import NamedTuple
 
 from flowsim import cli
 
 
-def run_cli(*args, cwd=None, expect: int = 0) -> str:
+class Result(NamedTuple):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def call_cli(*args, cwd=None) -> Result:
     """`flowsim ARGS` in this process (compiled programs are shared with the rest of the
-    suite); returns its standard output, and fails with the tail of its standard error
-    when the exit status is not `expect`."""
+    suite), as `subprocess.run` would report it."""
     out, err = io.StringIO(), io.StringIO()
     with contextlib.ExitStack() as stack:
         if cwd is not None:
@@ -17,5 +23,12 @@ def run_cli(*args, cwd=None, expect: int = 0) -> str:
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(err))
         rc = cli.main([str(a) for a in args])
-    assert rc == expect, f"flowsim {' '.join(map(str, args))} exited {rc}:\n{err.getvalue()[-3000:]}"
-    return out.getvalue()
+    return Result(rc, out.getvalue(), err.getvalue())
+
+
+def run_cli(*args, cwd=None, expect: int = 0) -> str:
+    """`flowsim ARGS` in this process; returns its standard output, and fails with the tail
+    of its standard error when the exit status is not `expect`."""
+    rc, out, err = call_cli(*args, cwd=cwd)
+    assert rc == expect, f"flowsim {' '.join(map(str, args))} exited {rc}:\n{err[-3000:]}"
+    return out

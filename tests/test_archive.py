@@ -315,6 +315,7 @@ def _kill_trials(tmp_path: Path, n_trials: int, seed: int) -> list[tuple[int, in
     return [_kill_trial(tmp_path, i, rng.uniform(0.0, 0.4)) for i in range(n_trials)]
 
 
+@pytest.mark.slow
 def test_sigkill_fast(tmp_path):
     results = _kill_trials(tmp_path, 5, seed=1234)
     assert any(p > 0 for p, _ in results)

@@ -45,6 +45,7 @@ def _brute_predict(net, params, X, keep):
 
 @pytest.mark.parametrize("outputs,zeroed,loss", [(1, False, "half-sse"), (3, True, "mse"),
                                                  (3, False, "cross-entropy")])
+@pytest.mark.slow
 def test_prune_curve_matches_recomputed_network(outputs, zeroed, loss):
     prob, p0 = make_problem(n=12, d=4, m=9, outputs=outputs, zeroed=zeroed, loss=loss, seed=3)
     # move the weights so that importance λ‖w‖² differs from the init ordering
@@ -102,6 +103,7 @@ def _hand_loop(F, y, p, steps, lr):
     return W1, b1, W2, b2
 
 
+@pytest.mark.slow
 def test_transfer_network_matches_hand_written_gd_and_padding_is_exact():
     rng = np.random.default_rng(0)
     F = rng.normal(size=(30, 6))
@@ -121,6 +123,7 @@ def test_transfer_network_matches_hand_written_gd_and_padding_is_exact():
         np.testing.assert_allclose(np.asarray(got[name]), want, rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_transfer_curve_prefers_informative_features():
     rng = np.random.default_rng(1)
     F = rng.normal(size=(200, 10))
@@ -177,6 +180,7 @@ def test_analysis_table_errors_name_the_key():
 # ------------------------------------------------------------------------ CLI plumbing
 
 
+@pytest.mark.slow
 def test_driver_analyses_equal_flowsim_analyze(tmp_path):
     """Analyses stored by the driver (in-memory final weights) equal those recomputed by
     `flowsim analyze` from the archived checkpoint; `flowsim plot` draws their figures."""

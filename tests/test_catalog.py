@@ -44,6 +44,7 @@ def test_the_wheel_maps_the_catalog_and_names_every_package():
         assert all(any(Path(name).match(pat) for pat in patterns) for name in shipped), (package, shipped)
 
 
+@pytest.mark.slow
 def test_an_installed_package_reads_its_own_catalog(tmp_path):
     """The layout a wheel installs (flowsim/_catalog/...), in a fresh process from an empty
     folder: the catalog, a scenario's `../data/` path and the datasets all come from it."""

@@ -74,6 +74,7 @@ def direct_model(scaling, W, c, phi, activation):
     return s_f * act(activation)(h) @ c       # f(x) = s_f Σ_i c_i σ(h_i(x))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scaling", SCALINGS)
 @pytest.mark.parametrize("embedding", EMBEDDINGS)
 def test_scalings_match_the_papers_formulas_and_ntg_matches_autodiff(embedding, scaling):
@@ -118,6 +119,7 @@ def test_gram_matrix_and_overlay_constant(embedding):
     assert float(b.init["embedding_dim"]) == {"identity": 4, "quadratic": 16, "random-features": 9}[embedding]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("scaling", SCALINGS)
 def test_overlay_rate_is_the_initial_pl_rate(scaling):
     """At t = 0, dL/dt = −rate ‖∇L‖² ≤ −r ĉ² λ_min(G) L_0 with r = chen_r (the

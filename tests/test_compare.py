@@ -72,6 +72,7 @@ def linear_archive(tmp_path_factory):
     return run_scenario(tmp_path_factory.mktemp("lin"), LINEAR, "linear")
 
 
+@pytest.mark.slow
 def test_compare_distances_equal_the_linear_closed_form(linear_archive, capsys):
     rep = compare.compare_archive(linear_archive)
     with archive.open(linear_archive) as a:
@@ -147,6 +148,7 @@ def _ladder(rep, flow_kind, flow=None):
     return lad
 
 
+@pytest.mark.slow
 def test_fitted_orders_flow_one_modified_flow_two(smooth, capsys):
     path, rep = smooth
     lad1 = _ladder(rep, "flow", "flow")
@@ -164,6 +166,7 @@ def test_fitted_orders_flow_one_modified_flow_two(smooth, capsys):
     assert "stability unknown" in out       # no sharpness recorded here
 
 
+@pytest.mark.slow
 def test_certificate_flags_gaps_below_the_flow_error(linear_archive, tmp_path, capsys):
     # a loose flow (Bogacki–Shampine at rtol 0.3) with a tight reference, on the linear
     # problem: its true global error and the true GD–flow gap are known in closed form
@@ -266,6 +269,7 @@ def test_fit_order_standard_error_matches_the_regression():
 
 @pytest.mark.parametrize("kw", [dict(activation="swish"),
                                 dict(activation="tanh", output="trained", loss="cross-entropy", outputs=3)])
+@pytest.mark.slow
 def test_sharpness_equals_dense_hessian_top_eigenvalue(kw):
     problem, p0 = make_problem(n=16, d=4, m=24, **kw)    # 96 (or 120) parameters, 32 Lanczos steps
     p = jax.tree.map(lambda w: w + 0.3 * jnp.sin(3 * w), p0)
@@ -284,6 +288,7 @@ def test_sharpness_equals_dense_hessian_top_eigenvalue(kw):
     assert abs(float(jax.jit(gn_sharpness)(problem, p)) - g_top) <= 1e-6 * g_top
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss, factor", [("half-sse", 1.0), ("mse", 2.0 / 20)])
 def test_gn_sharpness_is_the_scaled_top_eigenvalue_of_the_full_ntg(loss, factor):
     problem, p0 = make_problem(n=20, d=5, m=30, loss=loss, scaling="mean-field")   # rate ≠ 1
@@ -293,6 +298,7 @@ def test_gn_sharpness_is_the_scaled_top_eigenvalue_of_the_full_ntg(loss, factor)
     assert {"sharpness", "sharpness_residual"} == set(OBSERVABLES["sharpness"].series) and "gn_sharpness" in OBSERVABLES
 
 
+@pytest.mark.slow
 def test_lanczos_survives_an_early_invariant_subspace():
     A = np.diag([5.0, 1.0, 0.5])   # 3 dimensions, 32 steps: breakdown after 3
     lam, res = jax.jit(lambda v: lanczos_top(lambda u: jnp.asarray(A) @ u, v, 32))(jnp.ones(3))

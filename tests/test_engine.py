@@ -126,6 +126,7 @@ def test_closed_form_ntg_equals_jacobian_contraction(activation, scaling):
     assert rel_err(closed, oracle) <= 1e-12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["relu", "swish", "tanh"])
 def test_ntg_trained_output_zeroed_and_multi_output(activation):
     problem, p0 = make_problem(activation=activation, output="trained", zeroed=True, outputs=3, n=10, d=4, m=25)
@@ -136,6 +137,7 @@ def test_ntg_trained_output_zeroed_and_multi_output(activation):
 
 # ---------------------------------------------------------------- solvers against a tight reference
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5"])
 def test_every_solver_matches_tight_reference(method):
     problem, p0 = make_problem(m=50, n=20, d=5, activation="swish")
@@ -144,6 +146,7 @@ def test_every_solver_matches_tight_reference(method):
     assert rel_err(sol.y["W"], ref.y["W"]) <= 1e-4
 
 
+@pytest.mark.slow
 def test_vf_eval_count_matches_a_counting_callback():
     problem, p0 = make_problem()
     calls = []
@@ -162,6 +165,7 @@ def test_vf_eval_count_matches_a_counting_callback():
 
 # ---------------------------------------------------------------- GD converges to the flow at order 1
 
+@pytest.mark.slow
 def test_gd_converges_to_flow_at_order_one():
     # Caron's setting: inputs on the unit sphere, so every η here is well inside stability
     problem, p0 = make_problem(activation="swish", n=20, d=5, m=50, radius=1.0)
@@ -179,6 +183,7 @@ def test_gd_converges_to_flow_at_order_one():
     assert abs(slope - 1.0) <= 0.15, (slope, errors)
 
 
+@pytest.mark.slow
 def test_relu_preset_against_the_limit_of_gd():
     # With ReLU the velocity jumps at every kink and no tight solve finishes (dopri8 and bosh3
     # at rtol 1e-8 both hit 3 million steps before t = 50), so the oracle is GD's limit: GD
@@ -199,6 +204,7 @@ def test_relu_preset_against_the_limit_of_gd():
 
 # ---------------------------------------------------------------- segments, resume, vmap, compilation
 
+@pytest.mark.slow
 def test_one_segment_equals_fifty_segments_and_resume_is_bit_identical():
     problem, p0 = make_problem()
     preset = {"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10}
@@ -221,6 +227,7 @@ def _stack(trees):
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["flow", "gd"])
 def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
     pairs = [make_problem(seed=s) for s in range(3)]
@@ -260,6 +267,7 @@ def test_gd_divergence_is_a_status_with_the_step():
     assert float(problem.loss(state.y)) <= 1e6 * float(state.loss0)
 
 
+@pytest.mark.slow
 def test_flow_max_steps_and_stop_event():
     problem, p0 = make_problem()
     integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10, "max_steps": 5})
@@ -275,6 +283,7 @@ def test_flow_max_steps_and_stop_event():
 
 # ---------------------------------------------------------------- momentum and SGD
 
+@pytest.mark.slow
 def test_momentum_matches_a_plain_heavy_ball_loop():
     problem, p0 = make_problem()
     eta, beta = 0.05, 0.8
@@ -288,6 +297,7 @@ def test_momentum_matches_a_plain_heavy_ball_loop():
     np.testing.assert_allclose(state.y["W"], w["W"], rtol=1e-13, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_sgd_with_full_batch_equals_gd_and_is_seeded():
     problem, p0 = make_problem()
     eta = 0.05
@@ -313,6 +323,7 @@ def _kind_preset(kind):
     return typed({"name": kind, "kind": kind, **extra, **({"batch_size": 5} if kind == "sgd" else {})})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", SOLVER_KINDS)
 def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind):
     """Two seeds through `flowsim.batch`; seed 1's state stored as named arrays after t = 1
@@ -333,6 +344,7 @@ def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind):
     assert np.array_equal(integ.params(a)["W"][1], integ.params(b)["W"][1])
 
 
+@pytest.mark.slow
 def test_reference_pair_is_the_flow_with_its_global_error_beside_it():
     problem, p0 = make_problem()
     preset = load_solver({"name": "p", "kind": "flow", "rtol": 1e-6, "atol": 1e-8, "reference": "dopri8-tight"})

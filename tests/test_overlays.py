@@ -44,6 +44,7 @@ def test_caron_overlays_are_the_theory_bounds(tmp_path):
         np.testing.assert_allclose(loss.get_ydata(), theory.caron_loss_bound(t, l0, gamma, kappa), rtol=RTOL, atol=0)
 
 
+@pytest.mark.slow
 def test_chen_overlay_is_the_theory_rate(tmp_path, capsys, monkeypatch):
     from flowsim import cli
 

@@ -107,6 +107,7 @@ def _texts(fig):
     return [t.get_text() for leg in fig.legends for t in leg.get_texts()]
 
 
+@pytest.mark.slow
 def test_plot_archive_writes_nontrivial_files(full_archive, tmp_path):
     files = plots.plot_archive(full_archive, tmp_path / "figs")
     names = sorted(f.name for f in files)

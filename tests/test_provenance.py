@@ -31,6 +31,7 @@ def test_this_checkout_records_its_commit():
     assert provenance()["git_commit"] == commit
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 def test_a_copy_inside_another_repository_records_no_commit(tmp_path):
     """flowsim copied into an unrelated repository (as a vendored copy, or installed into a

@@ -50,6 +50,7 @@ def estimate(cfg: Config) -> dict[str, float]:
 # ------------------------------------------------------------------------ activations
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_every_activation_runs_a_flow_step_that_lowers_the_loss(name):
     entry = ACTIVATIONS[name]
@@ -109,6 +110,7 @@ observe = ["loss"]
 # ------------------------------------------------------------------------ observables
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(OBSERVABLES))
 def test_every_observable_validates_is_estimated_and_observed(name):
     cfg = load_scenario(QUICKSTART, [*SMALL, f'run.observe=["{name}"]']).runs[0].settings
@@ -129,6 +131,7 @@ def test_every_observable_validates_is_estimated_and_observed(name):
     assert sum(int(np.prod(v.shape)) for v in out.values()) <= entry.row_size(m, p, d)
 
 
+@pytest.mark.slow
 def test_every_observable_is_stored_and_plotted(tmp_path, capsys, monkeypatch):
     """One in-process run observing everything: each series is in the archive with its
     declared axes, and the figures draw."""

@@ -19,6 +19,7 @@ from flowsim.archive import ArchiveWriter
 from flowsim.build import build_run
 from flowsim.driver import STAT_KEYS, Driver, Interrupted
 from flowsim.config import load_scenario
+from helpers import call_cli as _cli
 from reliability.conftest import committed, set_args, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +65,7 @@ def _drive(tmp_path, tag, sets, stop_after=None):
     return _COUNTER.n
 
 
+@pytest.mark.slow
 def test_no_recompilation_per_segment_or_seed(tmp_path):
     """A warm-up run (2 seeds, 3 checkpoints, 2 sweep points) compiles everything once; the
     same shapes with 4× the segments and other seed values compile nothing; a third seed
@@ -264,12 +266,6 @@ def test_a_stop_reaching_one_process_stops_both(tmp_path):
     _assert_same_series(tmp_path / "one.h5", tmp_path / "stop.h5", 2 * 2)
 
 
-def _cli(*args, cwd):
-    proc = subprocess.run([sys.executable, "-m", "flowsim.cli", *map(str, args)], cwd=cwd, capture_output=True,
-                          text=True, timeout=600)
-    return proc
-
-
 @pytest.mark.slow
 def test_shard_parts_and_merge_read_like_one_run(tmp_path):
     sets = ["--set", "seeds=[0, 1, 2]", "--set", "run.checkpoints={count=4}", "-q"]
@@ -309,6 +305,7 @@ def test_shard_parts_and_merge_read_like_one_run(tmp_path):
     assert ins.returncode == 0 and ins.stdout.count(" run p") == 6, ins.stderr
 
 
+@pytest.mark.slow
 def test_shard_and_merge_refuse_bad_input(tmp_path):
     for bad in ("4/4", "x", "1/0", "-1/2"):
         p = _cli("run", TINY, "--shard", bad, "-o", tmp_path / "x.h5", cwd=tmp_path)
@@ -319,6 +316,7 @@ def test_shard_and_merge_refuse_bad_input(tmp_path):
     assert m.returncode == 2
 
 
+@pytest.mark.slow
 def test_distributed_outside_a_cluster_is_refused(tmp_path, monkeypatch):
     for name in ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
         monkeypatch.delenv(name, raising=False)

@@ -130,6 +130,7 @@ class ArchiveWriter:
         self._pending = 0          # bytes the next structure change will add (room check)
         self.scenario_text = ""
         self.resolved: dict = {}
+        self.provenance: dict = {}
 
     # ---- construction -------------------------------------------------------------
 
@@ -157,7 +158,7 @@ class ArchiveWriter:
         except BaseException:
             lock.release()
             raise
-        self.scenario_text, self.resolved = scenario_text, dict(resolved)
+        self.scenario_text, self.resolved, self.provenance = scenario_text, dict(resolved), dict(provenance)
         self._open_swmr()
         return self
 
@@ -188,6 +189,7 @@ class ArchiveWriter:
             require_flowsim(self.path, f)
             self.scenario_text = attr_str(f.attrs.get("scenario_text", ""))
             self.resolved = loads(f.attrs.get("scenario_resolved", "{}"))
+            self.provenance = loads(f.attrs.get("provenance", "{}"))
             truncate_to_commits(f)
         finally:
             if f.id.valid:

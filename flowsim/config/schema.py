@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -17,6 +17,7 @@ from flowsim.config import load_scenario
 from .conftest import FAULT, GD_ONLY, assert_same_archive, set_args, snapshot
 
 
+@pytest.mark.slow
 def test_two_runs_are_bit_identical(tmp_path, inproc):
     a, b = tmp_path / "a.h5", tmp_path / "b.h5"
     for path in (a, b):
@@ -43,6 +44,7 @@ def test_two_runs_with_a_flow_are_bit_identical(tmp_path, inproc):
     assert_same_archive(a, b)
 
 
+@pytest.mark.slow
 def test_provenance_is_recorded(tmp_path, inproc):
     out = tmp_path / "p.h5"
     overrides = [*GD_ONLY, "seeds=[0]", "run.checkpoints={count=2}"]
@@ -66,6 +68,7 @@ def test_provenance_is_recorded(tmp_path, inproc):
     assert code == 0 and "git_commit" in text and "jax" in text and "device" in text
 
 
+@pytest.mark.slow
 def test_resume_on_another_device_says_bit_identity_is_lost(tmp_path, inproc):
     """Devices agree only to the last bits: `--resume` on another device than the archive's
     warns (and goes on); on the same device it says nothing."""

@@ -56,6 +56,7 @@ def check_inspect(inproc, path, *, expect_running: bool):
     return out
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_checkpoint_and_resumes(tmp_path, cache_dir, inproc, reference):
     out = tmp_path / "term.h5"
     proc = start_sub(cache_dir, "run", FAULT, "-o", out, "-q", *QUICK)
@@ -79,6 +80,7 @@ def test_sigterm_finishes_the_checkpoint_and_resumes(tmp_path, cache_dir, inproc
     assert_same_archive(reference, out)
 
 
+@pytest.mark.slow
 def test_sigkill_with_a_second_writer_refused_then_resume(tmp_path, cache_dir, inproc, reference):
     out = tmp_path / "kill.h5"
     proc = start_sub(cache_dir, "run", FAULT, "-o", out, "-q", *QUICK)
@@ -109,6 +111,7 @@ LIMITED = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, sign
            "os.execv(sys.executable, [sys.executable, '-m', 'flowsim.cli', *sys.argv[2:]])")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fraction", [0.5])
 def test_disk_full_mid_run(tmp_path, cache_dir, inproc, reference, fraction):
     out = tmp_path / "full.h5"

@@ -236,6 +236,7 @@ def test_bad_input_does_not_touch_an_existing_archive(tmp_path, inproc, no_compu
     assert out.read_bytes() == b"precious"
 
 
+@pytest.mark.slow
 def test_hostile_input_through_the_real_command(tmp_path, cache_dir):
     """The same answers from a subprocess (entry point, exit status, stderr)."""
     scenario = tmp_path / "case.toml"
@@ -301,6 +302,7 @@ def test_bad_archive_gets_a_message_not_a_traceback(command, bad, bad_archives, 
     assert not (tmp_path / "figs").exists() or not any((tmp_path / "figs").iterdir())
 
 
+@pytest.mark.slow
 def test_bad_archive_through_the_real_command(bad_archives, cache_dir):
     proc = subprocess.run(flowsim_cmd("inspect", bad_archives / "truncated.h5"), capture_output=True, text=True,
                           timeout=120, env=env_for(cache_dir))

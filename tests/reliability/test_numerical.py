@@ -85,6 +85,7 @@ def statuses(path):
                 for r in a.runs.values() for s in r.solvers.values()}
 
 
+@pytest.mark.slow
 def test_failures_are_recorded_and_the_rest_completes(result):
     code, err, out = result
     assert code == 0, err                       # numerical statuses are results, not errors
@@ -115,6 +116,7 @@ def test_failures_are_recorded_and_the_rest_completes(result):
                     assert np.isfinite(sv["weights"][-1]).all()  # the weights themselves are fine
 
 
+@pytest.mark.slow
 def test_diverged_gd_keeps_its_last_good_step(result):
     _, _, out = result
     with A.open(out) as a:
@@ -128,6 +130,7 @@ def test_diverged_gd_keeps_its_last_good_step(result):
         assert attrs["steps"] == sv.step[-1] and all(np.isfinite(v).all() for v in state.values())
 
 
+@pytest.mark.slow
 def test_inspect_and_plot_show_the_statuses(result, inproc, tmp_path):
     _, _, out = result
     code, text, err = inproc("inspect", out)
