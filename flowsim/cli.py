@@ -17,6 +17,7 @@ from pathlib import Path
 from .session import InputError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_NOTHING = 1     # the command found nothing to do (compare: no discrete/flow pair)
 
 
 def _err(msg: str) -> None:
@@ -206,6 +207,9 @@ def cmd_inspect(args) -> int:
             print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v))
         if a.data:
             print("  /data: " + ", ".join(f"{k} {v.shape}" for k, v in a.data.items()))
+        if a.writer_pid is not None:
+            print(f"  being written by pid {a.writer_pid}")
+        interrupted = False
         for name, run in a.runs.items():
             print(f"  run {name}: seed {run.seed}" + (f", {run.label}" if run.label else ""))
             for sname, sv in run.solvers.items():
@@ -213,10 +217,17 @@ def cmd_inspect(args) -> int:
                 reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"
                 stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in
                                   ("steps", "rejected", "vf_evals"))
-                print(f"    {sname:<14} {sv.status:<9} {sv.n_checkpoints:>4} checkpoints, {reach}"
+                state = "interrupted" if sv.interrupted else sv.status
+                interrupted |= sv.interrupted
+                print(f"    {sname:<14} {state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}"
                       + (f", {stats}" if stats else "") + f", {sv.wall_time:.2f} s"
-                      + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else ""))
+                      + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
+                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
+        if interrupted:
+            name = attrs.get("scenario_resolved", {}).get("name", "SCENARIO")
+            print(f"  interrupted: resume with `flowsim run {name} -o {args.archive} --resume` "
+                  "(the scenario file and --set values it was run with)")
     return EXIT_OK
 
 
@@ -235,6 +246,9 @@ def cmd_compare(args) -> int:
     if not args.factor > 0:
         raise InputError(f"--factor {args.factor}: must be a positive number")
     rep = compare_archive(args.archive, factor=args.factor)
+    if rep.empty:
+        print(f"flowsim: {rep.empty}", file=sys.stderr)
+        return EXIT_NOTHING
     print(format_report(rep), flush=True)
     if args.csv:
         print(f"flowsim: wrote {write_csv(rep, args.csv)}", file=sys.stderr)
@@ -245,13 +259,16 @@ def cmd_compare(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .analysis.caron import analyze_archive
+    from .analysis.caron import NotCaron, analyze_archive
 
     only = [x for x in (args.only or "").split(",") if x]
     bad = sorted(set(only) - {"prune", "transfer", "pca"})
     if bad:
         raise InputError(f"--only {args.only!r}: unknown analysis {', '.join(bad)}; allowed: prune, transfer, pca")
-    count = analyze_archive(args.archive, only=only or None)
+    try:
+        count = analyze_archive(args.archive, only=only or None, force=args.force)
+    except NotCaron as err:
+        raise InputError(str(err)) from None
     print(f"flowsim: {count} analysis result(s) stored in {args.archive}", file=sys.stderr)
     return EXIT_OK
 
@@ -298,6 +315,8 @@ def parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="(re)run the Caron analyses (pruning, transfer, PCA) on an archive")
     an.add_argument("archive")
     an.add_argument("--only", help="comma-separated subset of prune,transfer,pca")
+    an.add_argument("--force", action="store_true",
+                    help="analyse an archive whose scenario has no [analysis] table (not a Caron experiment)")
     an.set_defaults(func=cmd_analyze)
     return p
 

@@ -54,12 +54,14 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     and build every run: bad data or shapes fail here, before the archive is touched.
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
     from .build import build_run, check_resources
-    from .devices import on_primary
+    from .devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
 
     if overwrite and resume:
         raise InputError("--overwrite and --resume exclude each other")
     sc = load_scenario(find_scenario(str(scenario)), list(overrides))
+    for warning in sc.warnings if is_primary() else ():
+        print(f"flowsim: warning: {warning}", file=sys.stderr)
     runs, part = sc.runs, None
     if shard:   # a job array's part: its own archive, joined later by `flowsim merge`
         from .archive.merge import ShardError, parse_shard, shard_runs
@@ -108,6 +110,7 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
 
 def _open(job: Job):
     from .archive import ArchiveWriter
+    from .config import differences
     from .provenance import provenance, warn_on_device_change
 
     sc = job.scenario
@@ -117,10 +120,12 @@ def _open(job: Job):
         writer = ArchiveWriter.create(job.out, scenario_text=sc.text, resolved=sc.resolved,
                                       provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
                                       dtype=sc.settings.dtype, overwrite=job.overwrite)
-    if job.resume and writer.resolved != json.loads(json.dumps(sc.resolved)):
+    changed = differences(writer.resolved, json.loads(json.dumps(sc.resolved))) if job.resume else []
+    if changed:
         writer.close()
-        raise InputError(f"{job.out} was written by a different scenario (or different --set values); "
-                         "resume with the same scenario and overrides, or use --overwrite")
+        raise InputError(f"{job.out} was written by a different scenario (or different --set values): "
+                         f"{'; '.join(changed)} (archive -> now); resume with the same scenario and "
+                         "overrides, or use --overwrite")
     if job.resume:
         warn_on_device_change(job.out, writer.provenance)
     return writer

@@ -8,7 +8,8 @@ NAMES = ("running", "done", "max_steps", "nonfinite", "stopped", "diverged", "fa
 # What a user should do about each terminal status (printed by `flowsim run` and `inspect`).
 ADVICE = {
     "done": "",
-    "max_steps": "the flow solver hit `max_steps`; raise it in the solver preset or loosen rtol",
+    "max_steps": "the flow solver hit `max_steps`; raise it in the solver preset or loosen rtol "
+                 "(with a non-smooth activation such as relu, use the \"bosh3-relu\" preset)",
     "nonfinite": "the state or vector field became non-finite; check the data and the step size",
     "stopped": "stopped by the scenario's `run.stop_loss` event",
     "diverged": "the loss grew past `divergence_factor` × its initial value or became non-finite",

@@ -22,7 +22,10 @@ def call_cli(*args, cwd=None) -> Result:
             stack.enter_context(contextlib.chdir(cwd))
         stack.enter_context(contextlib.redirect_stdout(out))
         stack.enter_context(contextlib.redirect_stderr(err))
-        rc = cli.main([str(a) for a in args])
+        try:
+            rc = cli.main([str(a) for a in args])
+        except SystemExit as exit_:      # argparse's usage errors exit the process
+            rc = exit_.code
     return Result(rc, out.getvalue(), err.getvalue())
 
 

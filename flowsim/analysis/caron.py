@@ -140,18 +140,28 @@ def final_params_from_archive(config: Config, seed: int, preset: Preset, stored)
     return built, jax.tree.map(lambda x: x[0], integ.params(state))
 
 
-def analyze_archive(path, *, only: list[str] | None = None,
+class NotCaron(ValueError):
+    """`analyze_archive` was asked to analyse an archive without an [analysis] table."""
+
+
+def analyze_archive(path, *, only: list[str] | None = None, force: bool = False,
                     report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> int:
     """(Re)run the analyses of an archive in place; returns the number of results stored.
 
-    Uses each run's `[analysis]` table; a run without one gets every analysis with the
-    defaults. `only` restricts to some of prune, transfer, pca."""
+    Uses each run's `[analysis]` table. An archive whose scenario has none is not a Caron
+    experiment: refused (`NotCaron`) unless `force`, which gives such runs every analysis
+    with the defaults. `only` restricts to some of prune, transfer, pca."""
     from .. import archive
 
     jobs = []
     with archive.open(path) as a:
+        configs = {name: from_dict(Config, run.params) for name, run in a.runs.items()}
+        if not force and not any(c.analysis for c in configs.values()):
+            raise NotCaron(f"{path}: its scenario has no [analysis] table, so it is not a Caron "
+                             "experiment; allowed: an archive of a scenario with [analysis], or "
+                             "--force to run every analysis with its defaults anyway")
         for run in a.runs.values():
-            config = from_dict(Config, run.params)
+            config = configs[run.name]
             cfg = config.analysis or from_dict(Analysis, resolve_analysis(None, all_on=True))
             if only:
                 cfg = dataclasses.replace(cfg, **{k: dataclasses.replace(t, enabled=t.enabled and k in only)

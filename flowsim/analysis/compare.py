@@ -156,6 +156,7 @@ class Report:
     stability: list[Stability]
     notes: list[str]
     runs: dict[str, str]             # run → label
+    empty: str = ""                  # when there are no pairs: why, in one sentence
 
 
 # --------------------------------------------------------------------------------------
@@ -353,6 +354,24 @@ def _scenario_name(arch, path) -> str:
     return Path(os.fspath(path)).stem
 
 
+def _why_empty(arch, path) -> str:
+    """Why an archive gives no discrete/flow pair: what its scenario lacks, or what has not
+    started yet (an interrupted run)."""
+    configured = [(run, from_dict(Preset, p)) for run in arch.runs.values() for p in run.params["run"]["solvers"]]
+    legs = {"discrete": [(r, p) for r, p in configured if isinstance(p, DescentPreset)],
+            "flow": [(r, p) for r, p in configured if isinstance(p, FlowPreset)]}
+    for leg, kinds in (("discrete", "gd, momentum, sgd"), ("flow", "flow, modified-flow")):
+        if not legs[leg]:
+            return (f"{path}: nothing to compare: its scenario has no {leg} solver (run.solvers; "
+                    f"kinds {kinds})")
+    for leg, members in legs.items():
+        waiting = sorted({p.name for r, p in members if p.name not in r.solvers or not r.solvers[p.name].n_checkpoints})
+        if len({p.name for _, p in members}) == len(waiting):
+            return (f"{path}: nothing to compare yet: the {leg} solver(s) {', '.join(waiting)} have not "
+                    "started (the run was interrupted before them; resume it with `flowsim run … --resume`)")
+    return f"{path}: nothing to compare: no discrete/flow pair of any run has a checkpoint at a common time"
+
+
 def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
     """Every discrete/flow pair of every run of the archive at `path`."""
     pairs: list[Pair] = []
@@ -392,14 +411,16 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
             if disc and flows_plain:
                 notes.append(f"run {run.name}: flow(s) {', '.join(flows_plain)} have no error estimate "
                              "(give the preset a `reference`): gaps are not certified")
+        empty = "" if pairs else _why_empty(arch, path)
     lads = ladders(pairs)
     for lad in lads:   # a step past the stability limit is outside the asymptotic regime
         for s in stab:
             if s.run == lad.run and s.verdict == "crossed" and np.any(lad.used & (lad.etas == s.eta)):
                 lad.warnings.append(f"η = {s.eta:g} crossed {s.limit:g}/η: the fit includes a step outside "
                                     "the small-step regime")
+        empty = "" if pairs else _why_empty(arch, path)
     return Report(path=os.fspath(path), name=name, factor=factor, pairs=pairs, ladders=lads,
-                  stability=stab, notes=notes, runs=runs)
+                  stability=stab, notes=notes, runs=runs, empty=empty)
 
 
 # --------------------------------------------------------------------------------------

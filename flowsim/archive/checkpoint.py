@@ -97,8 +97,14 @@ def read_checkpoint(g: h5py.Group) -> tuple[dict[str, np.ndarray], dict] | None:
         return None
     slot, _, alen = found
     arrays = {k: v[slot] for k, v in cp.items() if not k.startswith("_")}
-    blob = cp["_attrs_json"][slot, :alen].tobytes()
-    return arrays, loads(blob)
+    return arrays, loads(cp["_attrs_json"][slot, :alen].tobytes())
+
+
+def checkpoint_attrs(g: h5py.Group) -> dict:
+    """The committed checkpoint's attrs (statistics so far) without its arrays; {} if none."""
+    cp = g.get("checkpoint")
+    found = _committed_slot(cp)
+    return {} if found is None else loads(cp["_attrs_json"][found[0], : found[2]].tobytes())
 
 
 def n_committed(g: h5py.Group) -> int:

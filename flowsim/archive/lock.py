@@ -47,3 +47,25 @@ class Lock:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
         os.close(self.fd)
         self.fd = None
+
+
+def writer_pid(path: str) -> int | None:
+    """The pid of the live process holding `path`'s lock, else None (never locked, closed,
+    or killed: a SIGKILL leaves the lock file with a dead pid). Read without taking the lock,
+    so that looking never blocks a writer; a writer on another host sharing the file system
+    reads as not live."""
+    try:
+        with open(path + ".lock", "rb") as f:
+            pid = int(f.read(64).decode(errors="replace").strip() or 0)
+    except (OSError, ValueError):
+        return None
+    if pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:      # alive, another user's
+        pass
+    return pid
+

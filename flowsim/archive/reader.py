@@ -8,8 +8,9 @@ import os
 import h5py
 import numpy as np
 
-from .checkpoint import n_committed, read_checkpoint
+from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
 from .format import attr_str, decode_root_attrs, loads, read_arrays, series_spec
+from .lock import writer_pid
 from .recovery import open_h5_readonly, require_flowsim
 
 
@@ -27,6 +28,7 @@ class Archive:
         require_flowsim(self.path, self._f)
         self.attrs = decode_root_attrs(self._f.attrs)
         self.scenario_text = self.attrs.get("scenario_text", "")
+        self.writer_pid = writer_pid(self.path)   # a live writer's pid (at open), or None
 
     @property
     def data(self) -> dict[str, np.ndarray]:
@@ -76,7 +78,7 @@ class RunView:
 
     @property
     def solvers(self) -> dict[str, "SolverView"]:
-        return {k: SolverView(v) for k, v in self._g.items()
+        return {k: SolverView(v, live=self._archive.writer_pid is not None) for k, v in self._g.items()
                 if isinstance(v, h5py.Group) and "series_spec" in v.attrs}
 
     def __repr__(self) -> str:
@@ -84,15 +86,24 @@ class RunView:
 
 
 class SolverView:
-    """One solver group; every series is truncated to the committed checkpoint count."""
+    """One solver group; every series is truncated to the committed checkpoint count.
 
-    def __init__(self, g: h5py.Group):
+    `interrupted`: the status is still "running" but no writer is live (killed, stopped or
+    crashed); `stats` and `wall_time` are then those of the last committed checkpoint."""
+
+    def __init__(self, g: h5py.Group, live: bool = False):
         self._g = g
         self.name = g.name.rsplit("/", 1)[-1]
         self.preset = loads(g.attrs.get("preset", "{}"))
         self.status = attr_str(g.attrs.get("status", ""))
+        self.interrupted = self.status == "running" and not live
         self.stats = loads(g.attrs.get("stats", "{}"))
         self.wall_time = float(g.attrs.get("wall_time", float("nan")))
+        if self.status == "running":   # the final attrs are written when the solver ends
+            committed = checkpoint_attrs(g)
+            if committed:
+                self.wall_time = float(committed.get("wall_time", self.wall_time))
+                self.stats = {k: v for k, v in committed.items() if k not in ("wall_time", "code")}
         self.status_time = float(g.attrs.get("status_time", float("nan")))
         self.message = attr_str(g.attrs.get("message", ""))
         self.discrete = bool(g.attrs.get("discrete", False))

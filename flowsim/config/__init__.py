@@ -7,7 +7,7 @@
     times      checkpoint times of a [run] table
     typed      frozen typed configs, `from_dict` / `to_dict`
     files      TOML in (with messages) and out
-    load       `load_scenario`, `loads_scenario`, `load_solver`, `solver_preset`
+    load       `load_scenario`, `loads_scenario`, `load_solver`, `solver_preset`, `differences`
     catalog    the shipped scenarios, solver presets and datasets (package data)
 """
 
@@ -19,6 +19,7 @@ from .catalog import scenarios_dir as scenarios_dir
 from .catalog import solvers_dir as solvers_dir
 from .files import to_toml as to_toml
 from .load import Scenario as Scenario
+from .load import differences as differences
 from .load import load_scenario as load_scenario
 from .load import load_solver as load_solver
 from .load import solver_preset as solver_preset

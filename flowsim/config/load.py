@@ -14,12 +14,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..activations import SMOOTH
 from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
-from .schema import SCENARIO, load_preset, sweep_axes
-from .spec import Ctx
-from .sweep import RunSpec, expand, make_runs
-from .typed import Config, Preset, from_dict
+from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
+from .spec import ABSENT, Ctx, toml_value
+from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
+from .typed import Config, FlowPreset, Preset, from_dict
+
+
+KINK_RTOL = 1e-4   # the rtol of the `bosh3-relu` preset, measured to pass ReLU kinks
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,7 @@ class Scenario:
     resolved: dict
     settings: Config
     runs: list[RunSpec]
+    warnings: tuple[str, ...] = ()   # valid, but probably not what was meant (printed by `run`)
 
 
 def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | Path | None = None,
@@ -55,12 +60,30 @@ def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | 
     raw, origins = apply_overrides(raw, overrides, ctx)
     ctx = replace(ctx, origins=origins)
     resolved = SCENARIO.check(raw, "", ctx)
+    refuse_swept_overrides(resolved.get("sweep"), ctx)
     points, sweep = expand(raw, resolved, ctx)
     if sweep is not None:
         resolved["sweep"] = sweep
     runs = make_runs(points, resolved["seeds"], bool(sweep_axes(sweep)), ctx, sweep)
     return Scenario(path=abspath, text=text, resolved=resolved,
-                    settings=from_dict(Config, resolved), runs=runs)
+                    settings=from_dict(Config, resolved), runs=runs, warnings=_kink_warnings(runs, shown))
+
+
+def _kink_warnings(runs: list[RunSpec], shown: str) -> tuple[str, ...]:
+    """A non-smooth activation under a tight flow tolerance: the solver shrinks its steps at
+    every kink its error estimate sees and crawls (minutes per point, often `max_steps`)."""
+    out = {}
+    for r in runs:
+        activation = r.settings.model.activation
+        if activation in SMOOTH:
+            continue
+        for p in r.settings.run.solvers:
+            if isinstance(p, FlowPreset) and p.rtol < KINK_RTOL and p.name not in out:
+                out[p.name] = (f"{shown}: `model.activation` = {toml_value(activation)} is not smooth and "
+                               f"flow solver {toml_value(p.name)} has rtol = {p.rtol:.0e}: it will crawl "
+                               f"through the kinks; the \"bosh3-relu\" preset (rtol {KINK_RTOL:.0e}) "
+                               "passes them: --set 'run.solvers=[\"bosh3-relu\", ...]'")
+    return tuple(out.values())
 
 
 def load_scenario(path: str | Path, overrides: Sequence[str] = ()) -> Scenario:
@@ -83,3 +106,19 @@ def load_solver(spec: str | dict, *, file: str = "<scenario>", key: str = "run.s
 def solver_preset(spec: str | dict) -> Preset:
     """`load_solver`, typed: a `FlowPreset` or a `DescentPreset`."""
     return from_dict(Preset, load_solver(spec))
+
+
+def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
+    """`key: OLD -> NEW` for each dotted key whose resolved value differs (tables walked,
+    a key present on one side only shown as absent on the other)."""
+    out = []
+    for k in list(old) + [k for k in new if k not in old]:
+        key = sweep_key(k) if prefix == "sweep." else prefix + k
+        a, b = old.get(k, ABSENT), new.get(k, ABSENT)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += differences(a, b, key + ".")
+        elif a != b:
+            shown = ["(absent)" if v is ABSENT else toml_value(v) for v in (a, b)]
+            out.append(f"`{key}`: {shown[0]} -> {shown[1]}")
+    return out
+

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .schema import SCENARIO, check_dotted
+from .schema import SCENARIO, check_dotted, sweep_key
 from .spec import Ctx, ScenarioError, Tagged, lookup, toml_string
 
 
@@ -82,8 +82,7 @@ def apply_overrides(raw: dict, overrides: Sequence[str], ctx: Ctx) -> tuple[dict
         key, value = _parse_override(text)
         parts = _override_parts(key, set_ctx)
         assignments.append((parts, value))
-        if parts[0] != "sweep":
-            origins[".".join(parts)] = text
+        origins[sweep_key(parts[1]) if parts[0] == "sweep" and len(parts) == 2 else ".".join(parts)] = text
     for parts, value in kind_first(assignments):
         assign(raw, parts, value)
     return raw, origins

@@ -50,6 +50,7 @@ from .spec import (
     Tagged,
     did_you_mean,
     join,
+    num,
     show,
     toml_key,
     toml_string,
@@ -101,6 +102,22 @@ def _times_increasing(t: dict, key: str, ctx: Ctx) -> None:
                           "strictly increasing times in (0, t_end]")
 
 
+def _t_end_on_every_grid(run: dict, key: str, ctx: Ctx) -> None:
+    """A discrete solver's last step is round(t_end/η)·η: refuse a t_end it would miss, rather
+    than report `done` short of (or past) the horizon."""
+    t_end = run["t_end"]
+    for i, p in enumerate(run["solvers"]):
+        if _SOLVER_KIND_REGISTRY[p["kind"]].discrete:
+            eta = p["learning_rate"]
+            last = round(t_end / eta) * eta
+            if abs(last - t_end) > 1e-9 * t_end:
+                raise ctx.bad(join(key, "t_end"), t_end, f"is not a multiple of the step "
+                              f"{show(eta)} of solver {toml_string(p['name'])} "
+                              f"(`{key}.solvers[{i}]`): it would end at t = {last:.10g}",
+                              f"a t_end that is a whole number of steps of every discrete "
+                              f"solver (e.g. {max(round(t_end / eta), 1) * eta:.10g})")
+
+
 def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
     if t["dtmax"] > 0 and t["dtmin"] > t["dtmax"]:
         raise ctx.bad(join(key, "dtmin"), t["dtmin"], f"exceeds `{join(key, 'dtmax')}` = "
@@ -139,6 +156,23 @@ def _k_within_width(top: dict, key: str, ctx: Ctx) -> None:
         raise ctx.bad("model.scaling.k", scaling["k"],
                       f"exceeds `model.width` = {model['width']}",
                       f"an integer in [1, model.width = {model['width']}]")
+
+
+# float32 resolves about 1.2e-7 relative; an error target within ~100 units of it makes the
+# step-size controller chase rounding noise (tens of times more steps, and no better answer).
+FLOAT32_MIN_RTOL = 1e-5
+
+
+def _rtol_within_dtype(top: dict, key: str, ctx: Ctx) -> None:
+    if top["dtype"] != "float32":
+        return
+    for i, preset in enumerate(top["run"]["solvers"]):
+        for k, p in ((f"run.solvers[{i}]", preset), (f"run.solvers[{i}].reference", preset.get("reference"))):
+            if isinstance(p, dict) and p["kind"] == "flow" and p["rtol"] < FLOAT32_MIN_RTOL:
+                raise ctx.bad(k, p["name"], f"has rtol = {num(p['rtol'])}, below what dtype = \"float32\" "
+                              "resolves (its epsilon is 1.2e-7: the step controller would chase "
+                              "rounding noise)", f"with float32, flow presets with rtol >= "
+                              f"{num(FLOAT32_MIN_RTOL)} (e.g. \"dopri5-fast\"), or dtype = \"float64\"")
 
 
 # ======================================================================================
@@ -417,7 +451,7 @@ RUN = Table(
         "ntg_points": Int(lo=1, default=100),  # the consumer clips it to n
         "stop_loss": Float(lo=0.0, default=0.0),  # 0 = no stop event
     },
-    rules=(_checkpoints_fit,),
+    rules=(_checkpoints_fit, _t_end_on_every_grid),
     default=REQUIRED,
 )
 
@@ -459,7 +493,7 @@ def point_count(sweep: dict) -> int:
     return math.prod(lengths) if sweep["mode"] == "product" else lengths[0]
 
 
-def _sweep_key(k: str) -> str:
+def sweep_key(k: str) -> str:
     return f"sweep.{toml_key(k)}"
 
 
@@ -492,7 +526,7 @@ def _check_sweep(value: Any, key: str, ctx: Ctx) -> dict:
     }
     axes = [k for k in value if k != "mode"]
     for k in axes:
-        sk = _sweep_key(k)
+        sk = sweep_key(k)
         parts = check_dotted(k, sk, ctx)
         if parts[0] in _UNSWEEPABLE:
             raise ctx.bad(sk, value[k], "cannot be swept", "dotted keys of the scenario other "
@@ -505,7 +539,7 @@ def _check_sweep(value: Any, key: str, ctx: Ctx) -> dict:
         out[k] = v
     for a, b in itertools.permutations(axes, 2):
         if b.startswith(a + "."):
-            raise ctx.bad(_sweep_key(b), value[b], f"overlaps `{_sweep_key(a)}`",
+            raise ctx.bad(sweep_key(b), value[b], f"overlaps `{sweep_key(a)}`",
                           "sweep keys none of which lies inside another")
     lengths = {k: len(out[k]) for k in axes}
     if out["mode"] == "zip" and len(set(lengths.values())) > 1:
@@ -573,7 +607,7 @@ SCENARIO = Table(
         "analysis": ANALYSIS,
         "plot": PLOT,
     },
-    rules=(_k_within_width,),
+    rules=(_k_within_width, _rtol_within_dtype),
     default=REQUIRED,
 )
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .overrides import assign, kind_first
-from .schema import MAX_RUNS, SCENARIO, sweep_axes
-from .spec import ABSENT, Ctx, toml_value
+from .schema import MAX_RUNS, SCENARIO, sweep_axes, sweep_key
+from .spec import ABSENT, Ctx, toml_key, toml_value
 from .typed import Config, from_dict
 
 
@@ -51,10 +51,27 @@ def _get(tree: dict, parts: Sequence[str]) -> Any:
     return tree
 
 
+def refuse_swept_overrides(sweep: dict | None, ctx: Ctx) -> None:
+    """A `--set` of a key that the sweep assigns at every point would be silently replaced:
+    refuse it, and say how to change the sweep instead."""
+    for axis in sweep_axes(sweep):
+        for key, text in ctx.origins.items():
+            if key == axis or axis.startswith(key + ".") or key.startswith(axis + "."):
+                values = ", ".join(toml_value(v) for v in sweep[axis])
+                raise ctx.error(
+                    f"{text}: key `{key}` is swept by [sweep] ({toml_key(axis)} = [{values}]), "
+                    f"which replaces it at every point; allowed: change the sweep instead, "
+                    f"e.g. --set '{sweep_key(axis)}=[{toml_value(sweep[axis][0])}]'",
+                    key=key, value=text, allowed=f"--set '{sweep_key(axis)}=[...]'")
+
+
 def expand(raw: dict, resolved: dict, ctx: Ctx) -> tuple[list[tuple[str, dict]], dict | None]:
     """(label, config) per sweep point, and the sweep with normalised elements."""
     sweep = resolved.get("sweep")
     axes = sweep_axes(sweep)
+    # A point's value of a swept key comes from the sweep: from `--set` if its list did.
+    ctx = replace(ctx, origins={**ctx.origins, **{k: ctx.origins[sweep_key(k)] for k in axes
+                                                  if sweep_key(k) in ctx.origins}})
     base_raw = {k: v for k, v in raw.items() if k != "sweep"}
     if not axes:
         return [("", {k: v for k, v in resolved.items() if k != "sweep"})], sweep

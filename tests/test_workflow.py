@@ -1,0 +1,150 @@
+"""The researcher's workflow: what used to go silently wrong is now said, and refused where
+it cannot be what was meant (issue "sweeps as data, nothing silent")."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+from flowsim import archive
+from flowsim.config import ScenarioError, load_scenario, loads_scenario
+from flowsim.config.files import display
+from flowsim.driver import Interrupted
+from flowsim.session import prepare, run_scenario
+from flowsim.status import ADVICE
+from helpers import call_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "scenarios" / "tiny.toml"     # sweeps model.scaling over two points
+ONE = ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]', "run.checkpoints={count=3}"]
+
+
+def _sets(*sets):
+    return [a for s in sets for a in ("--set", s)]
+
+
+# ---- --set and [sweep] ------------------------------------------------------------------
+
+def test_a_set_of_a_swept_key_is_refused_naming_the_sweep():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(TINY, ["model.scaling.kind=ntk"])
+    msg = str(err.value)
+    assert msg.startswith("--set: ") and err.value.key == "model.scaling.kind"
+    assert "swept by [sweep]" in msg and "--set 'sweep.\"model.scaling\"=[" in msg
+    # a whole table above the swept key is replaced too
+    with pytest.raises(ScenarioError, match="swept by"):
+        load_scenario(TINY, ['model={width=5, scaling={kind="ntk"}}'])
+    # keys beside the sweep still apply
+    assert {r.settings.model.width for r in load_scenario(TINY, ["model.width=7"]).runs} == {7}
+
+
+def test_the_command_exits_2_on_a_swept_set(tmp_path):
+    res = call_cli("run", TINY, "-o", tmp_path / "a.h5", "-q", *_sets("model.scaling.kind=ntk"))
+    assert res.returncode == 2 and "swept by [sweep]" in res.stderr
+    assert not (tmp_path / "a.h5").exists()
+
+
+def test_an_error_in_a_sweep_list_set_on_the_command_line_names_set():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(TINY, ['sweep."model.scaling"=[{kind="ntk"}, {kind="asymmetric", gamma=3.0}]'])
+    assert str(err.value).startswith("--set: sweep point 1") and "gamma" in str(err.value)
+    with pytest.raises(ScenarioError) as err:        # the same mistake in the file names the file
+        loads_scenario(TINY.read_text().replace("gamma = 0.2", "gamma = 3.0"), path=TINY)
+    assert str(err.value).startswith(f"{display(TINY)}: sweep point 1") and "gamma" in str(err.value)
+
+
+# ---- tolerances the run cannot honour ------------------------------------------------------
+
+def test_float32_refuses_a_flow_tolerance_below_its_resolution():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(TINY, ["dtype=float32"])
+    msg = str(err.value)
+    assert err.value.key == "run.solvers[0]" and '"tsit5"' in msg and "rtol = 1e-08" in msg
+    assert 'dtype = "float32"' in msg and "dopri5-fast" in msg
+    sc = load_scenario(TINY, ["dtype=float32", 'run.solvers=["dopri5-fast", "gd-lr1"]'])
+    assert sc.settings.dtype == "float32"
+    # a reference tighter than float32 is refused too, under its own key
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(TINY, ["dtype=float32", 'run.solvers=[{name="f", kind="flow", method="dopri5", '
+                             'rtol=1e-5, atol=1e-7, reference="dopri8-tight"}]'])
+    assert err.value.key == "run.solvers[0].reference"
+
+
+def test_a_t_end_that_gd_would_miss_is_refused():
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(TINY, ["run.t_end=30.4"])
+    msg = str(err.value)
+    assert err.value.key == "run.t_end" and '"gd-lr1"' in msg and "end at t = 30" in msg
+    load_scenario(TINY, ["run.t_end=30.4", 'run.solvers=["tsit5"]'])          # flow alone: fine
+    load_scenario(TINY, ["run.t_end=30.5", 'run.solvers=["gd-lr0.1"]'])      # 305 steps of 0.1
+
+
+def test_a_non_smooth_activation_under_a_tight_flow_tolerance_is_warned_about(tmp_path, capsys):
+    assert load_scenario(TINY).warnings == ()                     # swish: smooth
+    sc = load_scenario(TINY, ["model.activation=relu"])
+    assert len(sc.warnings) == 1 and '"tsit5"' in sc.warnings[0] and "bosh3-relu" in sc.warnings[0]
+    assert load_scenario(TINY, ["model.activation=relu", 'run.solvers=["bosh3-relu", "gd-lr1"]']).warnings == ()
+    assert "bosh3-relu" in ADVICE["max_steps"]
+    res = call_cli("run", TINY, "-o", tmp_path / "r.h5", "-q", *_sets(*ONE, "model.activation=leaky-relu",
+                                                                     'run.solvers=["gd-lr1"]'))
+    assert res.returncode == 0 and "warning" not in res.stderr       # GD only: nothing to warn about
+    capsys.readouterr()
+    prepare(TINY, [*ONE, "model.activation=relu"], output=tmp_path / "w.h5")
+    err = capsys.readouterr().err
+    assert err.startswith("flowsim: warning: ") and "bosh3-relu" in err
+
+
+# ---- after the run ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """A tiny archive stopped after the flow's first checkpoint: GD has not started."""
+    out = tmp_path_factory.mktemp("stop") / "stopped.h5"
+    with pytest.raises(Interrupted):
+        run_scenario(TINY, ONE, output=out, progress=False, report=lambda s: None, should_stop=lambda: True)
+    return out
+
+
+def test_inspect_says_interrupted_with_the_time_spent_and_how_to_resume(interrupted):
+    res = call_cli("inspect", interrupted)
+    assert res.returncode == 0
+    flow = next(line for line in res.stdout.splitlines() if line.strip().startswith("tsit5"))
+    assert "interrupted" in flow and float(re.search(r", ([0-9.]+) s$", flow).group(1)) > 0
+    assert f"resume with `flowsim run tiny -o {interrupted} --resume`" in res.stdout
+    with archive.open(interrupted) as a:
+        sv = a.runs["p0-seed0"].solvers["tsit5"]
+        assert a.writer_pid is None and sv.interrupted and sv.status == "running"
+        assert sv.wall_time > 0 and sv.stats["steps"] >= 0
+
+
+def test_inspect_during_a_live_write_says_running(interrupted):
+    writer = archive.ArchiveWriter.resume(interrupted)
+    try:
+        with archive.open(interrupted) as a:
+            assert a.writer_pid is not None
+            assert not a.runs["p0-seed0"].solvers["tsit5"].interrupted
+        res = call_cli("inspect", interrupted)
+        assert "being written by pid" in res.stdout and "interrupted" not in res.stdout
+    finally:
+        writer.close()
+
+
+def test_compare_says_why_there_is_nothing_to_compare(interrupted, tmp_path):
+    res = call_cli("compare", interrupted)
+    assert res.returncode == 1 and res.stdout == ""
+    assert "gd-lr1" in res.stderr and "have not started" in res.stderr and len(res.stderr.splitlines()) == 1
+    flow_only = tmp_path / "flow.h5"
+    assert call_cli("run", TINY, "-o", flow_only, "-q", *_sets(*ONE, 'run.solvers=["tsit5"]')).returncode == 0
+    res = call_cli("compare", flow_only)
+    assert res.returncode == 1 and "no discrete solver" in res.stderr and res.stdout == ""
+
+
+def test_resume_with_another_scenario_names_the_keys_that_differ(interrupted):
+    res = call_cli("run", TINY, "-o", interrupted, "-q", "--resume", *_sets(*ONE, "model.width=30"))
+    assert res.returncode == 2
+    assert "`model.width`: 24 -> 30" in res.stderr
+
+
+def test_analyze_refuses_an_archive_that_is_not_a_caron_experiment(interrupted, tmp_path):
+    res = call_cli("analyze", interrupted)
+    assert res.returncode == 2 and "no [analysis] table" in res.stderr and "--force" in res.stderr
