@@ -360,8 +360,9 @@ def _why_empty(arch, path) -> str:
     configured = [(run, from_dict(Preset, p)) for run in arch.runs.values() for p in run.params["run"]["solvers"]]
     legs = {"discrete": [(r, p) for r, p in configured if isinstance(p, DescentPreset)],
             "flow": [(r, p) for r, p in configured if isinstance(p, FlowPreset)]}
-    for leg, kinds in (("discrete", "gd, momentum, sgd"), ("flow", "flow, modified-flow")):
+    for leg, discrete in (("discrete", True), ("flow", False)):
         if not legs[leg]:
+            kinds = ", ".join(k for k, v in SOLVER_KINDS.items() if v.discrete == discrete)
             return (f"{path}: nothing to compare: its scenario has no {leg} solver (run.solvers; "
                     f"kinds {kinds})")
     for leg, members in legs.items():
@@ -418,7 +419,6 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
             if s.run == lad.run and s.verdict == "crossed" and np.any(lad.used & (lad.etas == s.eta)):
                 lad.warnings.append(f"η = {s.eta:g} crossed {s.limit:g}/η: the fit includes a step outside "
                                     "the small-step regime")
-        empty = "" if pairs else _why_empty(arch, path)
     return Report(path=os.fspath(path), name=name, factor=factor, pairs=pairs, ladders=lads,
                   stability=stab, notes=notes, runs=runs, empty=empty)
 

@@ -68,4 +68,3 @@ def writer_pid(path: str) -> int | None:
     except PermissionError:      # alive, another user's
         pass
     return pid
-

@@ -121,4 +121,3 @@ def differences(old: dict, new: dict, prefix: str = "") -> list[str]:
             shown = ["(absent)" if v is ABSENT else toml_value(v) for v in (a, b)]
             out.append(f"`{key}`: {shown[0]} -> {shown[1]}")
     return out
-
