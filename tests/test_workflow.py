@@ -68,6 +68,10 @@ def test_float32_refuses_a_flow_tolerance_below_its_resolution():
         load_scenario(TINY, ["dtype=float32", 'run.solvers=[{name="f", kind="flow", method="dopri5", '
                              'rtol=1e-5, atol=1e-7, reference="dopri8-tight"}]'])
     assert err.value.key == "run.solvers[0].reference"
+    # the modified flow is a flow too (the registry's discrete flag, not its kind name)
+    with pytest.raises(ScenarioError, match="rtol = 1e-08"):
+        load_scenario(TINY, ["dtype=float32", 'run.solvers=[{name="m", kind="modified-flow", method="tsit5", '
+                             'rtol=1e-8, atol=1e-10, learning_rate=1.0}]'])
 
 
 def test_a_t_end_that_gd_would_miss_is_refused():

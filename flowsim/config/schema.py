@@ -168,7 +168,8 @@ def _rtol_within_dtype(top: dict, key: str, ctx: Ctx) -> None:
         return
     for i, preset in enumerate(top["run"]["solvers"]):
         for k, p in ((f"run.solvers[{i}]", preset), (f"run.solvers[{i}].reference", preset.get("reference"))):
-            if isinstance(p, dict) and p["kind"] == "flow" and p["rtol"] < FLOAT32_MIN_RTOL:
+            if (isinstance(p, dict) and not _SOLVER_KIND_REGISTRY[p["kind"]].discrete
+                    and p["rtol"] < FLOAT32_MIN_RTOL):
                 raise ctx.bad(k, p["name"], f"has rtol = {num(p['rtol'])}, below what dtype = \"float32\" "
                               "resolves (its epsilon is 1.2e-7: the step controller would chase "
                               "rounding noise)", f"with float32, flow presets with rtol >= "
