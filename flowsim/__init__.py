@@ -17,6 +17,15 @@ os.environ.setdefault("EQX_ON_ERROR", "nan")
 
 __version__ = "0.1.0"
 
-from .archive import open as open  # noqa: E402,A004  (flowsim.open reads an archive)
-
 __all__ = ["open", "__version__"]
+
+
+def __getattr__(name: str):
+    # flowsim.open (which reads an archive) loads h5py only when first used: the `flowsim`
+    # command imports this package before it can take SIGTERM over, and h5py's second of
+    # import time would be a window in which a scheduler's stop kills instead of stopping.
+    if name == "open":
+        from .archive import open
+
+        return open
+    raise AttributeError(f"module 'flowsim' has no attribute {name!r}")

@@ -61,6 +61,10 @@ class _StopRequest:
             for sig in self.SIGNALS:     # a second install keeps the first's saved handlers
                 self._saved.setdefault(sig, signal.signal(sig, self._handle))
 
+    def ignore(self) -> None:
+        for sig in self.SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+
     def restore(self) -> None:
         for sig, handler in self._saved.items():
             signal.signal(sig, handler)
@@ -365,8 +369,14 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.close()
         return EXIT_OK
     finally:
-        if not _COMMAND_LINE:   # the process ends here: a SIGTERM from now on stays graceful
+        if not _COMMAND_LINE:
             _STOP.restore()
+        elif args.command == "run":
+            # The process ends here and its archive is complete (or resumable). Python's
+            # finalisation puts every signal with a Python handler back to the default
+            # (death by signal) but leaves ignored ones alone, so a stop landing during the
+            # teardown would turn a finished run into exit -15; ignored, it changes nothing.
+            _STOP.ignore()
 
 
 if __name__ == "__main__":

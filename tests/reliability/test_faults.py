@@ -56,6 +56,38 @@ def check_inspect(inproc, path, *, expect_interrupted: bool):
     return out
 
 
+def test_a_finished_command_line_run_ignores_late_stops(tmp_path, monkeypatch):
+    """Python's finalisation resets every signal that has a Python handler to the default
+    (death by signal): a scheduler's SIGTERM landing while a finished `flowsim run` process
+    tears down turned exit 0 into -15 (a CI failure of the random-signal test). The command
+    leaves the stop signals ignored once its run is over, which finalisation keeps."""
+    import warnings
+
+    from flowsim import cli
+
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    monkeypatch.setattr(sys, "argv", ["flowsim", "run", str(FAULT), "-o", str(tmp_path / "a.h5"), "-q", *QUICK])
+    try:
+        assert cli.main() == 0
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+        cli._COMMAND_LINE = False
+
+
+def test_the_command_takes_sigterm_before_loading_h5py():
+    """`flowsim` must reach its SIGTERM handler fast: whatever its module imports before
+    `main` runs is a window in which a stop kills. h5py (a second to import on a busy
+    machine) and JAX load only after."""
+    code = "import sys, flowsim.cli; print(sorted(m for m in ('h5py', 'jax', 'numpy') if m in sys.modules))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]", proc.stdout
+
+
 @pytest.mark.slow
 def test_sigterm_finishes_the_checkpoint_and_resumes(tmp_path, cache_dir, inproc, reference):
     out = tmp_path / "term.h5"
