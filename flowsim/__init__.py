@@ -1,4 +1,4 @@
-"""flowsim: exact gradient flow of wide shallow networks, with gradient descent beside it.
+"""flowsim: the exact gradient flow of neural networks, with gradient descent beside it.
 
 Importing flowsim changes no global JAX setting (and imports no JAX): a run turns float64
 on itself (flowsim.precision). It does choose Equinox's runtime-error mode, below."""
@@ -15,17 +15,22 @@ import os
 # before flowsim, or who set EQX_ON_ERROR, keeps their choice.
 os.environ.setdefault("EQX_ON_ERROR", "nan")
 
-__version__ = "0.1.0"
+from .version import __version__ as __version__  # noqa: E402
 
-__all__ = ["open", "__version__"]
+__all__ = ["open", "simulate", "__version__"]
 
 
 def __getattr__(name: str):
-    # flowsim.open (which reads an archive) loads h5py only when first used: the `flowsim`
-    # command imports this package before it can take SIGTERM over, and h5py's second of
-    # import time would be a window in which a scheduler's stop kills instead of stopping.
+    # flowsim.open (which reads an archive) and flowsim.simulate load h5py and JAX only when
+    # first used: the `flowsim` command imports this package before it can take SIGTERM
+    # over, and their seconds of import time would be a window in which a scheduler's stop
+    # kills instead of stopping.
     if name == "open":
         from .archive import open
 
         return open
+    if name == "simulate":   # (its module is `simulation`: a submodule named `simulate`
+        from .simulation import simulate   # would replace this attribute once imported)
+
+        return simulate
     raise AttributeError(f"module 'flowsim' has no attribute {name!r}")

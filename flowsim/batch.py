@@ -37,16 +37,24 @@ class Problems(NamedTuple):
     axes: Problem
 
 
+class _Leaf(NamedTuple):
+    value: object
+    axis: int | None
+
+
 def stack_problems(problems: list[Problem]) -> Problems:
     def one(*xs):
-        if eqx.is_array(xs[0]) and all(np.array_equal(xs[0], x) for x in xs[1:]):
-            return xs[0], None
-        return jnp.asarray(np.stack(xs)), 0
+        if not eqx.is_array(xs[0]):   # a user model's non-array leaf (its activation function)
+            return _Leaf(xs[0], None)
+        if all(np.array_equal(xs[0], x) for x in xs[1:]):
+            return _Leaf(xs[0], None)
+        return _Leaf(jnp.asarray(np.stack(xs)), 0)
 
-    pairs = jax.tree.map(one, *problems)
-    is_pair = lambda x: isinstance(x, tuple)  # noqa: E731
-    return Problems(tree=jax.tree.map(lambda p: p[0], pairs, is_leaf=is_pair),
-                    axes=jax.tree.map(lambda p: p[1], pairs, is_leaf=is_pair))
+    # (a user's model may hold tuples of its own: only _Leaf marks a mapped leaf)
+    leaves = jax.tree.map(one, *problems)
+    is_leaf = lambda x: isinstance(x, _Leaf)  # noqa: E731
+    return Problems(tree=jax.tree.map(lambda p: p.value, leaves, is_leaf=is_leaf),
+                    axes=jax.tree.map(lambda p: p.axis, leaves, is_leaf=is_leaf))
 
 
 @eqx.filter_jit

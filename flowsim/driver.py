@@ -59,7 +59,7 @@ class _Member:
 def _series_spec(integ: AbstractIntegrator, problem, params, names) -> dict:
     ref = reference(problem, params)
     shapes = jax.eval_shape(lambda: observe(problem, params, ref, names))
-    axes = series_axes(names)
+    axes = series_axes(names, problem.net)
     spec = {k: (tuple(v.shape), v.dtype.str, axes[k]) for k, v in shapes.items()}
     dtype = jax.tree.leaves(params)[0].dtype.str
     return spec | {k: ((), dtype, ()) for k in integ.certificate_series}

@@ -5,6 +5,11 @@ archive series. Validation, the disk estimate, the driver and the archive read t
 registry, so adding an observable is one entry here. `Reference` holds what the
 feature-learning measures compare against (the initial weights and NTG), computed once
 per run.
+
+The weight measures ask the network: a shallow network reports per hidden node (its
+weights as (node, feature)), a user's Equinox model (`flowsim.models.ModuleNet`) per
+trainable leaf (its weights as one flat vector); `series_axes` names their axes for the
+network at hand. Observables of one model family (`family`) refuse any other network.
 """
 
 import functools
@@ -20,12 +25,12 @@ from .stability import gn_sharpness, sharpness
 
 
 class Reference(eqx.Module):
-    W0: jax.Array       # (m, d)
+    params0: Params     # the initial trainable weights
     ntg0: jax.Array     # (p, p)
 
 
 def reference(problem: Problem, params: Params) -> Reference:
-    return Reference(W0=params["W"], ntg0=problem.ntg(params))
+    return Reference(params0=params, ntg0=problem.ntg(params))
 
 
 class Snapshot:
@@ -46,6 +51,7 @@ class Observable:
     series: dict[str, tuple[str, ...]]     # series it writes -> axis names of one checkpoint's value
     row_size: Callable[[int, int, int], int]   # (m, p, d) -> values per checkpoint row (disk estimate)
     fn: Callable[[Snapshot], dict[str, jax.Array]]
+    family: str = ""     # "shallow": defined for the one-hidden-layer networks only
 
 
 def _accuracy(pred: jax.Array, y: jax.Array) -> jax.Array:
@@ -94,18 +100,20 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
                lambda s: {"ntg_eig": jnp.linalg.eigvalsh(s.ntg)}),
     Observable("ntg_change", {"ntg_change_spectral": (), "ntg_change_frobenius": ()}, _scalar_row, _ntg_change),
     Observable("weight_change", {"weight_change": ("node",)}, lambda m, p, d: m,
-               lambda s: {"weight_change": jnp.linalg.norm(s.params["W"] - s.ref.W0, axis=-1)}),
+               lambda s: {"weight_change": s.problem.net.weight_change(s.params, s.ref.params0)}),
+    # Caron et al.'s node importance λ_j‖w_j‖²
     Observable("importance", {"importance": ("node",)}, lambda m, p, d: m,
-               lambda s: {"importance": s.problem.net.lam * jnp.sum(s.params["W"] ** 2, axis=-1)}),
+               lambda s: {"importance": s.problem.net.lam * jnp.sum(s.params["W"] ** 2, axis=-1)},
+               family="shallow"),
     Observable("weights", {"weights": ("node", "feature")}, lambda m, p, d: m * d,
-               lambda s: {"weights": s.params["W"]}),
+               lambda s: {"weights": s.problem.net.weights(s.params)}),
     # rate·λ_max of the loss Hessian (Lanczos) and of its Gauss–Newton part: GD with step η
     # is linearly stable iff η·sharpness < 2 (flowsim/stability.py)
     Observable("sharpness", {"sharpness": (), "sharpness_residual": ()}, _scalar_row, _sharpness),
     Observable("gn_sharpness", {"gn_sharpness": ()}, _scalar_row,
                lambda s: {"gn_sharpness": gn_sharpness(s.problem, s.params)}),
     # preactivations h_i(x) = w_i·x/√d at two probes: the first training and first test point
-    Observable("hidden", {"hidden": ("node", "probe")}, lambda m, p, d: 2 * m, _hidden),
+    Observable("hidden", {"hidden": ("node", "probe")}, lambda m, p, d: 2 * m, _hidden, family="shallow"),
 )}
 
 
@@ -122,6 +130,8 @@ def observe(problem: Problem, params: Params, ref: Reference | None, names: tupl
     return out
 
 
-def series_axes(names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """Series name → axis names, for the observables `names`."""
-    return {s: axes for n in names for s, axes in OBSERVABLES[n].series.items()}
+def series_axes(names: tuple[str, ...], net: eqx.Module | None = None) -> dict[str, tuple[str, ...]]:
+    """Series name → axis names, for the observables `names` (of the network `net`, whose
+    `SERIES_AXES` may name the weight measures' axes its own way)."""
+    own = getattr(net, "SERIES_AXES", {})
+    return {s: own.get(s, axes) for n in names for s, axes in OBSERVABLES[n].series.items()}

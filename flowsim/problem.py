@@ -1,17 +1,20 @@
 """The Problem: data, network and loss — everything a solver needs, nothing about stepping.
 
-Its trainable state `Params` is a plain dict of arrays (`{"W": (m, d)}`, plus `"a"` when
-the output layer is trained): the ODE state, the GD state and the checkpoint alike. The
-network is any module called as `net(params, X)` with a closed-form `ntg(params, X)`
-(`flowsim.models.ShallowNet`). A Problem is an Equinox module of arrays, so a batch of
+Its trainable state `Params` is a pytree of arrays: the ODE state, the GD state and the
+checkpoint alike. For the built-in networks it is a plain dict (`{"W": (m, d)}`, plus `"a"`
+when the output layer is trained; `flowsim.models.ShallowNet`, with a closed-form NTG); for
+a user's Equinox model it is the model's trainable leaves (`flowsim.models.ModuleNet`). The
+network is any module called as `net(params, X)` with an `ntg(params, X)`. A Problem is an Equinox module of arrays, so a batch of
 them (one per seed) is a pytree with a leading axis and `eqx.filter_vmap` maps the whole
 simulation over seeds.
 """
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 
-from .losses import loss_entry, loss_fn
+from .losses import LossFn, loss_entry, loss_fn
 
 Params = dict[str, jax.Array]
 
@@ -23,14 +26,20 @@ class Problem(eqx.Module):
     X_test: jax.Array         # (n_test, d)
     y_test: jax.Array         # (n_test, k)
     rate: float = eqx.field(static=True)       # dW/dt = −rate ∇L
-    loss_kind: str = eqx.field(static=True)
+    loss_kind: str = eqx.field(static=True)    # a `flowsim.losses.LOSSES` name, or "callable"
     ntg_points: int = eqx.field(static=True)   # NTG on the first p training points
+    # The user's loss (pred (n, k), y (n, k)) -> scalar when `loss_kind` is "callable"
+    # (flowsim.simulate); static, so a run's programs are compiled for that function.
+    custom_loss: Callable | None = eqx.field(static=True, default=None)
+
+    def loss_function(self) -> LossFn:
+        return self.custom_loss if self.custom_loss is not None else loss_fn(self.loss_kind)
 
     def loss(self, params: Params, X: jax.Array | None = None, y: jax.Array | None = None) -> jax.Array:
         """Training loss (or the loss on the given X, y)."""
         X = self.X if X is None else X
         y = self.y if y is None else y
-        return loss_fn(self.loss_kind)(self.net(params, X), y)
+        return self.loss_function()(self.net(params, X), y)
 
     def test_loss(self, params: Params) -> jax.Array:
         return self.loss(params, self.X_test, self.y_test)
@@ -45,7 +54,8 @@ class Problem(eqx.Module):
     def batch_loss(self, params: Params, idx: jax.Array) -> jax.Array:
         """Unbiased mini-batch estimate of the full loss on the rows `idx`."""
         value = self.loss(params, self.X[idx], self.y[idx])
-        if loss_entry(self.loss_kind).sum_over_samples:
+        # a callable loss is taken to be a mean over samples (no n/B scaling)
+        if self.custom_loss is None and loss_entry(self.loss_kind).sum_over_samples:
             value = value * (self.X.shape[0] / idx.shape[0])
         return value
 

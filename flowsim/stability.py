@@ -34,7 +34,6 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from .losses import loss_fn
 from .problem import Params, Problem, hessian_vector_product
 
 LANCZOS_STEPS = 32
@@ -90,7 +89,7 @@ def sharpness(problem: Problem, params: Params, steps: int = LANCZOS_STEPS) -> t
 def gn_sharpness(problem: Problem, params: Params, steps: int = LANCZOS_STEPS) -> jax.Array:
     """rate · λ_max(J_fᵀ ∇²_f ℓ J_f) on the whole training set (see the module text)."""
     flat, unravel = ravel_pytree(params)
-    ell = loss_fn(problem.loss_kind)
+    ell = problem.loss_function()
 
     def predict(p):
         return problem.net(p, problem.X)

@@ -22,7 +22,9 @@ def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.ImportFrom):
             base = package[: len(package) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
-            found |= {target} | {f"{target}.{a.name}" for a in node.names}
+            subs = {f"{target}.{a.name}" for a in node.names}
+            # `from . import batch` runs the package's code only when a name is not a submodule
+            found |= subs | ({target} if subs - set(modules) else set())
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
     return {m for m in found if m in modules and m != name}

@@ -52,6 +52,9 @@ def explain(path: str, exc: Exception) -> ArchiveError:
     msg = str(exc)
     if "truncated file" in msg:
         return ArchiveError(f"{path}: truncated HDF5 file (incomplete copy?): {msg}")
+    if "already open for read-only" in msg:   # HDF5 lets one process hold a file one way
+        return ArchiveError(f"{path}: is open for reading in this process (an Archive from flowsim.open "
+                            "or flowsim.simulate); close it (archive.close()) before writing to it")
     return ArchiveError(f"{path}: cannot be opened as an HDF5 archive: {msg}")
 
 

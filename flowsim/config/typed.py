@@ -40,9 +40,9 @@ __all__ = [
     "Frozen", "from_dict", "to_dict", "table_class",
     "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset",
     "SphereSineData", "SingleReluData", "RandomLabelsData", "XorNoiseData",
-    "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData",
+    "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData", "ArraysData",
     "NtkScaling", "AsymmetricScaling", "SingleScaling", "FiniteScaling", "CustomScaling",
-    "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "Loss",
+    "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "ModuleModel", "Loss",
     "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset",
     "Run", "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
 ]
@@ -180,8 +180,21 @@ class NpzData(_DataBase):
     path: str
 
 
+@_frozen
+class ArraysData(_DataBase):
+    """Arrays passed to `flowsim.simulate` (no scenario file names this kind): their sizes and
+    a digest, so that resuming with other arrays is refused."""
+
+    kind: Literal["arrays"] = "arrays"
+    n: int
+    d: int
+    n_test: int
+    outputs: int
+    digest: str
+
+
 Data = Union[SphereSineData, SingleReluData, RandomLabelsData, XorNoiseData,
-             QuadraticTeacherData, UciData, DigitsData, CsvData, NpzData]
+             QuadraticTeacherData, UciData, DigitsData, CsvData, NpzData, ArraysData]
 
 
 # --------------------------------------------------------------------------------------
@@ -262,12 +275,27 @@ class EmbeddedModel(_ModelBase):
     features: int | None = None  # D of the random-features embedding; None for the others
 
 
-Model = Union[ShallowModel, EmbeddedModel]
+@_frozen
+class ModuleModel:
+    """A user's Equinox model passed to `flowsim.simulate` (no scenario file names this
+    kind): what it was, how many parameters train, and a digest of every seed's initial
+    weights, so that resuming with another model is refused."""
+
+    kind: Literal["module"] = "module"
+    source: str       # the model's class (an instance) or the factory's qualified name
+    trainable: str    # the Equinox filter's name
+    parameters: int   # trainable parameters
+    leaves: tuple[str, ...]   # the trainable leaves' paths (the `weight_change` axis)
+    digest: str
+
+
+Model = Union[ShallowModel, EmbeddedModel, ModuleModel]
 
 
 @_frozen
 class Loss:
     kind: str
+    function: str | None = None   # kind "callable": the function's qualified name
 
 
 # --------------------------------------------------------------------------------------

@@ -60,6 +60,14 @@ class ShallowNet(eqx.Module):
             out = out - self._raw(jax.lax.stop_gradient(self.ref), X)
         return out
 
+    def weights(self, params: Params) -> jax.Array:
+        """The `weights` series: the hidden layer, (node, feature)."""
+        return params["W"]
+
+    def weight_change(self, params: Params, params0: Params) -> jax.Array:
+        """‖w_j − w_j(0)‖ per hidden node."""
+        return jnp.linalg.norm(params["W"] - params0["W"], axis=-1)
+
     def ntg(self, params: Params, X: jax.Array) -> jax.Array:
         """Closed-form neural tangent Gram matrix of the first output (DESIGN.md §1):
 

@@ -106,8 +106,11 @@ def _loss_bound(ax: Axes, have: list[Trace], style: Style) -> None:
 
 
 def panel_weight_change(ax: Axes, traces: list[Trace], style: Style) -> None:
-    """The largest mover's ‖w_tj − w_0j‖ (bold, band over seeds) and ranks 2–5 (thin)."""
-    ax.set_title(f"(b) weight change of the top-{TOP_NODES} nodes (per seed, by final value)",
+    """The largest mover's ‖w_tj − w_0j‖ (bold, band over seeds) and ranks 2–5 (thin): hidden
+    nodes of a shallow network, trainable leaves of a user's model (flowsim.simulate)."""
+    per_leaf = any(tr.params.model.kind == "module" for tr in traces)
+    unit, symbol = ("trainable leaves", r"\theta_{\ell}") if per_leaf else ("nodes", "w_{j}")
+    ax.set_title(f"(b) weight change of the top-{TOP_NODES} {unit} (per seed, by final value)",
                  loc="left", fontsize=11)
     have = with_series(traces, "weight_change_top")
     if not have:
@@ -120,7 +123,7 @@ def panel_weight_change(ax: Axes, traces: list[Trace], style: Style) -> None:
         draw(ax, tr, top[:, :, 0], style)
     set_time_axis(ax, have)
     set_y_auto_log(ax, [tr.series["weight_change_top"][:, 1:] for tr in have])
-    ax.set_ylabel(r"$\|w_{tj} - w_{0j}\|$" + "\n"
+    ax.set_ylabel(rf"$\|{symbol}(t) - {symbol}(0)\|$" + "\n"
                   f"(bold: largest mover, thin: ranks 2–{TOP_NODES})")
 
 

@@ -1,0 +1,277 @@
+"""`flowsim.simulate`: the exact gradient flow of the user's own Equinox model, with gradient
+descent beside it, every checkpoint archived.
+
+    archive = flowsim.simulate(model, data=(X, y), loss="mse", solvers=["tsit5", "gd-lr1"],
+                               t_end=100.0, output="runs/mine.h5")
+
+It writes the archive `flowsim run` writes (DESIGN.md §5; `flowsim inspect|plot|compare`
+read it) and returns it opened as `flowsim.open` does. The run settings (solvers,
+checkpoints, observe, seeds, dtype) are validated by the scenario schema, as if they were
+the [run] table of a scenario; the data, model and loss are recorded in the archive by
+their sizes, names and a digest (`ArraysData`, `ModuleModel`), so that resuming with other
+arrays or another model is refused. Every argument is checked before anything is computed:
+a bad one raises `ValueError` naming the argument and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .losses import LOSSES
+from .observe import OBSERVABLES
+
+_SOURCE = "flowsim.simulate"
+
+
+def _bad(argument: str, value: Any, what: str, allowed: str) -> ValueError:
+    shown = f"<{type(value).__name__} module>" if isinstance(value, eqx.Module) else " ".join(repr(value).split())
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    return ValueError(f"{_SOURCE}: `{argument}` = {shown} {what}; allowed: {allowed}")
+
+
+def _pair(value: Any, argument: str) -> tuple[np.ndarray, np.ndarray]:
+    """(X (n, d), y (n, k)) as float64 numpy; a 1-D y is one output column."""
+    allowed = "a pair (X, y) of finite arrays, X of shape (n, d) and y of shape (n, k) or (n,)"
+    if not isinstance(value, tuple | list) or len(value) != 2:
+        raise _bad(argument, value, "is not a pair of arrays", allowed)
+    try:
+        X, y = (np.asarray(v, dtype=np.float64) for v in value)
+    except (TypeError, ValueError) as err:
+        raise _bad(argument, value, f"does not convert to float arrays ({err})", allowed) from None
+    y = y[:, None] if y.ndim == 1 else y
+    if X.ndim != 2 or y.ndim != 2 or X.shape[0] != y.shape[0] or X.shape[0] == 0 or X.shape[1] == 0:
+        raise _bad(argument, value, f"has shapes X {X.shape}, y {y.shape}", allowed)
+    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
+        raise _bad(argument, value, "holds NaN or infinite values", allowed)
+    return X, y
+
+
+def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[eqx.Module], str]:
+    """One model per seed (an instance is used as given; a factory is called with
+    `jax.random.PRNGKey(seed)`), its inexact arrays cast to the run's dtype; and what it was."""
+    allowed = "an eqx.Module mapping one input (d,) to outputs (k,), or a function key -> such a module"
+    if isinstance(model, eqx.Module):
+        made, source = [model] * len(seeds), f"{type(model).__module__}.{type(model).__qualname__}"
+    elif callable(model):
+        source = f"{getattr(model, '__module__', '?')}.{getattr(model, '__qualname__', repr(model))}"
+        made = []
+        for seed in seeds:
+            m = model(jax.random.PRNGKey(seed))
+            if not isinstance(m, eqx.Module):
+                raise _bad("model", model, f"returned {type(m).__name__} for seed {seed}", allowed)
+            made.append(m)
+    else:
+        raise _bad("model", model, "is neither an Equinox module nor a factory", allowed)
+    cast = lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x  # noqa: E731
+    return [jax.tree.map(cast, m) for m in made], source
+
+
+def _check_model(model: eqx.Module, X: np.ndarray, k: int, dtype) -> None:
+    allowed = f"an eqx.Module mapping one input of shape ({X.shape[1]},) to outputs of shape ({k},)"
+    try:
+        out = jax.eval_shape(jax.vmap(model), jax.ShapeDtypeStruct(X.shape, dtype))
+    except Exception as err:  # noqa: BLE001 - whatever the user's code raises, named
+        raise _bad("model", model, f"fails on the inputs ({type(err).__name__}: {err})", allowed) from None
+    if not hasattr(out, "shape") or out.shape != (X.shape[0], k):
+        shape = out.shape[1:] if hasattr(out, "shape") else out
+        raise _bad("model", model, f"maps one input to outputs of shape {shape!r}", allowed)
+
+
+def _loss(loss: Any, k: int, n: int, dtype) -> tuple[str, Callable | None, str | None]:
+    """(loss kind, the callable or None, its name)."""
+    allowed = f"one of {', '.join(map(repr, LOSSES))}, or a function (pred (n, k), y (n, k)) -> scalar"
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise _bad("loss", loss, "is not a loss of the catalog", allowed)
+        return loss, None, None
+    if not callable(loss):
+        raise _bad("loss", loss, "is neither a name nor a function", allowed)
+    arg = jax.ShapeDtypeStruct((n, k), dtype)
+    try:
+        out = jax.eval_shape(loss, arg, arg)
+    except Exception as err:  # noqa: BLE001
+        raise _bad("loss", loss, f"fails on (n, k) arrays ({type(err).__name__}: {err})", allowed) from None
+    if getattr(out, "shape", None) != ():
+        raise _bad("loss", loss, f"returns shape {getattr(out, 'shape', out)!r}, not a scalar", allowed)
+    return "callable", loss, f"{getattr(loss, '__module__', '?')}.{getattr(loss, '__qualname__', repr(loss))}"
+
+
+def _digest(*arrays) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str((a.shape, a.dtype.str)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+def _settings(*, name, seeds, dtype, n, d, n_test, t_end, checkpoints, solvers, observe, ntg_points,
+              stop_loss) -> dict:
+    """The resolved [run] table (and seeds, dtype) by the scenario schema, as if a scenario
+    had them; its messages name the argument."""
+    from .config.schema import SCENARIO
+    from .config.spec import Ctx
+
+    run: dict[str, Any] = {"t_end": t_end, "solvers": list(solvers), "observe": list(observe)}
+    for key, value in (("checkpoints", checkpoints), ("ntg_points", ntg_points), ("stop_loss", stop_loss)):
+        if value is not None:
+            run[key] = value
+    raw = {"name": name, "seeds": list(seeds), "dtype": dtype,
+           # stand-ins, replaced by the user's data and model once the rest is resolved
+           "data": {"kind": "random-labels", "n": n, "d": d, "n_test": n_test},
+           "model": {"kind": "shallow", "width": 1}, "run": run}
+    try:
+        return SCENARIO.check(raw, "", Ctx(file=_SOURCE, base_dir=Path.cwd(), stem=name))
+    except ValueError as err:     # ScenarioError: "flowsim.simulate: `run.t_end` = ..."
+        raise ValueError(str(err).replace("key `run.", "argument `").replace("key `", "argument `")) from None
+
+
+def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
+    from .session import InputError, _check_output_folder
+
+    if resume and overwrite:
+        raise ValueError(f"{_SOURCE}: `resume` and `overwrite` exclude each other")
+    if out.exists() and not (resume or overwrite):
+        raise _bad("output", str(out), "exists", "a new path, or resume=True to continue it, or "
+                   "overwrite=True to replace it")
+    if resume and not out.exists():
+        raise _bad("output", str(out), "does not exist (resume=True)", "an archive to resume")
+    try:
+        _check_output_folder(out)
+    except InputError as err:
+        raise ValueError(f"{_SOURCE}: `output`: {err}") from None
+
+
+def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple, *,
+             test: tuple | None = None, loss: str | Callable = "half-sse",
+             solvers: Sequence[str | dict] = ("tsit5", "gd-lr1"), t_end: float,
+             checkpoints: dict | None = None,
+             observe: Sequence[str] = ("loss", "ntg_eig", "weight_change"),
+             seeds: Sequence[int] = (0,), trainable: Any = eqx.is_inexact_array,
+             output: str | Path | None = None, name: str = "simulate", dtype: str = "float64",
+             ntg_points: int | None = None, stop_loss: float | None = None,
+             resume: bool = False, overwrite: bool = False, progress: bool | None = None,
+             report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)):
+    """Integrate dθ/dt = −∇L(θ) over the `trainable` leaves of `model` with each of
+    `solvers` (flow presets and gradient descent alike), for each seed, into an archive;
+    returns it opened (`flowsim.open`).
+
+    model        an `eqx.Module` mapping one input x (d,) to outputs (k,), used as given (its
+                 weights are the initial point, for every seed), or a factory called with
+                 `jax.random.PRNGKey(seed)` for each seed. Its floating arrays are cast to
+                 `dtype`.
+    data, test   (X (n, d), y (n, k) or (n,)); `test` is optional.
+    loss         a catalog loss ("half-sse", "mse", "cross-entropy") or a function
+                 (pred (n, k), y (n, k)) -> scalar (SGD takes it for a mean over samples).
+    solvers      preset names (`flowsim list`) or dicts shaped like a solver file, with "name".
+    checkpoints  {"count": N, "spacing": "linear" | "log"}, {"every": T} or {"times": [...]}.
+    observe      loss, test_loss, accuracy, test_accuracy, ntg, ntg_eig, ntg_change,
+                 weight_change (per trainable leaf), weights (the trainable leaves as one
+                 vector), sharpness, gn_sharpness.
+    trainable    an Equinox filter (a function of a leaf, or a pytree of booleans shaped like
+                 the model, as `eqx.partition` takes): the leaves the flow moves; the others
+                 never move.
+    output       the archive (default runs/<name>.h5); `resume` continues it, `overwrite`
+                 replaces it.
+    """
+    from .archive import open as open_archive_file
+    from .config import Config, RunSpec, Scenario, from_dict, to_toml
+    from .data import Dataset
+    from .models.base import Built
+    from .models.module import ModuleNet, leaf_paths
+    from .precision import enable_x64
+    from .problem import Problem
+    from .session import InputError, Job, drive, open_archive
+
+    enable_x64()
+    if dtype not in ("float64", "float32"):
+        raise _bad("dtype", dtype, "is not a dtype flowsim integrates in", "'float64' or 'float32'")
+    jdtype = jnp.float32 if dtype == "float32" else jnp.float64
+    X, y = _pair(data, "data")
+    X_test, y_test = _pair(test, "test") if test is not None else (X[:0], y[:0])
+    if X_test.shape[1:] != X.shape[1:] or y_test.shape[1:] != y.shape[1:]:
+        raise _bad("test", test, f"has X {X_test.shape}, y {y_test.shape} against data X {X.shape}, y {y.shape}",
+                   "test arrays with the columns of `data`")
+    if isinstance(seeds, int | str) or not all(isinstance(s, int | np.integer) for s in seeds):
+        raise _bad("seeds", seeds, "is not a list of integers", "a list of non-negative integers, e.g. [0, 1]")
+    seeds = [int(s) for s in seeds]
+    observe = [observe] if isinstance(observe, str) else list(observe)
+    for name_ in observe:
+        entry = OBSERVABLES.get(name_)
+        if entry is not None and entry.family:
+            raise _bad("observe", observe, f"asks for {name_!r}, defined for the {entry.family} networks "
+                       "of the catalog only", "observables of any model: " +
+                       ", ".join(o for o, e in OBSERVABLES.items() if not e.family))
+    if {"test_loss", "test_accuracy"} & set(observe) and test is None:
+        raise _bad("observe", observe, "asks for a test measure without test data", "pass `test` = (X_test, y_test)")
+    n, d, k = X.shape[0], X.shape[1], y.shape[1]
+    resolved = _settings(name=name, seeds=seeds, dtype=dtype, n=n, d=d, n_test=X_test.shape[0], t_end=t_end,
+                         checkpoints=checkpoints, solvers=solvers, observe=observe, ntg_points=ntg_points,
+                         stop_loss=stop_loss)
+    loss_kind, loss_fn, loss_name = _loss(loss, k, n, jdtype)
+    models, source = _instances(model, resolved["seeds"], jdtype)
+    splits = []
+    for m in models:
+        _check_model(m, X, k, jdtype)
+        try:
+            params, frozen = eqx.partition(m, trainable)
+        except (TypeError, ValueError) as err:
+            raise _bad("trainable", trainable, f"is not a filter of {source} ({err})",
+                       "an Equinox filter: a function of a leaf, or a pytree of booleans shaped like the model") from None
+        leaves = jax.tree.leaves(params)
+        if not leaves or not all(eqx.is_inexact_array(v) for v in leaves):
+            raise _bad("trainable", trainable, f"selects {len(leaves)} leaves of {source}"
+                       + (", not all floating arrays" if leaves else ""),
+                       "an Equinox filter selecting at least one floating-point array (eqx.is_inexact_array)")
+        splits.append((params, frozen))
+    out = Path(output) if output is not None else Path("runs") / f"{resolved['name']}.h5"
+    _check_output(out, resume=resume, overwrite=overwrite)
+
+    first = splits[0][0]
+    resolved["data"] = {"kind": "arrays", "seed": 0, "n": n, "d": d, "n_test": X_test.shape[0], "outputs": k,
+                        "digest": _digest(X, y, X_test, y_test)}
+    filter_name = getattr(trainable, "__name__", repr(trainable)) if callable(trainable) else "a pytree of booleans"
+    resolved["model"] = {"kind": "module", "source": source, "trainable": filter_name,
+                         "parameters": int(sum(v.size for v in jax.tree.leaves(first))),
+                         "leaves": leaf_paths(first),
+                         "digest": _digest(*(np.asarray(v) for p, _ in splits for v in jax.tree.leaves(p)))}
+    resolved["loss"] = {"kind": loss_kind, **({"function": loss_name} if loss_name else {})}
+    settings = from_dict(Config, resolved)
+    runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", config=copy.deepcopy(resolved), settings=settings)
+            for s in resolved["seeds"]]
+    text = ("# Written by flowsim.simulate: the data, model and loss came from Python (recorded here\n"
+            "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n" + to_toml(resolved))
+    scenario = Scenario(path=_SOURCE, text=text, resolved=resolved, settings=settings, runs=runs)
+
+    ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)
+    as_j = lambda a: jnp.asarray(a, jdtype)  # noqa: E731
+    p = min(resolved["run"]["ntg_points"], n)
+    built = {}
+    for r, (params, frozen) in zip(runs, splits):
+        problem = Problem(net=ModuleNet(frozen=frozen), X=as_j(X), y=as_j(y), X_test=as_j(X_test),
+                          y_test=as_j(y_test), rate=1.0, loss_kind=loss_kind, ntg_points=p, custom_loss=loss_fn)
+        init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
+        built[r.name] = Built(problem=problem, params=params, dataset=ds,
+                              init=init | {"loss0": np.asarray(problem.loss(params))},
+                              key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
+    job = Job(scenario=scenario, runs=runs, shard=None, out=out, built=built, resume=resume, overwrite=overwrite)
+    try:
+        writer = open_archive(job)
+    except InputError as err:     # resumed with other data, model or settings
+        raise ValueError(f"{_SOURCE}: {str(err).replace('--overwrite', 'overwrite=True')}") from None
+    drive(job, writer, progress=progress, report=report)
+    return open_archive_file(out)
+
+
+def _one_hot(y: np.ndarray) -> bool:
+    return y.shape[1] >= 2 and bool(np.all((y == 0) | (y == 1))) and bool(np.all(y.sum(axis=1) == 1))

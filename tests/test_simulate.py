@@ -1,0 +1,203 @@
+"""`flowsim.simulate`: a user's Equinox model through the whole pipeline, against oracles.
+
+Oracles: an independent Diffrax solve of dθ/dt = −∇L at rtol 1e-12 (the flow), a plain JAX
+loop θ ← θ − η∇L (GD), J Jᵀ from `jax.jacrev` (the NTG at t = 0). The archive is then read
+by `flowsim inspect`, `plot` and `compare`, and resumed.
+"""
+
+from __future__ import annotations
+
+import diffrax
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import flowsim
+import flowsim.archive
+from flowsim.precision import enable_x64
+
+from tests.helpers import run_cli
+
+enable_x64()
+
+D, K, N = 3, 2, 12
+
+
+def data(n=N, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, D))
+    return X, np.stack([np.sin(X[:, 0]), np.cos(X[:, 1] * X[:, 2])], axis=1)
+
+
+def mlp(key):
+    return eqx.nn.MLP(D, K, 8, 2, activation=jnp.tanh, key=key)
+
+
+def my_loss(pred, y):     # a callable loss (not the catalog's): ½ mean squared error
+    return 0.5 * jnp.mean((pred - y) ** 2)
+
+
+def total_loss(params, frozen, X, y):
+    return my_loss(jax.vmap(eqx.combine(params, frozen))(jnp.asarray(X)), jnp.asarray(y))
+
+
+def freeze_last_bias(model):
+    """A filter tree: every floating leaf trains except the output layer's bias."""
+    spec = jax.tree.map(eqx.is_inexact_array, model)
+    return eqx.tree_at(lambda m: m.layers[-1].bias, spec, replace=False)
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    X, y = data()
+    model = mlp(jax.random.PRNGKey(3))
+    out = tmp_path_factory.mktemp("sim") / "mine.h5"
+    arch = flowsim.simulate(model, data=(X, y), test=data(5, seed=1), loss=my_loss,
+                            solvers=["tsit5", "gd-lr0.1"], t_end=3.0, checkpoints={"count": 6},
+                            observe=["loss", "test_loss", "ntg_eig", "weight_change", "weights", "sharpness"],
+                            trainable=freeze_last_bias(model), output=out, progress=False)
+    return model, out, arch
+
+
+@pytest.mark.slow
+def test_flow_gd_and_ntg_against_independent_oracles(archive):
+    model, out, arch = archive
+    X, y = data()
+    params0, frozen = eqx.partition(model, freeze_last_bias(model))
+    run = arch.runs["seed0"]
+    flow, gd = run.solvers["tsit5"], run.solvers["gd-lr0.1"]
+    assert flow.status == gd.status == "done"
+
+    # the flow: an independent Diffrax solve at rtol 1e-12 (Dopri8), to 1e-6 relative
+    flat0, unravel = ravel_pytree(params0)
+    grad = jax.grad(lambda p: total_loss(unravel(p), frozen, X, y))
+    t = np.asarray(flow.t)
+    sol = diffrax.diffeqsolve(diffrax.ODETerm(lambda s, p, args: -grad(p)), diffrax.Dopri8(), 0.0, float(t[-1]),
+                              None, flat0, stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-14),
+                              saveat=diffrax.SaveAt(ts=jnp.asarray(t)), max_steps=100_000)
+    exact = np.array([total_loss(unravel(p), frozen, X, y) for p in sol.ys])
+    np.testing.assert_allclose(np.asarray(flow["loss"]), exact, rtol=1e-6)
+    assert exact[-1] < 0.8 * exact[0]          # the flow really moved
+
+    # GD: a plain JAX loop θ ← θ − η∇L, to 1e-9 relative at every checkpoint step
+    p, losses = flat0, {}
+    steps = np.asarray(gd.step)
+    for k in range(int(steps.max()) + 1):
+        losses[k] = float(total_loss(unravel(p), frozen, X, y))
+        p = p - 0.1 * grad(p)
+    np.testing.assert_allclose(np.asarray(gd["loss"]), [losses[int(k)] for k in steps], rtol=1e-9)
+
+    # the NTG at t = 0: eigenvalues of J Jᵀ (first output, trainable leaves) from jax.jacrev
+    J = jax.jacrev(lambda q: jax.vmap(eqx.combine(unravel(q), frozen))(jnp.asarray(X))[:, 0])(flat0)
+    eig = np.linalg.eigvalsh(np.asarray(J @ J.T))
+    np.testing.assert_allclose(np.asarray(flow["ntg_eig"])[0], eig, rtol=1e-8, atol=1e-8 * eig.max())
+
+    # the frozen output bias never moved: it is not a trainable leaf, and the weights are
+    # the trainable ones only
+    leaves = run.params["model"]["leaves"]
+    assert "layers.2.bias" not in leaves and "layers.2.weight" in leaves
+    assert np.asarray(flow["weights"]).shape[1] == flat0.size == run.params["model"]["parameters"]
+    assert np.asarray(flow["weight_change"]).shape[1] == len(leaves)
+    np.testing.assert_allclose(np.asarray(flow["weights"])[-1], np.asarray(sol.ys[-1]), rtol=1e-5, atol=1e-8)
+
+
+@pytest.mark.slow
+def test_inspect_plot_compare_and_resume_read_it(archive, tmp_path):
+    model, out, _ = archive
+    text = run_cli("inspect", out)
+    assert "tsit5" in text and "gd-lr0.1" in text and "done" in text
+    run_cli("plot", out, "-o", tmp_path / "figs")
+    assert any(p.suffix == ".png" for p in (tmp_path / "figs").iterdir())
+    report = run_cli("compare", out)
+    assert "gd-lr0.1" in report and "tsit5" in report
+    X, y = data()
+    kwargs = dict(loss=my_loss, solvers=["tsit5", "gd-lr0.1"], t_end=3.0, checkpoints={"count": 6},
+                  observe=["loss", "test_loss", "ntg_eig", "weight_change", "weights", "sharpness"],
+                  trainable=freeze_last_bias(model), output=out, progress=False)
+    with pytest.raises(flowsim.archive.ArchiveError, match=r"open for reading in this process.*close it"):
+        flowsim.simulate(model, data=(X, y), test=data(5, seed=1), resume=True, **kwargs)
+    archive[2].close()
+    with flowsim.open(out) as arch:
+        before = np.asarray(arch.runs["seed0"].solvers["tsit5"]["loss"])
+    again = flowsim.simulate(model, data=(X, y), test=data(5, seed=1), resume=True, **kwargs)
+    np.testing.assert_array_equal(np.asarray(again.runs["seed0"].solvers["tsit5"]["loss"]), before)
+    again.close()
+    with pytest.raises(ValueError, match=r"`data.digest`"):
+        flowsim.simulate(model, data=(X + 1.0, y), test=data(5, seed=1), resume=True, **kwargs)
+
+
+@pytest.mark.slow
+def test_a_factory_draws_one_model_per_seed_and_a_catalog_loss(tmp_path):
+    X, y = data()
+    arch = flowsim.simulate(mlp, data=(X, y), loss="half-sse", solvers=["gd-lr0.1"], t_end=1.0, seeds=[0, 1],
+                            checkpoints={"count": 2}, observe=["loss"], output=tmp_path / "f.h5", progress=False)
+    init = {s: arch.runs[f"seed{s}"].init["layers.0.weight"] for s in (0, 1)}
+    np.testing.assert_array_equal(init[0], np.asarray(mlp(jax.random.PRNGKey(0)).layers[0].weight, float))
+    assert not np.allclose(init[0], init[1])
+    assert arch.runs["seed0"].params["loss"]["kind"] == "half-sse"
+
+
+# ---------------------------------------------------------------------------------------
+# Bad arguments: a ValueError naming the argument and what is allowed, nothing written
+# ---------------------------------------------------------------------------------------
+
+def _call(tmp_path, **over):
+    X, y = data()
+    kw = dict(model=mlp(jax.random.PRNGKey(0)), data=(X, y), t_end=1.0, solvers=["gd-lr0.1"],
+              observe=["loss"], output=tmp_path / "bad.h5", progress=False)
+    kw.update(over)
+    return flowsim.simulate(kw.pop("model"), **kw)
+
+
+@pytest.mark.parametrize("over, named, allowed", [
+    (dict(model=eqx.nn.MLP(D, 3, 4, 1, key=jax.random.PRNGKey(0))), "model", "outputs of shape (2,)"),
+    (dict(model=eqx.nn.MLP(5, K, 4, 1, key=jax.random.PRNGKey(0))), "model", "input of shape (3,)"),
+    (dict(model="mlp"), "model", "an eqx.Module"),
+    (dict(loss="l2"), "loss", "'half-sse'"),
+    (dict(loss=lambda pred, y: (pred - y) ** 2), "loss", "-> scalar"),
+    (dict(data=(np.ones((4, D)), np.ones((5, K)))), "data", "X of shape (n, d)"),
+    (dict(data=(np.full((4, D), np.nan), np.ones((4, K)))), "data", "finite"),
+    (dict(solvers=["tsit6"]), "solvers", "tsit5"),
+    (dict(t_end=-1.0), "t_end", ""),
+    (dict(checkpoints={"count": 0}), "checkpoints", ""),
+    (dict(observe=["importance"]), "observe", "weight_change"),
+    (dict(observe=["test_loss"]), "observe", "test"),
+    (dict(seeds=3), "seeds", "list"),
+    (dict(dtype="float16"), "dtype", "float64"),
+    (dict(trainable=lambda x: False), "trainable", "at least one floating-point array"),
+])
+def test_bad_arguments_name_the_argument(tmp_path, over, named, allowed):
+    with pytest.raises(ValueError) as err:
+        _call(tmp_path, **over)
+    text = str(err.value)
+    assert text.startswith("flowsim.simulate: ") and f"`{named}" in text and allowed in text, text
+    assert "allowed" in text
+    assert not (tmp_path / "bad.h5").exists()
+
+
+def test_an_existing_archive_is_not_overwritten(tmp_path):
+    (tmp_path / "bad.h5").write_bytes(b"precious")
+    with pytest.raises(ValueError, match="`output`.*exists.*resume=True.*overwrite=True"):
+        _call(tmp_path)
+    assert (tmp_path / "bad.h5").read_bytes() == b"precious"
+
+
+@pytest.mark.slow
+def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
+    """The README's `flowsim.simulate` example, executed as written, then its plot and compare."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Your own network: `flowsim.simulate`", 1)[1].split("\n## ", 1)[0]
+    python, shell = re.findall(r"```(?:python|bash)\n(.*?)```", section, re.S)[:2]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python, "README.md", "exec"), {})
+    for command in shell.strip().split(" && "):
+        run_cli(*command.split()[1:])
+    with flowsim.open(tmp_path / "runs" / "mine.h5") as arch:
+        gd = arch.runs["seed1"].solvers["gd-lr1"]
+        assert gd.status == "done" and np.asarray(gd["loss"])[-1] < np.asarray(gd["loss"])[0]
