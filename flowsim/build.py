@@ -8,7 +8,7 @@ scenario key and what is allowed.
 import jax
 import numpy as np
 
-from .config.typed import Config, FlowPreset, ShallowModel
+from .config.typed import Config, FlowPreset, MlpModel, ShallowModel
 from .data import DataError, Dataset, make_dataset
 from .integrate.registry import state_copies
 from .models import MODELS, BuildError, Built
@@ -154,16 +154,24 @@ def _data_shape(cfg: Config, seed: int, cache: dict) -> tuple[int, int, int]:
 def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) -> dict[str, float]:
     """Rough bytes of one sweep point's batch of `seeds` runs: memory and archive size.
 
-    Memory: per seed, the solver's copies of the parameters (m·d), the forward/backward
-    intermediates (≈ 4·n·m), the NTG work (2·p·m + 3·p²) and the data (stacked twice).
+    Memory: per seed, the solver's copies of the parameters (m·d; an MLP's P), the
+    forward/backward intermediates (≈ 4·n·m; m the sum of an MLP's widths), the NTG work
+    (2·p·m + 3·p²; an MLP's Jacobian p·P) and the data (stacked twice).
     Disk: every checkpoint row of every observed series plus the double-buffered
     checkpoint, per seed and solver, uncompressed."""
     item = 4 if config.dtype == "float32" else 8
     model = config.model
-    m = int(model.width)
-    trained = isinstance(model, ShallowModel) and model.output == "trained"
-    params = m * d + (m if trained else 0)
     p = min(int(config.run.ntg_points), n)
+    if isinstance(model, MlpModel):
+        # k = 1 output assumed (the data's width is not known here): a rough lower bound
+        sizes = [d, *model.widths, 1]
+        params = sum(a * b + (b if model.bias else 0) for a, b in zip(sizes, sizes[1:]))
+        m, ntg_work, row_m, row_d = sum(model.widths), p * params, params, 1   # J (p × P) for the NTG
+    else:
+        m = int(model.width)
+        trained = isinstance(model, ShallowModel) and model.output == "trained"
+        params = m * d + (m if trained else 0)
+        ntg_work, row_m, row_d = 2 * p * m, m, d
     solvers = config.run.solvers
     copies = 0
     for s in solvers:
@@ -171,11 +179,11 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) 
         paired = isinstance(s, FlowPreset) and s.reference is not None
         copies = max(copies, c * (2 if paired else 1))
     data = (n + n_test) * (d + 1)
-    memory = item * seeds * (copies * params + 4 * n * m + 2 * p * m + 3 * p * p + 2 * data)
+    memory = item * seeds * (copies * params + 4 * n * m + ntg_work + 3 * p * p + 2 * data)
     rows = len(config.run.checkpoint_times()) + 1
     row = 0
     for name in config.run.observe:
-        row += OBSERVABLES[name].row_size(m, p, d)
+        row += OBSERVABLES[name].row_size(row_m, p, row_d)
     disk = item * seeds * len(solvers) * (2 * rows * row + 2 * copies * params) + item * data
     return {"memory": float(memory), "disk": float(disk), "params": float(params), "copies": float(copies)}
 
@@ -206,12 +214,15 @@ def check_resources(scenario, out_dir=None) -> None:
         disk_total += est["disk"]
         if est["memory"] > limit:
             where = f" (sweep point {runs[0].label})" if runs[0].label else ""
+            size, key = (f"`model.widths` = {list(cfg.model.widths)}: {int(est['params'])} parameters",
+                         "model.widths") if isinstance(cfg.model, MlpModel) else \
+                (f"`model.width` = {cfg.model.width} × d = {d} parameters", "model.width")
             raise ResourceError(
                 f"{file}: this scenario needs an estimated {est['memory'] / _GIB:.3g} GiB of memory{where}: "
-                f"`model.width` = {cfg.model.width} × d = {d} parameters × {int(est['copies'])} solver "
+                f"{size} × {int(est['copies'])} solver "
                 f"copies × {len(runs)} seed(s) (`seeds`), plus n = {n} points (`data.n`) × width and "
                 f"`run.ntg_points` = {cfg.run.ntg_points}; the limit is {limit / _GIB:.3g} GiB ({source}); "
-                "allowed: a scenario whose estimate fits (lower model.width, data.n, run.ntg_points or the "
+                f"allowed: a scenario whose estimate fits (lower {key}, data.n, run.ntg_points or the "
                 "number of seeds; FLOWSIM_MEMORY_LIMIT sets the limit)")
     if disk_free is not None and disk_total > disk_free:
         raise ResourceError(

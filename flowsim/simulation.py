@@ -187,10 +187,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     from .archive import open as open_archive_file
     from .config import Config, RunSpec, Scenario, from_dict, to_toml
     from .data import Dataset
-    from .models.base import Built
-    from .models.module import ModuleNet, leaf_paths
+    from .models.module import build_module_run, leaf_paths
     from .precision import enable_x64
-    from .problem import Problem
     from .session import InputError, Job, drive, open_archive
 
     enable_x64()
@@ -254,16 +252,10 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     scenario = Scenario(path=_SOURCE, text=text, resolved=resolved, settings=settings, runs=runs)
 
     ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)
-    as_j = lambda a: jnp.asarray(a, jdtype)  # noqa: E731
-    p = min(resolved["run"]["ntg_points"], n)
-    built = {}
-    for r, (params, frozen) in zip(runs, splits):
-        problem = Problem(net=ModuleNet(frozen=frozen), X=as_j(X), y=as_j(y), X_test=as_j(X_test),
-                          y_test=as_j(y_test), rate=1.0, loss_kind=loss_kind, ntg_points=p, custom_loss=loss_fn)
-        init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
-        built[r.name] = Built(problem=problem, params=params, dataset=ds,
-                              init=init | {"loss0": np.asarray(problem.loss(params))},
-                              key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
+    built = {r.name: build_module_run(params, frozen, ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,
+                                      ntg_points=resolved["run"]["ntg_points"],
+                                      key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
+             for r, (params, frozen) in zip(runs, splits)}
     job = Job(scenario=scenario, runs=runs, shard=None, out=out, built=built, resume=resume, overwrite=overwrite)
     try:
         writer = open_archive(job)

@@ -95,7 +95,7 @@ d = 3
 n_test = 2
 [model]
 kind = "{kind}"
-width = 8
+{"widths = [8]" if kind == "mlp" else "width = 8"}
 [run]
 t_end = 0.5
 solvers = ["gd-lr0.1"]

@@ -58,6 +58,7 @@ from .typed import (
     StandardScaling as StandardScaling,
     ShallowModel as ShallowModel,
     EmbeddedModel as EmbeddedModel,
+    MlpModel as MlpModel,
     ModuleModel as ModuleModel,
     Loss as Loss,
     CheckpointEvery as CheckpointEvery,

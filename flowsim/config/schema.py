@@ -176,6 +176,18 @@ def _rtol_within_dtype(top: dict, key: str, ctx: Ctx) -> None:
                               f"{num(FLOAT32_MIN_RTOL)} (e.g. \"dopri5-fast\"), or dtype = \"float64\"")
 
 
+def _observables_fit_model(top: dict, key: str, ctx: Ctx) -> None:
+    """Observables of one model family (Caron's importance, the hidden preactivations) ask
+    the network for what only that family has."""
+    kind = top["model"]["kind"]
+    for name in top["run"]["observe"]:
+        if _OBSERVABLE_REGISTRY[name].family == "shallow" and kind not in SHALLOW_KINDS:
+            raise ctx.bad("run.observe", top["run"]["observe"], f"asks for {toml_string(name)}, defined for "
+                          f"the shallow networks ({', '.join(SHALLOW_KINDS)}), not `model.kind` = "
+                          f"{toml_string(kind)}", "observables of any model: " +
+                          ", ".join(n for n, o in _OBSERVABLE_REGISTRY.items() if not o.family))
+
+
 # ======================================================================================
 # The schema
 # ======================================================================================
@@ -276,6 +288,19 @@ def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
                       "an even integer >= 2")
 
 
+# µP is not among them: its per-layer learning rates are a preconditioner of the flow,
+# and flowsim integrates the plain dθ/dt = −∇L.
+MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field")
+SHALLOW_KINDS = ("shallow", "embedded")     # the one-hidden-layer networks (ShallowNet)
+
+
+def _train_within_layers(t: dict, key: str, ctx: Ctx) -> None:
+    layers = len(t["widths"]) + 1
+    if t["train"] != "all" and max(t["train"]) >= layers:
+        raise ctx.bad(join(key, "train"), t["train"], f"names a layer past the last ({layers} layers: "
+                      f"{len(t['widths'])} hidden and the output)", f'"all", or layer indices in [0, {layers - 1}]')
+
+
 _MODEL_COMMON: dict[str, Spec] = {
     "width": Int(lo=1, default=1000),
     "activation": Str(choices=ACTIVATIONS, default="relu"),
@@ -299,9 +324,21 @@ MODEL = Tagged(
                      # last: the default D (filled in by _embedded_keys) lands there too,
                      # so the resolved table has one key order, given or not
                      "features": Int(lo=1, default=ABSENT)},
+        # A fully connected network of any depth (flowsim/models/mlp.py); `train`: "all",
+        # or the indices of the layers that train (0 = the input layer).
+        "mlp": {"widths": ListOf(item=Int(lo=1), nonempty=True, default=[100, 100]),
+                "activation": Str(choices=ACTIVATIONS, default="tanh"),
+                "parameterisation": Str(choices=MLP_PARAMETERISATIONS, default="standard",
+                                        note="µP is not offered: its per-layer learning rates precondition "
+                                             "the flow, and flowsim integrates dθ/dt = −∇L"),
+                "init_std": _positive(1.0),
+                "bias": Bool(default=True),
+                "train": OneOf(options=(Str(choices=("all",)),
+                                        ListOf(item=Int(lo=0), nonempty=True, distinct=True)),
+                               default="all")},
     },
     tag_default="shallow",
-    rules={"embedded": (_embedded_keys,)},
+    rules={"embedded": (_embedded_keys,), "mlp": (_train_within_layers,)},
     default=REQUIRED,
 )
 
@@ -608,7 +645,7 @@ SCENARIO = Table(
         "analysis": ANALYSIS,
         "plot": PLOT,
     },
-    rules=(_k_within_width, _rtol_within_dtype),
+    rules=(_k_within_width, _rtol_within_dtype, _observables_fit_model),
     default=REQUIRED,
 )
 

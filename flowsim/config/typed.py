@@ -42,7 +42,7 @@ __all__ = [
     "SphereSineData", "SingleReluData", "RandomLabelsData", "XorNoiseData",
     "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData", "ArraysData",
     "NtkScaling", "AsymmetricScaling", "SingleScaling", "FiniteScaling", "CustomScaling",
-    "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "ModuleModel", "Loss",
+    "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "MlpModel", "ModuleModel", "Loss",
     "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset",
     "Run", "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
 ]
@@ -276,6 +276,17 @@ class EmbeddedModel(_ModelBase):
 
 
 @_frozen
+class MlpModel:
+    kind: Literal["mlp"] = "mlp"
+    widths: tuple[int, ...]     # hidden layers
+    activation: str
+    parameterisation: str       # "standard" | "ntk" | "mean-field"
+    init_std: float
+    bias: bool
+    train: str | tuple[int, ...]   # "all", or the indices of the layers that train
+
+
+@_frozen
 class ModuleModel:
     """A user's Equinox model passed to `flowsim.simulate` (no scenario file names this
     kind): what it was, how many parameters train, and a digest of every seed's initial
@@ -289,7 +300,7 @@ class ModuleModel:
     digest: str
 
 
-Model = Union[ShallowModel, EmbeddedModel, ModuleModel]
+Model = Union[ShallowModel, EmbeddedModel, MlpModel, ModuleModel]
 
 
 @_frozen

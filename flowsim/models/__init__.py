@@ -4,13 +4,17 @@ record the archive keeps.
 
 - ``shallow``: Caron et al.'s one-hidden-layer network with node scaling (`shallow.py`);
 - ``embedded``: Chen, Vanden-Eijnden & Bruna's models, a shallow net on fixed embedded
-  inputs φ(X) (`embedded.py`).
+  inputs φ(X) (`embedded.py`);
+- ``mlp``: fully connected networks of any depth (`mlp.py`), run as Equinox modules
+  through `ModuleNet` (`module.py`), like a user's model given to `flowsim.simulate`.
 """
 
 from .base import BuildError as BuildError
 from .base import Built as Built
 from .base import Model as Model
 from .embedded import build_embedded
+from .mlp import build_mlp
+from .module import ModuleNet as ModuleNet
 from .shallow import ShallowNet as ShallowNet
 from .shallow import build_shallow
 from .shallow import init_shallow as init_shallow
@@ -18,4 +22,5 @@ from .shallow import init_shallow as init_shallow
 MODELS: dict[str, Model] = {m.name: m for m in (
     Model("shallow", build_shallow),
     Model("embedded", build_embedded),
+    Model("mlp", build_mlp),
 )}

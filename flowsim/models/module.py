@@ -1,4 +1,4 @@
-"""A user's Equinox model as flowsim's network (`flowsim.simulate`).
+"""An Equinox model as flowsim's network: a user's (`flowsim.simulate`) or the `mlp` kind's.
 
 The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it by the
 user's `trainable` filter: the trainable leaves are the `Params` (the ODE state, GD's state,
@@ -12,10 +12,13 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from ..data import Dataset
 from ..ntg import jacobian_ntg
-from ..problem import Params
+from ..problem import Params, Problem
+from .base import Built
 
 
 class ModuleNet(eqx.Module):
@@ -50,3 +53,17 @@ def leaf_paths(params: Params) -> list[str]:
     """Each trainable leaf's path in the model ("layers.0.weight"), in pytree order."""
     return [jax.tree_util.keystr(path, simple=True, separator=".")
             for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
+
+
+def build_module_run(params: Params, frozen: eqx.Module, ds: Dataset, *, dtype, loss_kind: str,
+                     ntg_points: int, key: jax.Array, custom_loss=None) -> Built:
+    """The `Built` run of a model split into its trainable `params` and `frozen` rest (the
+    `mlp` kind, and `flowsim.simulate`): the flow is dθ/dt = −∇L (rate 1), and the archive's
+    init record holds each trainable leaf under its path, with the initial loss."""
+    as_j = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    problem = Problem(net=ModuleNet(frozen=frozen), X=as_j(ds.X_train), y=as_j(ds.y_train),
+                      X_test=as_j(ds.X_test), y_test=as_j(ds.y_test), rate=1.0, loss_kind=loss_kind,
+                      ntg_points=min(ntg_points, ds.X_train.shape[0]), custom_loss=custom_loss)
+    init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
+    return Built(problem=problem, params=params, dataset=ds, init=init | {"loss0": np.asarray(problem.loss(params))},
+                 key=key)
