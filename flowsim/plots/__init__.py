@@ -5,6 +5,8 @@
 - ``<name>-fig1.<fmt>``: the four panels of Caron et al. Fig. 1 -- (a) training loss,
   (b) ``‖w_tj − w_0j‖`` of the largest movers, (c) ``‖Θ̂_t − Θ̂_0‖₂``, (d) ``eig_min Θ̂_t``;
 - ``<name>-test.<fmt>`` when ``test_loss`` is recorded: train and test loss;
+- ``<name>-sharpness.<fmt>`` when ``sharpness`` is recorded: loss and sharpness with each
+  GD's stability limit 2/η (Cohen et al. 2021);
 - Caron et al.'s pruning, transfer, PCA, accuracy and learning-rate figures where the
   archive holds them (`caron.py`); a scenario with ``[plot] figure = "chen-exp…"`` gets
   Chen et al.'s layouts instead (`chen.py`).
@@ -31,6 +33,7 @@ from . import chen
 from .caron import caron_figures
 from .fig1 import (
     figure_fig1,
+    figure_sharpness,
     figure_test,
     panel_eig_min,
     panel_loss,
@@ -40,7 +43,7 @@ from .fig1 import (
 from .labels import short_label
 from .reader import TOP_NODES, Trace, gather, safe_name, scenario_name
 
-__all__ = ["plot_archive", "short_label", "gather", "Trace", "figure_fig1", "figure_test",
+__all__ = ["plot_archive", "short_label", "gather", "Trace", "figure_fig1", "figure_test", "figure_sharpness",
            "panel_loss", "panel_weight_change", "panel_ntg_change", "panel_eig_min",
            "TOP_NODES"]
 
@@ -59,7 +62,8 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
         traces = [] if kind else gather(arch)
     if kind:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
         return chen.plot_archive(path, out, formats=formats, name=name)
-    figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name)}
+    figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name),
+               "sharpness": figure_sharpness(traces, name)}
     figures.update(caron_figures(path, name))   # pruning, transfer, PCA, lr transfer
     written = []
     for tag, fig in figures.items():

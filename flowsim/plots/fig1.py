@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 
 from flowsim import theory
 from flowsim.config.typed import Config, ShallowModel
+from flowsim.integrate.registry import DISCRETE_KINDS
 
 from .reader import TOP_NODES, Trace
 from .style import (
@@ -190,5 +191,38 @@ def figure_test(traces: list[Trace], name: str) -> Figure | None:
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(f"{name}: train and test loss   ({seeds_note(traces)})", fontsize=13)
+    legends(fig, traces, style, theory=False)
+    return fig
+
+
+def panel_sharpness(ax: Axes, traces: list[Trace], style: Style) -> None:
+    """rate·λ_max(∇²L) vs t, with each discrete solver's stability limit 2/η dotted and
+    labelled: GD is linearly stable below it, and at the edge of stability it hovers there."""
+    ax.set_title("(b) sharpness; dotted: 2/η of each GD", loc="left", fontsize=11)
+    have = with_series(traces, "sharpness")
+    for tr in have:
+        draw(ax, tr, tr.series["sharpness"], style)
+    limits = sorted({float(tr.preset.learning_rate) for tr in have if tr.preset.kind in DISCRETE_KINDS})
+    for eta in limits:
+        ax.axhline(2 / eta, color="0.35", ls=":", lw=1.2)
+        ax.annotate(f"2/η, η = {eta:g}", (0.01, 2 / eta), xycoords=("axes fraction", "data"), ha="left",
+                    va="bottom", fontsize=8, color="0.35")
+    set_time_axis(ax, have)
+    ax.set_ylabel(r"rate $\cdot\ \lambda_{\max}(\nabla^2 L)$")
+
+
+def figure_sharpness(traces: list[Trace], name: str) -> Figure | None:
+    """Training loss and sharpness against time, with the 2/η lines (Cohen et al. 2021's
+    figure; None when sharpness is not recorded)."""
+    if not with_series(traces, "sharpness"):
+        return None
+    fig = Figure(figsize=(12, 5.5), layout="constrained", dpi=110)
+    axes = fig.subplots(1, 2)
+    style = Style.of(traces)
+    panel_loss(axes[0], traces, style, bound=False)
+    panel_sharpness(axes[1], traces, style)
+    for ax in axes:
+        ax.grid(True, which="major", alpha=0.3)
+    fig.suptitle(f"{name}: loss and sharpness   ({seeds_note(traces)})", fontsize=13)
     legends(fig, traces, style, theory=False)
     return fig

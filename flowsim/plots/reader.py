@@ -66,7 +66,7 @@ def _derived(view: _archive.SolverView) -> dict[str, np.ndarray]:
     """The per-seed quantities the figures need, each with time first."""
     names = set(view.series_names)
     out: dict[str, np.ndarray] = {}
-    for name in ("loss", "test_loss", "accuracy", "test_accuracy"):
+    for name in ("loss", "test_loss", "accuracy", "test_accuracy", "sharpness"):
         if name in names:
             arr = np.asarray(view[name], dtype=float)
             out[name] = arr.reshape(arr.shape[0], -1).mean(axis=1) if arr.ndim > 1 else arr

@@ -1,0 +1,57 @@
+"""`cohen-eos-quick`: Cohen et al. (ICLR 2021)'s two findings on a deep tanh network, asserted
+on the archive the catalog scenario writes (slow: about 3 minutes on 2 cores).
+
+1. Progressive sharpening: the flow's sharpness rises (after its first dip).
+2. Edge of stability: each GD whose 2/η lies below the flow's final sharpness ends with its
+   sharpness within 20 % of 2/η, while its loss still falls over the long run.
+"""
+
+import numpy as np
+import pytest
+
+import flowsim
+from flowsim.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    out = tmp_path_factory.mktemp("eos") / "cohen-eos-quick.h5"
+    assert main(["run", "cohen-eos-quick", "-o", str(out), "-q"]) == 0
+    return out
+
+
+def test_progressive_sharpening_then_gd_at_the_edge_of_stability(archive):
+    with flowsim.open(archive) as arch:
+        run = arch.runs["seed0"]
+        flow = np.asarray(run.solvers["tsit5"]["sharpness"])
+        gds = {s.name: (s.preset["learning_rate"], np.asarray(s["sharpness"]), np.asarray(s["loss"]))
+               for s in run.solvers.values() if s.discrete}
+    assert flow[-1] > 1.25 * flow.min() and flow[-1] > flow[0], flow
+    at_edge = {name: v for name, v in gds.items() if 2 / v[0] < flow[-1]}
+    assert len(at_edge) >= 3, (flow[-1], list(gds))
+    for name, (eta, sharp, loss) in at_edge.items():
+        assert sharp[0] < 2 / eta, (name, sharp[0])                   # it starts stable
+        assert abs(sharp[-1] - 2 / eta) <= 0.2 * (2 / eta), (name, eta, sharp[-1])
+        half = loss.size // 2
+        assert loss[-1] < loss[half] < loss[1], (name, loss[[1, half, -1]])
+
+
+def test_compare_draws_the_sharpness_against_two_over_eta(archive, tmp_path, capsys):
+    assert main(["compare", str(archive), "-o", str(tmp_path / "figs")]) == 0
+    table = capsys.readouterr().out
+    assert "stability gd-1.0" in table
+    assert any(p.suffix == ".png" for p in (tmp_path / "figs").iterdir())
+
+
+def test_plot_draws_loss_and_sharpness_with_each_stability_limit(archive, tmp_path):
+    from flowsim.plots import figure_sharpness, gather, plot_archive
+
+    written = plot_archive(archive, tmp_path, formats=("png",))
+    assert tmp_path / "cohen-eos-quick-sharpness.png" in written
+    with flowsim.open(archive) as arch:
+        fig = figure_sharpness(gather(arch), "cohen-eos-quick")
+    sharp = fig.axes[1]
+    limits = sorted(round(line.get_ydata()[0], 9) for line in sharp.lines if line.get_linestyle() == ":")
+    assert limits == sorted(round(2 / eta, 9) for eta in (0.9, 1.0, 1.1))
