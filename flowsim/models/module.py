@@ -16,7 +16,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ..data import Dataset
-from ..ntg import jacobian_ntg
+from ..ntg import vector_product_ntg
 from ..problem import Params, Problem
 from .base import Built
 
@@ -38,7 +38,7 @@ class ModuleNet(eqx.Module):
         return jax.vmap(self.model(params))(X)
 
     def ntg(self, params: Params, X: jax.Array) -> jax.Array:
-        return jacobian_ntg(self, params, X)
+        return vector_product_ntg(self, params, X)
 
     def weights(self, params: Params) -> jax.Array:
         return ravel_pytree(params)[0]
