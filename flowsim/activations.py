@@ -3,13 +3,18 @@
 Every activation is an elementwise JAX function. Derivatives come from `jax.jvp` with a
 unit tangent (elementwise, so one forward-mode pass), which keeps one source of truth for
 each function: the closed-form NTG and the autodiff oracle cannot disagree about σ'.
+A scenario may name its own activation by import path ("package.module:name",
+`flowsim.plugins`): it is looked up here like a registry name.
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
+
+from . import plugins
 
 Elementwise = Callable[[jax.Array], jax.Array]
 
@@ -51,7 +56,10 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
 SMOOTH = frozenset(name for name, a in ACTIVATIONS.items() if a.smooth)
 
 
+@functools.cache
 def _entry(name: str) -> Activation:
+    if plugins.is_path(name):   # validated (imported once) by the scenario loader
+        return Activation(name, plugins.load(name), smooth=False)
     try:
         return ACTIVATIONS[name]
     except KeyError:

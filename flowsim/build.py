@@ -8,7 +8,7 @@ scenario key and what is allowed.
 import jax
 import numpy as np
 
-from .config.typed import Config, FlowPreset, MlpModel, ShallowModel
+from .config.typed import Config, FlowPreset, MlpModel, PythonModel, ShallowModel
 from .data import DataError, Dataset, make_dataset
 from .integrate.registry import state_copies
 from .models import MODELS, BuildError, Built
@@ -209,6 +209,8 @@ def check_resources(scenario, out_dir=None) -> None:
     disk_total = 0.0
     for runs in points.values():
         cfg = runs[0].settings
+        if isinstance(cfg.model, PythonModel):
+            continue   # the factory's network is unknown until it is built: no estimate
         n, n_test, d = _data_shape(cfg, runs[0].seed, cache)
         est = estimate_resources(cfg, n, n_test, d, len(runs))
         disk_total += est["disk"]

@@ -199,7 +199,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from . import archive
+    from . import archive, plugins
 
     with archive.open(args.archive) as a:
         attrs = a.attrs
@@ -209,6 +209,10 @@ def cmd_inspect(args) -> int:
               f"dtype {attrs.get('dtype')}, flowsim {attrs.get('flowsim_version')}, created {attrs.get('created')}")
         if prov:
             print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v))
+        resolved = attrs.get("scenario_resolved")
+        found = plugins.named_in(resolved) if isinstance(resolved, dict) else []
+        if found:   # named, never imported: reading an archive runs nothing
+            print(f"  ran user code (plug-ins): {', '.join(found)}")
         if a.data:
             print("  /data: " + ", ".join(f"{k} {v.shape}" for k, v in a.data.items()))
         if a.writer_pid is not None:

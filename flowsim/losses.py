@@ -4,11 +4,14 @@ scale of the flow, so it is always explicit.
 All take predictions and targets of shape (n, k) (k = 1 for scalar regression).
 """
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import jax
 import jax.numpy as jnp
+
+from . import plugins
 
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -44,8 +47,12 @@ LOSSES: dict[str, Loss] = {loss.name: loss for loss in (
 )}
 
 
+@functools.cache
 def loss_entry(kind: str) -> Loss:
-    """The loss called `kind`; raises `ValueError` listing the allowed kinds."""
+    """The loss called `kind` (or the plug-in at the import path `kind`, taken for a mean
+    over samples); raises `ValueError` listing the allowed kinds."""
+    if plugins.is_path(kind):   # validated (imported once) by the scenario loader
+        return Loss(kind, plugins.load(kind), sum_over_samples=False)
     try:
         return LOSSES[kind]
     except KeyError:

@@ -35,3 +35,11 @@ def run_cli(*args, cwd=None, expect: int = 0) -> str:
     rc, out, err = call_cli(*args, cwd=cwd)
     assert rc == expect, f"flowsim {' '.join(map(str, args))} exited {rc}:\n{err[-3000:]}"
     return out
+
+
+def mlp_factory(key, d, k):
+    """A `model.kind = "python"` factory for tests: "tests.helpers:mlp_factory"."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    return eqx.nn.MLP(d, k, 8, 1, activation=jnp.tanh, key=key)

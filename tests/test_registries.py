@@ -84,6 +84,9 @@ def test_every_loss_gives_a_finite_value_and_gradient_and_an_unbiased_batch(kind
 # ------------------------------------------------------------------------ models
 
 
+MODEL_KEYS = {"mlp": "widths = [8]", "python": 'factory = "tests.helpers:mlp_factory"'}
+
+
 @pytest.mark.parametrize("kind", list(MODELS))
 def test_every_model_kind_validates_and_builds(kind):
     sc = loads_scenario(f"""
@@ -95,7 +98,7 @@ d = 3
 n_test = 2
 [model]
 kind = "{kind}"
-{"widths = [8]" if kind == "mlp" else "width = 8"}
+{MODEL_KEYS.get(kind, "width = 8")}
 [run]
 t_end = 0.5
 solvers = ["gd-lr0.1"]

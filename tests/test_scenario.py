@@ -586,8 +586,10 @@ def test_kinds_are_read_from_the_registries():
 
 @pytest.mark.parametrize("patch, allowed", [
     ({"model.activation": '"relux"'},
-     'one of "relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"'),
-    ({"loss.kind": '"mae"'}, 'one of "half-sse", "mse", "cross-entropy"'),
+     'one of "relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity", '
+     'or a plug-in "package.module:name" naming an elementwise function z -> σ(z)'),
+    ({"loss.kind": '"mae"'}, 'one of "half-sse", "mse", "cross-entropy", or a plug-in "package.module:name" '
+     'naming a function (pred (n, k), y (n, k)) -> scalar, a mean over samples'),
     ({"run.observe": '["los"]'},
      'one of "loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change", '
      '"weight_change", "importance", "weights", "sharpness", "gn_sharpness", "hidden"'),

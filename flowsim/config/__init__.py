@@ -59,6 +59,7 @@ from .typed import (
     ShallowModel as ShallowModel,
     EmbeddedModel as EmbeddedModel,
     MlpModel as MlpModel,
+    PythonModel as PythonModel,
     ModuleModel as ModuleModel,
     Loss as Loss,
     CheckpointEvery as CheckpointEvery,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from importlib import resources
 from pathlib import Path
 
+from .. import plugins
 from .files import display, read_toml
 from .spec import ScenarioError, did_you_mean, is_file, show, toml_string
 
@@ -40,12 +41,16 @@ def data_dir() -> Path:
 
 
 def _description(path: Path) -> str:
-    """A catalog file's `description`; a file that cannot be read says why instead."""
+    """A catalog file's `description`, marked when it names plug-ins (it runs the user's
+    code); a file that cannot be read says why instead."""
     try:
-        desc = read_toml(path, display(path)).get("description", "")
+        raw = read_toml(path, display(path))
     except ScenarioError as e:
         return f"(unreadable: {e})"
-    return desc if isinstance(desc, str) else show(desc)
+    desc = raw.get("description", "")
+    desc = desc if isinstance(desc, str) else show(desc)
+    found = plugins.named_in(raw)
+    return f"[runs user code: {', '.join(found)}] {desc}" if found else desc
 
 
 def _catalog(folder: Path) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import plugins
 from ..activations import SMOOTH
 from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
@@ -74,8 +75,8 @@ def _kink_warnings(runs: list[RunSpec], shown: str) -> tuple[str, ...]:
     every kink its error estimate sees and crawls (minutes per point, often `max_steps`)."""
     out = {}
     for r in runs:
-        activation = r.settings.model.activation
-        if activation in SMOOTH:
+        activation = getattr(r.settings.model, "activation", None)
+        if activation is None or activation in SMOOTH or plugins.is_path(activation):
             continue
         for p in r.settings.run.solvers:
             if isinstance(p, FlowPreset) and p.rtol < KINK_RTOL and p.name not in out:

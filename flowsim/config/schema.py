@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import plugins
 from ..activations import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
@@ -176,6 +179,55 @@ def _rtol_within_dtype(top: dict, key: str, ctx: Ctx) -> None:
                               f"{num(FLOAT32_MIN_RTOL)} (e.g. \"dopri5-fast\"), or dtype = \"float64\"")
 
 
+@dataclass(frozen=True)
+class Plugin(Str):
+    """One of `choices`, or a plug-in "package.module:name" that imports (from the scenario's
+    folder first) and passes `probe` (which returns what is wrong with the object, or "")."""
+
+    probe: Callable[[Any], str] = lambda obj: ""
+    what: str = "a function"
+
+    def allowed(self) -> str:
+        plugin = f'a plug-in {plugins.FORM} naming {self.what}'
+        return f"{super().allowed()}, or {plugin}" if self.choices else plugin
+
+    def check(self, value, key, ctx):
+        if not plugins.is_path(value):
+            if not self.choices:
+                raise ctx.bad(key, value, "is not an import path", self.allowed())
+            return super().check(value, key, ctx)
+        try:
+            obj = plugins.load(value, ctx.base_dir)
+        except plugins.PluginError as err:
+            raise ctx.bad(key, value, str(err), self.allowed()) from None
+        wrong = self.probe(obj)
+        if wrong:
+            raise ctx.bad(key, value, wrong, self.allowed())
+        return value
+
+
+def _callable(obj) -> str:
+    return "" if callable(obj) else f"is of type {type(obj).__name__}, not callable"
+
+
+def _probe(shapes: tuple[tuple[int, ...], ...], want: tuple[int, ...], what: str):
+    """A probe calling the object on zeros of `shapes` (abstractly, no compute) and asking
+    for an output of shape `want`."""
+    def probe(obj) -> str:
+        import jax
+        import jax.numpy as jnp
+
+        if not callable(obj):
+            return _callable(obj)
+        try:
+            out = jax.eval_shape(obj, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
+        except Exception as err:  # noqa: BLE001 - the user's code may raise anything
+            return f"fails on arrays of shapes {list(shapes)} ({type(err).__name__}: {err})"
+        shape = getattr(out, "shape", None)
+        return "" if shape == want else f"returns shape {shape} on {list(shapes)}; {what} returns {want}"
+    return probe
+
+
 def _observables_fit_model(top: dict, key: str, ctx: Ctx) -> None:
     """Observables of one model family (Caron's importance, the hidden preactivations) ask
     the network for what only that family has."""
@@ -301,9 +353,14 @@ def _train_within_layers(t: dict, key: str, ctx: Ctx) -> None:
                       f"{len(t['widths'])} hidden and the output)", f'"all", or layer indices in [0, {layers - 1}]')
 
 
+def _activation(default: str) -> Plugin:
+    return Plugin(choices=ACTIVATIONS, default=default, what="an elementwise function z -> σ(z)",
+                  probe=_probe(((3,),), (3,), "an elementwise function"))
+
+
 _MODEL_COMMON: dict[str, Spec] = {
     "width": Int(lo=1, default=1000),
-    "activation": Str(choices=ACTIVATIONS, default="relu"),
+    "activation": _activation("relu"),
     "init_std": _positive(1.0),
 }
 MODEL = Tagged(
@@ -327,7 +384,7 @@ MODEL = Tagged(
         # A fully connected network of any depth (flowsim/models/mlp.py); `train`: "all",
         # or the indices of the layers that train (0 = the input layer).
         "mlp": {"widths": ListOf(item=Int(lo=1), nonempty=True, default=[100, 100]),
-                "activation": Str(choices=ACTIVATIONS, default="tanh"),
+                "activation": _activation("tanh"),
                 "parameterisation": Str(choices=MLP_PARAMETERISATIONS, default="standard",
                                         note="µP is not offered: its per-layer learning rates precondition "
                                              "the flow, and flowsim integrates dθ/dt = −∇L"),
@@ -336,13 +393,18 @@ MODEL = Tagged(
                 "train": OneOf(options=(Str(choices=("all",)),
                                         ListOf(item=Int(lo=0), nonempty=True, distinct=True)),
                                default="all")},
+        # The user's own network: factory(key, d, k) -> an Equinox module mapping one input
+        # (d,) to outputs (k,); every floating array trains (flowsim/models/module.py).
+        "python": {"factory": Plugin(what="a function (key, d, k) -> an Equinox module", probe=_callable)},
     },
     tag_default="shallow",
     rules={"embedded": (_embedded_keys,), "mlp": (_train_within_layers,)},
     default=REQUIRED,
 )
 
-LOSS = Table(fields={"kind": Str(choices=LOSSES, default="half-sse")})
+LOSS = Table(fields={"kind": Plugin(choices=LOSSES, default="half-sse",
+                                    what="a function (pred (n, k), y (n, k)) -> scalar, a mean over samples",
+                                    probe=_probe(((4, 2), (4, 2)), (), "a loss"))})
 
 # Exactly one checkpoint form; each form is its own small table.
 CHECKPOINT_FORMS: dict[str, Table] = {

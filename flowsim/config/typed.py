@@ -42,7 +42,7 @@ __all__ = [
     "SphereSineData", "SingleReluData", "RandomLabelsData", "XorNoiseData",
     "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData", "ArraysData",
     "NtkScaling", "AsymmetricScaling", "SingleScaling", "FiniteScaling", "CustomScaling",
-    "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "MlpModel", "ModuleModel", "Loss",
+    "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "MlpModel", "PythonModel", "ModuleModel", "Loss",
     "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset",
     "Run", "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
 ]
@@ -287,6 +287,12 @@ class MlpModel:
 
 
 @_frozen
+class PythonModel:
+    kind: Literal["python"] = "python"
+    factory: str      # "package.module:name": factory(key, d, k) -> an Equinox module
+
+
+@_frozen
 class ModuleModel:
     """A user's Equinox model passed to `flowsim.simulate` (no scenario file names this
     kind): what it was, how many parameters train, and a digest of every seed's initial
@@ -300,7 +306,7 @@ class ModuleModel:
     digest: str
 
 
-Model = Union[ShallowModel, EmbeddedModel, MlpModel, ModuleModel]
+Model = Union[ShallowModel, EmbeddedModel, MlpModel, PythonModel, ModuleModel]
 
 
 @_frozen

@@ -6,7 +6,9 @@ record the archive keeps.
 - ``embedded``: Chen, Vanden-Eijnden & Bruna's models, a shallow net on fixed embedded
   inputs φ(X) (`embedded.py`);
 - ``mlp``: fully connected networks of any depth (`mlp.py`), run as Equinox modules
-  through `ModuleNet` (`module.py`), like a user's model given to `flowsim.simulate`.
+  through `ModuleNet` (`module.py`), like a user's model given to `flowsim.simulate`;
+- ``python``: the user's own Equinox network, built by a factory named by import path
+  (`flowsim.plugins`), also through `ModuleNet`.
 """
 
 from .base import BuildError as BuildError
@@ -15,6 +17,7 @@ from .base import Model as Model
 from .embedded import build_embedded
 from .mlp import build_mlp
 from .module import ModuleNet as ModuleNet
+from .module import build_python
 from .shallow import ShallowNet as ShallowNet
 from .shallow import build_shallow
 from .shallow import init_shallow as init_shallow
@@ -23,4 +26,5 @@ MODELS: dict[str, Model] = {m.name: m for m in (
     Model("shallow", build_shallow),
     Model("embedded", build_embedded),
     Model("mlp", build_mlp),
+    Model("python", build_python),
 )}

@@ -1,4 +1,5 @@
-"""An Equinox model as flowsim's network: a user's (`flowsim.simulate`) or the `mlp` kind's.
+"""An Equinox model as flowsim's network: a user's (`flowsim.simulate`, or a scenario's
+`model.kind = "python"` factory) or the `mlp` kind's.
 
 The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it by the
 user's `trainable` filter: the trainable leaves are the `Params` (the ODE state, GD's state,
@@ -15,10 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from .. import plugins
+from ..config.typed import Config
 from ..data import Dataset
 from ..ntg import vector_product_ntg
 from ..problem import Params, Problem
-from .base import Built
+from .base import BuildError, Built, dtype_of
 
 
 class ModuleNet(eqx.Module):
@@ -67,3 +70,29 @@ def build_module_run(params: Params, frozen: eqx.Module, ds: Dataset, *, dtype, 
     init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
     return Built(problem=problem, params=params, dataset=ds, init=init | {"loss0": np.asarray(problem.loss(params))},
                  key=key)
+
+
+def build_python(config: Config, ds: Dataset, seed: int) -> Built:
+    """`model.kind = "python"`: the scenario's `factory(key, d, k)` builds the network (an
+    Equinox module mapping one input (d,) to outputs (k,)); every floating array trains. The
+    loader has imported the factory already (`flowsim.plugins`); a factory that fails or
+    builds the wrong thing is a `BuildError` naming `model.factory`."""
+    path = config.model.factory
+    d, k = ds.X_train.shape[1], ds.y_train.shape[1]
+    allowed = f"a factory (key, d, k) returning an eqx.Module that maps an input of shape ({d},) to ({k},)"
+    model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
+    dtype = dtype_of(config)
+    try:
+        model = plugins.load(path)(model_key, d, k)
+        out = jax.eval_shape(model, jax.ShapeDtypeStruct((d,), dtype)) if isinstance(model, eqx.Module) else None
+    except Exception as err:  # noqa: BLE001 - the user's code may raise anything
+        raise BuildError(f"`model.factory` = {path!r}: factory(key, d={d}, k={k}) raised "
+                         f"{type(err).__name__}: {err}; allowed: {allowed}") from None
+    if out is None or getattr(out, "shape", None) != (k,):
+        what = f"returned an object of type {type(model).__name__}" if out is None else \
+            f"returned a module mapping ({d},) to {getattr(out, 'shape', out)}"
+        raise BuildError(f"`model.factory` = {path!r}: factory(key, d={d}, k={k}) {what}; allowed: {allowed}")
+    model = jax.tree.map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, model)
+    params, frozen = eqx.partition(model, eqx.is_inexact_array)
+    return build_module_run(params, frozen, ds, dtype=dtype, loss_kind=config.loss.kind,
+                            ntg_points=config.run.ntg_points, key=solver_key)
