@@ -101,6 +101,10 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("ntg_change", {"ntg_change_spectral": (), "ntg_change_frobenius": ()}, _scalar_row, _ntg_change),
     Observable("weight_change", {"weight_change": ("node",)}, lambda m, p, d: m,
                lambda s: {"weight_change": s.problem.net.weight_change(s.params, s.ref.params0)}),
+    # per unit of every dense layer: ‖w_i(t) − w_i(0)‖ of each unit's incoming weights (the
+    # rows of each 2-D trainable leaf; a shallow network's hidden nodes)
+    Observable("unit_change", {"unit_change": ("unit",)}, lambda m, p, d: m,
+               lambda s: {"unit_change": s.problem.net.unit_change(s.params, s.ref.params0)}),
     # Caron et al.'s node importance λ_j‖w_j‖²
     Observable("importance", {"importance": ("node",)}, lambda m, p, d: m,
                lambda s: {"importance": s.problem.net.lam * jnp.sum(s.params["W"] ** 2, axis=-1)},

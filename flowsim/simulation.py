@@ -176,7 +176,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     solvers      preset names (`flowsim list`) or dicts shaped like a solver file, with "name".
     checkpoints  {"count": N, "spacing": "linear" | "log"}, {"every": T} or {"times": [...]}.
     observe      loss, test_loss, accuracy, test_accuracy, ntg, ntg_eig, ntg_change,
-                 weight_change (per trainable leaf), weights (the trainable leaves as one
+                 weight_change (per trainable leaf), unit_change (per unit of every dense
+                 layer: the rows of each 2-D leaf), weights (the trainable leaves as one
                  vector), sharpness, gn_sharpness.
     trainable    an Equinox filter (a function of a leaf, or a pytree of booleans shaped like
                  the model, as `eqx.partition` takes): the leaves the flow moves; the others

@@ -148,3 +148,19 @@ def test_two_layer_linear_network_follows_the_logistic_closed_form(tmp_path):
     u = s / (1 + (s / u0 - 1) * np.exp(-2 * s * t[:, None]))
     np.testing.assert_allclose(loss, 0.5 * np.sum((u - s) ** 2, axis=1), rtol=1e-6, atol=1e-12)
     assert loss[-1] < 1e-3 * loss[0]
+
+
+def test_unit_change_is_per_unit_of_every_dense_layer():
+    net = init_mlp(jax.random.PRNGKey(0), [4, 6, 5, 2], parameterisation="ntk", init_std=1.0, bias=True,
+                   activation_name="tanh")
+    params, frozen = eqx.partition(net, eqx.is_inexact_array)
+    moved = jax.tree.map(lambda x: x + 0.1 * jnp.arange(x.size, dtype=x.dtype).reshape(x.shape), params)
+    module = ModuleNet(frozen=frozen)
+    expected = np.concatenate([np.linalg.norm(np.asarray(a - b), axis=1)
+                               for a, b in zip(moved.weights, params.weights)])
+    np.testing.assert_allclose(module.unit_change(moved, params), expected, rtol=1e-14)
+    assert module.unit_change(moved, params).shape == (6 + 5 + 2,)
+    assert module.weight_change(moved, params).shape == (6,)        # per leaf: 3 weights, 3 biases
+    prob, p0 = make_problem(n=5, d=3, m=7)
+    p1 = {"W": p0["W"] + 1.0}
+    np.testing.assert_allclose(prob.net.unit_change(p1, p0), np.full(7, np.sqrt(3.0)), rtol=1e-14)

@@ -52,6 +52,14 @@ class ModuleNet(eqx.Module):
                           zip(jax.tree.leaves(params), jax.tree.leaves(params0), strict=True)])
 
 
+    def unit_change(self, params: Params, params0: Params) -> jax.Array:
+        """‖w_i − w_i(0)‖ per unit of every dense layer: the rows of each 2-D trainable leaf
+        (a layer's (out, in) weight matrix, Equinox's layout), layers in `leaf_paths` order."""
+        rows = [jnp.linalg.norm(a - b, axis=-1) for a, b in
+                zip(jax.tree.leaves(params), jax.tree.leaves(params0), strict=True) if a.ndim == 2]
+        return jnp.concatenate(rows) if rows else jnp.zeros(0, jax.tree.leaves(params)[0].dtype)
+
+
 def leaf_paths(params: Params) -> list[str]:
     """Each trainable leaf's path in the model ("layers.0.weight"), in pytree order."""
     return [jax.tree_util.keystr(path, simple=True, separator=".")

@@ -68,6 +68,8 @@ class ShallowNet(eqx.Module):
         """‖w_j − w_j(0)‖ per hidden node."""
         return jnp.linalg.norm(params["W"] - params0["W"], axis=-1)
 
+    unit_change = weight_change   # the hidden layer is the one dense layer that trains W
+
     def ntg(self, params: Params, X: jax.Array) -> jax.Array:
         """Closed-form neural tangent Gram matrix of the first output (DESIGN.md §1):
 
