@@ -50,7 +50,7 @@ def scenario(*sets):
     return loads_scenario(SCENARIO, overrides=list(sets))
 
 
-@pytest.mark.parametrize("parameterisation", ["standard", "ntk", "mean-field"])
+@pytest.mark.parametrize("parameterisation", ["standard", "ntk", "mean-field", "mup"])
 def test_forward_pass_matches_the_formulas(parameterisation):
     sizes = [4, 6, 5, 2]
     key = jax.random.PRNGKey(1)
@@ -62,6 +62,8 @@ def test_forward_pass_matches_the_formulas(parameterisation):
         fan_in = sizes[i]
         if parameterisation == "standard":
             pre = W @ h / math.sqrt(fan_in)
+        elif parameterisation == "mup":      # input ×√n₁ with W/√n₁; hidden W/√fan_in; output W/fan_in
+            pre = {0: W @ h, 1: W @ h / math.sqrt(fan_in), 2: W @ h / fan_in}[i]
         elif parameterisation == "mean-field" and i == 2:
             pre = W @ h / fan_in
         else:
@@ -120,7 +122,7 @@ def test_train_picks_the_layers_that_move():
 
 @pytest.mark.parametrize("override, key, allowed", [
     ("model.train=[3]", "model.train", "layer indices in [0, 2]"),
-    ("model.parameterisation='mup'", "model.parameterisation", "µP is not offered"),
+    ("model.parameterisation='mu-p'", "model.parameterisation", '"mup"'),
     ("model.widths=[]", "model.widths", ""),
     ("run.observe=['hidden']", "run.observe", "observables of any model"),
 ])

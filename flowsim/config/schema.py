@@ -340,9 +340,7 @@ def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
                       "an even integer >= 2")
 
 
-# µP is not among them: its per-layer learning rates are a preconditioner of the flow,
-# and flowsim integrates the plain dθ/dt = −∇L.
-MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field")
+MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field", "mup")   # flowsim/models/mlp.py
 SHALLOW_KINDS = ("shallow", "embedded")     # the one-hidden-layer networks (ShallowNet)
 
 
@@ -385,9 +383,7 @@ MODEL = Tagged(
         # or the indices of the layers that train (0 = the input layer).
         "mlp": {"widths": ListOf(item=Int(lo=1), nonempty=True, default=[100, 100]),
                 "activation": _activation("tanh"),
-                "parameterisation": Str(choices=MLP_PARAMETERISATIONS, default="standard",
-                                        note="µP is not offered: its per-layer learning rates precondition "
-                                             "the flow, and flowsim integrates dθ/dt = −∇L"),
+                "parameterisation": Str(choices=MLP_PARAMETERISATIONS, default="standard"),
                 "init_std": _positive(1.0),
                 "bias": Bool(default=True),
                 "train": OneOf(options=(Str(choices=("all",)),

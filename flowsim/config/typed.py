@@ -280,7 +280,7 @@ class MlpModel:
     kind: Literal["mlp"] = "mlp"
     widths: tuple[int, ...]     # hidden layers
     activation: str
-    parameterisation: str       # "standard" | "ntk" | "mean-field"
+    parameterisation: str       # "standard" | "ntk" | "mean-field" | "mup"
     init_std: float
     bias: bool
     train: str | tuple[int, ...]   # "all", or the indices of the layers that train

@@ -8,10 +8,16 @@ initial variance of Wₗ and its forward multiplier cₗ (σ = `init_std`, fan_i
     standard     Wₗ ~ N(0, σ²/fan_in),  cₗ = 1            (LeCun init; PyTorch's scale)
     ntk          Wₗ ~ N(0, σ²),         cₗ = 1/√fan_in     (Jacot et al. 2018)
     mean-field   as ntk, but the output layer c_L = 1/fan_in (f → 0 at init as width grows)
+    mup          Wₗ ~ N(0, σ²/n),  c₁ = √n₁ (input layer, n = n₁ its width), cₗ = 1 (hidden,
+                 n = fan_in), c_L = 1/√fan_in (output, n = fan_in)
 
-Biases start at zero. Under the gradient flow dθ/dt = −∇L the parameterisations differ in
-their per-layer effective learning rates, which is what the NTK and mean-field limits are
-about. The network is an Equinox module, run through `ModuleNet` like a user's model:
+Under the gradient flow dθ/dt = −∇L the parameterisations differ in their per-layer
+effective learning rates, which is what the NTK, mean-field and µP limits are about. µP is
+Yang & Hu (2021)'s abc-parameterisation with one learning rate for every layer (a = −½, 0,
+½ for the input, hidden and output layers, b = ½, c = 0; their Table 3): the symmetry
+(a, b, c) → (a + θ, b − θ, c − 2θ) moves per-layer learning rates into the multipliers and
+the initial variances, so the plain flow realises it. Biases start at zero and are not
+rescaled (a simplification: in µP the input layer's bias would carry c₁ too). The network is an Equinox module, run through `ModuleNet` like a user's model:
 `train` picks the layers whose weights (and biases) move.
 """
 
@@ -55,6 +61,10 @@ def init_mlp(key: jax.Array, sizes: list[int], *, parameterisation: str, init_st
         W = init_std * jax.random.normal(key_i, (fan_out, fan_in), dtype)
         if parameterisation == "standard":
             W, c = W / math.sqrt(fan_in), 1.0
+        elif parameterisation == "mup":   # n: the layer's width (d and k are O(1) in µP)
+            n = fan_out if i == 0 else fan_in
+            W = W / math.sqrt(n)
+            c = math.sqrt(n) if i == 0 else 1.0 / math.sqrt(fan_in) if i == layers - 1 else 1.0
         elif parameterisation == "mean-field" and i == layers - 1:
             c = 1.0 / fan_in
         else:   # ntk, and mean-field's hidden layers
