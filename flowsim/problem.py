@@ -4,9 +4,9 @@ Its trainable state `Params` is a pytree of arrays: the ODE state, the GD state 
 checkpoint alike. For the built-in networks it is a plain dict (`{"W": (m, d)}`, plus `"a"`
 when the output layer is trained; `flowsim.models.ShallowNet`, with a closed-form NTG); for
 a user's Equinox model it is the model's trainable leaves (`flowsim.models.ModuleNet`). The
-network is any module called as `net(params, X)` with an `ntg(params, X)`. A Problem is an Equinox module of arrays, so a batch of
-them (one per seed) is a pytree with a leading axis and `eqx.filter_vmap` maps the whole
-simulation over seeds.
+network is any module called as `net(params, X)` with an `ntg(params, X)`. A Problem is an
+Equinox module of arrays, so a batch of them (one per seed) is a pytree with a leading axis
+and `eqx.filter_vmap` maps the whole simulation over seeds.
 """
 
 from collections.abc import Callable

@@ -212,7 +212,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                        "of the catalog only", "observables of any model: " +
                        ", ".join(o for o, e in OBSERVABLES.items() if not e.family))
     if {"test_loss", "test_accuracy"} & set(observe) and test is None:
-        raise _bad("observe", observe, "asks for a test measure without test data", "pass `test` = (X_test, y_test)")
+        raise _bad("observe", observe, "asks for a test measure without test data",
+                   "pass `test` = (X_test, y_test)")
     n, d, k = X.shape[0], X.shape[1], y.shape[1]
     resolved = _settings(name=name, seeds=seeds, dtype=dtype, n=n, d=d, n_test=X_test.shape[0], t_end=t_end,
                          checkpoints=checkpoints, solvers=solvers, observe=observe, ntg_points=ntg_points,
@@ -225,8 +226,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
         try:
             params, frozen = eqx.partition(m, trainable)
         except (TypeError, ValueError) as err:
-            raise _bad("trainable", trainable, f"is not a filter of {source} ({err})",
-                       "an Equinox filter: a function of a leaf, or a pytree of booleans shaped like the model") from None
+            raise _bad("trainable", trainable, f"is not a filter of {source} ({err})", "an Equinox filter: "
+                       "a function of a leaf, or a pytree of booleans shaped like the model") from None
         leaves = jax.tree.leaves(params)
         if not leaves or not all(eqx.is_inexact_array(v) for v in leaves):
             raise _bad("trainable", trainable, f"selects {len(leaves)} leaves of {source}"
@@ -239,7 +240,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     first = splits[0][0]
     resolved["data"] = {"kind": "arrays", "seed": 0, "n": n, "d": d, "n_test": X_test.shape[0], "outputs": k,
                         "digest": _digest(X, y, X_test, y_test)}
-    filter_name = getattr(trainable, "__name__", repr(trainable)) if callable(trainable) else "a pytree of booleans"
+    filter_name = getattr(trainable, "__name__", repr(trainable)) if callable(trainable) else \
+        "a pytree of booleans"
     resolved["model"] = {"kind": "module", "source": source, "trainable": filter_name,
                          "parameters": int(sum(v.size for v in jax.tree.leaves(first))),
                          "leaves": leaf_paths(first),
@@ -249,7 +251,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", config=copy.deepcopy(resolved), settings=settings)
             for s in resolved["seeds"]]
     text = ("# Written by flowsim.simulate: the data, model and loss came from Python (recorded here\n"
-            "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n" + to_toml(resolved))
+            "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n"
+            + to_toml(resolved))
     scenario = Scenario(path=_SOURCE, text=text, resolved=resolved, settings=settings, runs=runs)
 
     ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)

@@ -348,7 +348,8 @@ def _train_within_layers(t: dict, key: str, ctx: Ctx) -> None:
     layers = len(t["widths"]) + 1
     if t["train"] != "all" and max(t["train"]) >= layers:
         raise ctx.bad(join(key, "train"), t["train"], f"names a layer past the last ({layers} layers: "
-                      f"{len(t['widths'])} hidden and the output)", f'"all", or layer indices in [0, {layers - 1}]')
+                      f"{len(t['widths'])} hidden and the output)",
+                      f'"all", or layer indices in [0, {layers - 1}]')
 
 
 def _activation(default: str) -> Plugin:

@@ -17,8 +17,10 @@ Yang & Hu (2021)'s abc-parameterisation with one learning rate for every layer (
 ½ for the input, hidden and output layers, b = ½, c = 0; their Table 3): the symmetry
 (a, b, c) → (a + θ, b − θ, c − 2θ) moves per-layer learning rates into the multipliers and
 the initial variances, so the plain flow realises it. Biases start at zero and are not
-rescaled (a simplification: in µP the input layer's bias would carry c₁ too). The network is an Equinox module, run through `ModuleNet` like a user's model:
-`train` picks the layers whose weights (and biases) move.
+rescaled (a simplification: in µP the input layer's bias would carry c₁ too).
+
+The network is an Equinox module, run through `ModuleNet` like a user's model: `train`
+picks the layers whose weights (and biases) move.
 """
 
 import math

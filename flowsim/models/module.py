@@ -76,8 +76,8 @@ def build_module_run(params: Params, frozen: eqx.Module, ds: Dataset, *, dtype, 
                       X_test=as_j(ds.X_test), y_test=as_j(ds.y_test), rate=1.0, loss_kind=loss_kind,
                       ntg_points=min(ntg_points, ds.X_train.shape[0]), custom_loss=custom_loss)
     init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
-    return Built(problem=problem, params=params, dataset=ds, init=init | {"loss0": np.asarray(problem.loss(params))},
-                 key=key)
+    init["loss0"] = np.asarray(problem.loss(params))
+    return Built(problem=problem, params=params, dataset=ds, init=init, key=key)
 
 
 def build_python(config: Config, ds: Dataset, seed: int) -> Built:
