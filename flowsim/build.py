@@ -188,6 +188,24 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) 
     return {"memory": float(memory), "disk": float(disk), "params": float(params), "copies": float(copies)}
 
 
+def point_estimates(scenario) -> list[tuple[list, dict[str, float] | None]]:
+    """Each sweep point's runs with `estimate_resources` of their batch (plus the data's
+    `n` and `d`); None for a plug-in model, whose size is known only once it is built."""
+    cache: dict = {}
+    points: dict[int, list] = {}
+    for r in scenario.runs:
+        points.setdefault(r.point, []).append(r)
+    out = []
+    for runs in points.values():
+        cfg = runs[0].settings
+        if isinstance(cfg.model, PythonModel):
+            out.append((runs, None))
+            continue
+        n, n_test, d = _data_shape(cfg, runs[0].seed, cache)
+        out.append((runs, estimate_resources(cfg, n, n_test, d, len(runs)) | {"n": float(n), "d": float(d)}))
+    return out
+
+
 def check_resources(scenario, out_dir=None) -> None:
     """Refuse, before anything is built, a scenario whose largest sweep point would not fit
     in memory (or whose archive would not fit on the disk). The message gives the estimate,
@@ -202,17 +220,12 @@ def check_resources(scenario, out_dir=None) -> None:
         except OSError:
             disk_free = None
     file = getattr(scenario, "path", "scenario")
-    cache: dict = {}
-    points: dict[int, list] = {}
-    for r in scenario.runs:
-        points.setdefault(r.point, []).append(r)
     disk_total = 0.0
-    for runs in points.values():
-        cfg = runs[0].settings
-        if isinstance(cfg.model, PythonModel):
+    for runs, est in point_estimates(scenario):
+        if est is None:
             continue   # the factory's network is unknown until it is built: no estimate
-        n, n_test, d = _data_shape(cfg, runs[0].seed, cache)
-        est = estimate_resources(cfg, n, n_test, d, len(runs))
+        cfg = runs[0].settings
+        n, d = int(est["n"]), int(est["d"])
         disk_total += est["disk"]
         if est["memory"] > limit:
             where = f" (sweep point {runs[0].label})" if runs[0].label else ""

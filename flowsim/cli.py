@@ -1,4 +1,4 @@
-"""The `flowsim` command: run | merge | list | inspect | plot | compare | analyze.
+"""The `flowsim` command: run | merge | list | show | inspect | plot | compare | analyze.
 
 Argument parsing, messages and exit codes only: the work is done by library calls
 (`flowsim.session` for `run`).
@@ -36,8 +36,9 @@ def _input_errors():
 
 class _StopRequest:
     """SIGTERM (a batch scheduler's stop) and Ctrl-C during `flowsim run`: the first one
-    asks the driver to stop once the checkpoint being computed is committed (exit 130, the
-    archive resumable); a second one stops at once (the archive is crash-safe anyway).
+    stops the driver within a quarter second, abandoning the segment being computed (with
+    --distributed: after the checkpoint being computed, on every process); exit 130, the
+    archive resumable. A second one stops at once (the archive is crash-safe anyway).
     Nothing is printed inside the handler (a write there can collide with one it interrupted)."""
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -102,6 +103,15 @@ def _quiet_hdf5_unraisable(unraisable) -> None:
     sys.__unraisablehook__(unraisable)
 
 
+def _leave(code: int) -> None:
+    """Exit now, without the interpreter's teardown (see the callers for why)."""
+    import os
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def cmd_run(args) -> int:
     if args.distributed:   # before anything starts JAX's backends
         from .devices import DistributedError, initialize
@@ -135,13 +145,23 @@ def cmd_run(args) -> int:
     saved_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_hdf5_unraisable
     try:
-        statuses = session.drive(job, writer, progress=None if primary and not args.quiet else False,
+        from .progress import Progress
+
+        progress = Progress(None if primary and not args.quiet else False,
+                            jsonl=args.log_jsonl if primary else None)
+        # One process alone can stop during a segment; several must stop after the same checkpoint.
+        statuses = session.drive(job, writer, progress=progress,
                                  report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
-                                 should_stop=lambda: any_process(_STOP()))
+                                 should_stop=lambda: any_process(_STOP()),
+                                 stop_now=None if args.distributed else _STOP)
     except KeyboardInterrupt:
         if primary:
             print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
                   f"`{resume_cmd}`", file=sys.stderr)
+        if _COMMAND_LINE:
+            # The abandoned segment may still be computing on its thread, and the interpreter's
+            # teardown aborts under it; the archive is closed, so leave at once.
+            _leave(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except (OSError, RuntimeError) as err:   # h5py reports failed writes as either
         msg = _write_failure(out, err, resume_cmd)
@@ -151,11 +171,7 @@ def cmd_run(args) -> int:
         if _COMMAND_LINE:
             # HDF5 still holds the file it could not flush and retries at interpreter exit,
             # which can crash (SIGSEGV); every commit is on disk, so leave at once.
-            sys.stdout.flush()
-            sys.stderr.flush()
-            import os
-
-            os._exit(EXIT_INTERNAL)
+            _leave(EXIT_INTERNAL)
         return EXIT_INTERNAL
     finally:
         sys.unraisablehook = saved_hook
@@ -198,6 +214,14 @@ def cmd_list(args) -> int:
     return EXIT_OK
 
 
+def cmd_show(args) -> int:
+    from .config import find_scenario, load_scenario
+    from .show import show
+
+    print(show(load_scenario(find_scenario(args.scenario), args.set)))
+    return EXIT_OK
+
+
 def cmd_inspect(args) -> int:
     from . import archive, plugins
 
@@ -228,7 +252,7 @@ def cmd_inspect(args) -> int:
                 state = "interrupted" if sv.interrupted else sv.status
                 interrupted |= sv.interrupted
                 print(f"    {sname:<14} {state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}"
-                      + (f", {stats}" if stats else "") + f", {sv.wall_time:.2f} s"
+                      + (f", {stats}" if stats else "") + f", {sv.wall_time:.3g} s"
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
@@ -293,7 +317,10 @@ def parser() -> argparse.ArgumentParser:
     mode.add_argument("--resume", action="store_true", help="continue an interrupted archive")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted scenario key (TOML value), e.g. --set model.width=500")
-    r.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    r.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress (bars on a terminal; otherwise a line at most every 30 s)")
+    r.add_argument("--log-jsonl", metavar="PATH",
+                   help="append one JSON object per checkpoint and per finished batch to PATH (for dashboards)")
     r.add_argument("--distributed", action="store_true", help="one run over the devices of several processes "
                    "(jax.distributed; start the same command in each, see README 'Running at scale')")
     r.add_argument("--shard", metavar="i/N", help="run only the i-th (0 ≤ i < N) of N parts of the scenario's "
@@ -305,6 +332,11 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument("--overwrite", action="store_true", help="replace an existing merged archive")
     mg.set_defaults(func=cmd_merge)
     sub.add_parser("list", help="the scenario catalog and solver presets").set_defaults(func=cmd_list)
+    sh = sub.add_parser("show", help="a scenario's resolved keys (and where each came from), runs, checkpoint "
+                        "grids and estimate; nothing is run")
+    sh.add_argument("scenario", help="a scenario file, or the name of one in the catalog")
+    sh.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `run`")
+    sh.set_defaults(func=cmd_show)
     i = sub.add_parser("inspect", help="an archive's runs, statuses and solver statistics")
     i.add_argument("archive")
     i.set_defaults(func=cmd_inspect)

@@ -10,14 +10,14 @@ nothing of JAX.
 """
 
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import jax
 import numpy as np
-from tqdm.auto import tqdm
 
 from . import batch, checkpoint, status
 from .archive import ArchiveWriter
@@ -27,9 +27,11 @@ from .devices import is_primary, shard, to_host
 from .integrate.base import AbstractIntegrator
 from .integrate.presets import checkpoint_grid, make_integrator
 from .problem import Params
+from .progress import BatchProgress, Progress
 from .observe import observe, reference, series_axes
 
 STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals")
+POLL = 0.25     # seconds between looks at a stop request while a segment computes
 
 
 class Interrupted(KeyboardInterrupt):
@@ -73,20 +75,26 @@ class Driver:
     """Runs a scenario into an archive. `report` receives one line per finished batch;
     `hooks` are called after each solver of each batch (see `Hook`)."""
 
-    def __init__(self, scenario: Scenario, writer: ArchiveWriter, *, progress: bool | None = None,
+    def __init__(self, scenario: Scenario, writer: ArchiveWriter, *, progress: Progress | bool | None = None,
                  report: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-                 should_stop: Callable[[], bool] = lambda: False, runs: list[RunSpec] | None = None,
+                 should_stop: Callable[[], bool] = lambda: False,
+                 stop_now: Callable[[], bool] | None = None, runs: list[RunSpec] | None = None,
                  hooks: Sequence[Hook] = ()):
         self.scenario = scenario
         # `runs`: a part of the scenario's runs (`flowsim run --shard i/N`); /data still holds
         # the scenario's first run's dataset, so that merged parts read like one run.
         self.runs = list(scenario.runs if runs is None else runs)
         self.writer = writer
-        self.progress = progress
+        # bool/None: `Progress(show=...)` (None: bars on a terminal, throttled lines otherwise)
+        self.progress = progress if isinstance(progress, Progress) else Progress(progress)
         self.report = report
         # Polled after every committed checkpoint (SIGTERM / Ctrl-C set it): the run then
         # ends with `Interrupted`, leaving statuses `running` and the archive resumable.
         self.should_stop = should_stop
+        # Polled (locally, every POLL seconds) while a segment computes, so that a stop acts
+        # within a second however long the segment; None where a stop must wait for the
+        # checkpoint (several processes must stop after the same one).
+        self.stop_now = stop_now
         self.hooks = tuple(hooks)
 
     def run(self, built: dict[str, Built]) -> dict[str, dict[str, str]]:
@@ -152,19 +160,21 @@ class Driver:
         refs = batch.references(problems, params0)
         times = checkpoint_grid(preset, config.run)
         start = min(m.done_rows for m in members)
-        bar = tqdm(total=len(times), initial=start, disable=self._bar_disabled(), unit="ckpt", leave=False,
-                   desc=f"{runs[0].label or config.name} · {name}"[:60])
+        t_start = float(times[start - 1]) if start else 0.0
+        bar = self.progress.batch(runs[0].label or config.name, name, [r.name for r in runs], t_start,
+                                  float(times[-1]))
         try:
             for i in range(start, len(times)):
                 if all(m.code != status.RUNNING for m in members):
                     break
-                state = self._step(name, integ, problems, state, members, i, times, refs, names)
-                bar.update(1)
-                bar.set_postfix_str(f"t={times[i]:.4g}")
+                state = self._step(name, integ, problems, state, members, i, times, refs, names, bar)
+                bar.update(float(times[i]), [m.stats["steps"] for m in members],
+                           [status.name(m.code) for m in members])
                 if self.should_stop():   # checkpoint i is committed: stop here, resumable
                     raise Interrupted(f"stopped after checkpoint {i + 1} of {len(times)} ({name})")
-        finally:
-            bar.close()
+        except BaseException:
+            bar.close()      # stopped or failed: the JSON log gets no "finished" record
+            raise
         out = {}
         ends = to_host(integ.time(state))   # where each member stopped (held still after)
         for j, m in enumerate(members):
@@ -173,20 +183,25 @@ class Driver:
                                    wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)],
                                    status_time=float(ends[j]))
             out[m.run.name] = status.name(final)
+        bar.close(out)
         self._summarise(runs[0].label or config.name, name, members, out)
         return out, to_host(integ.params(state))
 
-    def _step(self, name, integ, problems, state, members, i, times, refs, names):
+    def _step(self, name, integ, problems, state, members, i, times, refs, names, bar):
         """Advance the batch to checkpoint i, observe it, and append each member's row."""
         moving = [m.code == status.RUNNING and m.done_rows <= i for m in members]
         here = to_host(integ.time(state))
         target = np.where(moving, times[i], here).astype(here.dtype)
         tic = time.perf_counter()
-        state, seg = batch.advance(integ, problems, state, target)
-        values = batch.observe(problems, integ.params(state), refs, names) | batch.certificate(integ, problems, state)
-        # one transfer to numpy per checkpoint; slicing members in JAX would dispatch
-        # (and compile) a small kernel per leaf
-        host, seg, values = to_host((state, seg, values))
+
+        def segment():
+            new, seg = batch.advance(integ, problems, state, target)
+            values = batch.observe(problems, integ.params(new), refs, names) | batch.certificate(integ, problems, new)
+            # one transfer to numpy per checkpoint; slicing members in JAX would dispatch
+            # (and compile) a small kernel per leaf
+            return new, to_host((new, seg, values))
+
+        state, (host, seg, values) = self._interruptible(segment, bar, float(times[i]))
         wall = time.perf_counter() - tic
         position = np.asarray(integ.time(host))
         steps = integ.step(host)
@@ -209,8 +224,34 @@ class Driver:
             m.done_rows = i + 1
         return state
 
-    def _bar_disabled(self):
-        return None if self.progress is None else not self.progress
+    def _interruptible(self, work: Callable[[], Any], bar: BatchProgress, target: float) -> Any:
+        """`work()` (a segment: minutes, for a stiff or kinked flow), computed on a helper
+        thread while this one wakes every POLL seconds: a stop asked for meanwhile
+        (`stop_now`) abandons the segment at once (nothing of it is committed, and `--resume`
+        continues from the last checkpoint), and the progress line keeps coming. A thread
+        rather than JAX's asynchronous dispatch: XLA on CPU runs a program it deems cheap (a
+        while loop is costed as one iteration) inline, in the caller."""
+        if self.stop_now is None and not bar.waiting_shown:
+            return work()
+        out: dict[str, Any] = {}
+        ready = threading.Event()
+
+        def run():
+            try:
+                out["value"] = work()
+            except BaseException as err:   # raised again here, in the driver's thread
+                out["error"] = err
+            finally:
+                ready.set()
+
+        threading.Thread(target=run, daemon=True, name="flowsim-segment").start()
+        while not ready.wait(POLL):   # a lock wait: Python's signal handlers run meanwhile
+            if self.stop_now is not None and self.stop_now():
+                raise Interrupted(f"stopped during the segment to t = {target:.6g}")
+            bar.waiting(target)
+        if "error" in out:
+            raise out["error"]
+        return out["value"]
 
     def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str]) -> None:
         counts: dict[str, int] = {}

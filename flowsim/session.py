@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, NamedTuple
 if TYPE_CHECKING:
     from .build import Built
     from .config import RunSpec, Scenario
+    from .progress import Progress
 
 
 class InputError(Exception):
@@ -141,16 +142,20 @@ def open_archive(job: Job, *, distributed: bool = False):
     return SharedWriter(writer) if distributed else writer
 
 
-def drive(job: Job, writer, *, progress: bool | None = None,
+def drive(job: Job, writer, *, progress: Progress | bool | None = None,
           report: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-          should_stop: Callable[[], bool] = lambda: False) -> dict[str, dict[str, str]]:
+          should_stop: Callable[[], bool] = lambda: False,
+          stop_now: Callable[[], bool] | None = None) -> dict[str, dict[str, str]]:
     """Run the job's runs into the open archive (closed on return); returns run -> solver
-    -> final status. The scenario's `[analysis]` runs after each solver of each batch."""
+    -> final status. The scenario's `[analysis]` runs after each solver of each batch.
+    `should_stop` is asked after each checkpoint, `stop_now` also while a segment computes
+    (see `Driver`)."""
     from .analysis.caron import analyze_runs
     from .driver import Driver
 
     with writer:
         return Driver(job.scenario, writer, progress=progress, report=report, should_stop=should_stop,
+                      stop_now=stop_now,
                       runs=job.runs, hooks=(analyze_runs,)).run(job.built)
 
 

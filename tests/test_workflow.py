@@ -113,7 +113,7 @@ def test_inspect_says_interrupted_with_the_time_spent_and_how_to_resume(interrup
     res = call_cli("inspect", interrupted)
     assert res.returncode == 0
     flow = next(line for line in res.stdout.splitlines() if line.strip().startswith("tsit5"))
-    assert "interrupted" in flow and float(re.search(r", ([0-9.]+) s$", flow).group(1)) > 0
+    assert "interrupted" in flow and float(re.search(r", ([0-9.e+-]+) s$", flow).group(1)) > 0
     assert f"resume with `flowsim run tiny -o {interrupted} --resume`" in res.stdout
     with archive.open(interrupted) as a:
         sv = a.runs["p0-seed0"].solvers["tsit5"]
@@ -152,3 +152,31 @@ def test_resume_with_another_scenario_names_the_keys_that_differ(interrupted):
 def test_analyze_refuses_an_archive_that_is_not_a_caron_experiment(interrupted, tmp_path):
     res = call_cli("analyze", interrupted)
     assert res.returncode == 2 and "no [analysis] table" in res.stderr and "--force" in res.stderr
+
+
+# ---- flowsim show ------------------------------------------------------------------------------
+
+def test_show_gives_every_key_with_its_origin_the_runs_grids_and_estimate(tmp_path):
+    from flowsim.build import point_estimates
+    from flowsim.show import leaves
+
+    rc, out, err = call_cli("show", TINY, "--set", "model.width=7", "--set", "run.t_end=12.0", cwd=tmp_path)
+    assert rc == 0, err
+    rows = {line.split(" = ")[0].strip(): line.rsplit("# ", 1)[1] for line in out.splitlines() if " # " in line}
+    assert rows["model.width"] == "--set model.width=7" and rows["run.t_end"] == "--set run.t_end=12.0"
+    assert rows["data.n"] == "file" and rows["data.seed"] == "default" and rows["loss.kind"] == "default"
+    assert rows["run.solvers[0].rtol"] == "preset 'tsit5'" and rows["model.scaling.kind"] == "swept (see runs)"
+    sc = load_scenario(TINY, ["model.width=7", "run.t_end=12.0"])
+    # every resolved leaf is listed once
+    assert len(rows) == len(list(leaves(sc.resolved)))
+    assert "runs: 4 (2 sweep points × 2 seeds)" in out
+    assert all(f"  {r.name} " in out for r in sc.runs)
+    assert "  gd-lr1 (η = 1): 13 rows: 0, 1, 2, 3, …, 10, 11, 12" in out
+    est = point_estimates(sc)[0][1]
+    assert f"memory {est['memory'] / 2**20:.3g} MiB, archive {est['disk'] / 2**20:.3g} MiB" in out
+    assert not any(tmp_path.iterdir()), "show wrote something"
+
+
+def test_show_refuses_bad_input_like_run():
+    rc, _, err = call_cli("show", TINY, "--set", "model.widt=3")
+    assert rc == 2 and "did you mean `model.width`" in err

@@ -10,8 +10,8 @@ is allowed.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import plugins
@@ -38,6 +38,7 @@ class Scenario:
     settings: Config
     runs: list[RunSpec]
     warnings: tuple[str, ...] = ()   # valid, but probably not what was meant (printed by `run`)
+    origins: Mapping[str, str] = field(default_factory=dict)   # dotted key -> the --set that set it
 
 
 def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | Path | None = None,
@@ -67,7 +68,8 @@ def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | 
         resolved["sweep"] = sweep
     runs = make_runs(points, resolved["seeds"], bool(sweep_axes(sweep)), ctx, sweep)
     return Scenario(path=abspath, text=text, resolved=resolved,
-                    settings=from_dict(Config, resolved), runs=runs, warnings=_kink_warnings(runs, shown))
+                    settings=from_dict(Config, resolved), runs=runs, warnings=_kink_warnings(runs, shown),
+                    origins=origins)
 
 
 def _kink_warnings(runs: list[RunSpec], shown: str) -> tuple[str, ...]:

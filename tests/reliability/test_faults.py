@@ -89,7 +89,7 @@ def test_the_command_takes_sigterm_before_loading_h5py():
 
 
 @pytest.mark.slow
-def test_sigterm_finishes_the_checkpoint_and_resumes(tmp_path, cache_dir, inproc, reference):
+def test_sigterm_stops_cleanly_and_resumes(tmp_path, cache_dir, inproc, reference):
     out = tmp_path / "term.h5"
     proc = start_sub(cache_dir, "run", FAULT, "-o", out, "-q", *QUICK)
     assert wait_for(lambda: committed(out) >= 6, 240, proc), proc.communicate()

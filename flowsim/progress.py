@@ -1,0 +1,99 @@
+"""What a long run shows while it works.
+
+On a terminal: a bar per batch whose length is the simulated horizon, so that its rate and
+ETA count simulated time (a log-spaced grid puts most checkpoints early, and an ETA in
+checkpoints would be wrong by orders of magnitude). Without one (a batch job's log file): one
+line at most every `every` seconds, so that a minutes-long segment is not silence. With a
+`jsonl` path: one JSON object per committed checkpoint and per finished batch, for
+dashboards; that file is appended to, so a resumed run continues its log.
+"""
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from tqdm.auto import tqdm
+
+
+class Progress:
+    """`show`: True draws bars, False shows nothing, None (the default) draws bars on a
+    terminal and writes throttled lines otherwise. The JSON log is independent of `show`."""
+
+    def __init__(self, show: bool | None = None, *, every: float = 30.0, jsonl: str | Path | None = None,
+                 stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+        self.stream = sys.stderr if stream is None else stream
+        # a terminal, or a notebook (where tqdm.auto draws a widget)
+        live = bool(getattr(self.stream, "isatty", lambda: False)()) or "ipykernel" in sys.modules
+        self.bars = bool(show) if show is not None else live
+        self.lines = show is None and not live
+        self.every = every
+        self.clock = clock
+        self.jsonl = None if jsonl is None else Path(jsonl)
+        self._last_line = clock()    # the first line comes `every` seconds in, not at once
+        self._start = clock()
+
+    def batch(self, label: str, solver: str, runs: Sequence[str], t_start: float, t_end: float) -> "BatchProgress":
+        return BatchProgress(self, label, solver, list(runs), t_start, t_end)
+
+    def _due(self) -> bool:
+        now = self.clock()
+        if now - self._last_line < self.every:
+            return False
+        self._last_line = now
+        return True
+
+    def _log(self, record: dict) -> None:
+        if self.jsonl is None:
+            return
+        record = {"wall": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "elapsed_s": round(self.clock() - self._start, 3),
+                  **record}
+        with self.jsonl.open("a") as f:    # opened per record: a killed run leaves whole lines
+            f.write(json.dumps(record) + "\n")
+
+
+class BatchProgress:
+    """One solver over one batch of seeds, from t_start (0, or where a resume starts) to t_end."""
+
+    def __init__(self, owner: Progress, label: str, solver: str, runs: list[str], t_start: float, t_end: float):
+        self.owner, self.label, self.solver, self.runs = owner, label, solver, runs
+        self.t, self.t_end = t_start, t_end
+        self.bar = tqdm(total=t_end, initial=t_start, disable=not owner.bars, leave=False, file=owner.stream,
+                        desc=f"{label} · {solver}"[:60], unit="t", unit_scale=False,
+                        bar_format="{desc}: {percentage:3.0f}%|{bar}| t={n:.4g}/{total:.4g} "
+                                   "[{elapsed}<{remaining}{postfix}]")
+
+    def update(self, t: float, steps: Sequence[int], statuses: Sequence[str]) -> None:
+        """A checkpoint at simulated time t was committed; `steps` and `statuses` per seed."""
+        self.bar.update(t - self.t)
+        self.t = t
+        total = int(sum(steps))
+        self.bar.set_postfix_str(f"{total} steps", refresh=False)
+        record = {"event": "checkpoint", "label": self.label, "runs": self.runs, "solver": self.solver,
+                  "t": t, "t_end": self.t_end, "steps": [int(s) for s in steps], "status": list(statuses)}
+        self.owner._log(record)
+        if self.owner.lines and self.owner._due():
+            states = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
+            print(f"flowsim: {self.label} · {self.solver}: t = {t:.6g} of {self.t_end:.6g} "
+                  f"({100 * t / self.t_end:.0f} %), {total} steps, {states}", file=self.owner.stream, flush=True)
+
+    @property
+    def waiting_shown(self) -> bool:
+        """Whether `waiting` can print anything (the driver skips its wait otherwise)."""
+        return self.owner.lines
+
+    def waiting(self, target: float) -> None:
+        """Called while a segment towards `target` computes: a line when one is due."""
+        if self.owner.lines and self.owner._due():
+            print(f"flowsim: {self.label} · {self.solver}: t = {self.t:.6g} of {self.t_end:.6g} "
+                  f"({100 * self.t / self.t_end:.0f} %), computing the segment to t = {target:.6g}",
+                  file=self.owner.stream, flush=True)
+
+    def close(self, statuses: dict[str, str] | None = None) -> None:
+        """The batch ended; `statuses` (run -> final status) when it finished, None when stopped."""
+        self.bar.close()
+        if statuses is not None:
+            self.owner._log({"event": "finished", "label": self.label, "solver": self.solver,
+                             "t": self.t, "t_end": self.t_end, "status": statuses})

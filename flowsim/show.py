@@ -1,0 +1,124 @@
+"""`flowsim show`: what a scenario will do, computed from its configuration alone.
+
+Every resolved key with where its value came from (the file, a default, a `--set`, a solver
+preset, or the sweep), the runs it expands to, each solver's checkpoint grid, and the
+memory and disk estimate that `run` checks. Nothing is built or run.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+from .build import point_estimates
+from .config import FlowPreset, Scenario
+from .config.files import parse_toml
+from .config.schema import sweep_axes, sweep_key
+from .config.spec import ABSENT, toml_value
+from .integrate.presets import checkpoint_grid
+
+_MIB = 2**20
+
+
+def leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, tuple, Any]]:
+    """(dotted key, path, value) of every leaf; tables are walked, lists of tables indexed."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            key = sweep_key(k) if prefix == "sweep." else prefix + k
+            yield from ((d, (k, *p), x) for d, p, x in leaves(v, key + "."))
+    elif isinstance(tree, list) and tree and all(isinstance(x, dict) for x in tree):
+        base = prefix[:-1]
+        for i, v in enumerate(tree):
+            yield from ((d, (i, *p), x) for d, p, x in leaves(v, f"{base}[{i}]."))
+    else:
+        yield prefix[:-1], (), tree
+
+
+def _at(tree: Any, path: tuple) -> Any:
+    for part in path:
+        if isinstance(tree, dict) and part in tree:
+            tree = tree[part]
+        elif isinstance(tree, list) and isinstance(part, int) and part < len(tree):
+            tree = tree[part]
+        else:
+            return ABSENT
+    return tree
+
+
+def origin(sc: Scenario, raw: dict, key: str, path: tuple) -> str:
+    """Where the resolved value at `key` came from."""
+    for set_key, text in sc.origins.items():
+        if key == set_key or key.startswith(set_key + ".") or key.startswith(set_key + "["):
+            return f"--set {text}"
+    swept = sweep_axes(sc.resolved.get("sweep"))
+    if any(key == k or key.startswith(k + ".") for k in swept):
+        return "swept (see runs)"
+    if path[:2] == ("run", "solvers") and len(path) > 2:
+        named = _at(raw, path[:3])
+        if isinstance(named, str):
+            return f"preset {named!r}"
+    return "file" if _at(raw, path) is not ABSENT else "default"
+
+
+def configuration(sc: Scenario) -> list[str]:
+    raw = parse_toml(sc.text, sc.path)
+    rows = [(key, toml_value(value), origin(sc, raw, key, path)) for key, path, value in leaves(sc.resolved)]
+    width = min(max(len(k) + len(v) for k, v, _ in rows) + 3, 56)   # a long value pushes its comment
+    return [f"  {f'{k} = {v}':<{width}} # {o}" for k, v, o in rows]
+
+
+def runs(sc: Scenario) -> list[str]:
+    points = len({r.point for r in sc.runs})
+    seeds = len(sc.settings.seeds)
+    head = f"runs: {len(sc.runs)}" + (f" ({points} sweep points × {seeds} seeds)" if points > 1 else "")
+    return [head] + [f"  {r.name:<14} seed {r.seed}" + (f"  {r.label}" if r.label else "") for r in sc.runs]
+
+
+def _times(ts) -> str:
+    shown = [f"{t:.4g}" for t in ts]
+    for i in range(1, len(shown)):    # distinct times that print alike (η·k rounding) show in full
+        if shown[i] == shown[i - 1]:
+            shown[i - 1], shown[i] = repr(float(ts[i - 1])), repr(float(ts[i]))
+    return ", ".join(shown if len(shown) <= 8 else [*shown[:4], "…", *shown[-3:]])
+
+
+def grids(sc: Scenario) -> list[str]:
+    out = ["checkpoint grids (times from t = 0; a flow also stops at every discrete solver's times):"]
+    found: dict[str, dict[tuple, list[str]]] = {}     # solver -> grid -> the sweep points with it
+    kinds = {}
+    for r in sc.runs:
+        for preset in r.settings.run.solvers:
+            grid = tuple(checkpoint_grid(preset, r.settings.run))
+            labels = found.setdefault(preset.name, {}).setdefault(grid, [])
+            if r.label not in labels:
+                labels.append(r.label)
+            kinds[preset.name] = "flow" if isinstance(preset, FlowPreset) else f"η = {preset.learning_rate:g}"
+    for name, by_grid in found.items():
+        for grid, labels in by_grid.items():
+            where = f" [{'; '.join(labels)}]" if len(by_grid) > 1 else ""
+            out.append(f"  {name} ({kinds[name]}){where}: {len(grid)} rows: {_times(grid)}")
+    return out
+
+
+def estimate(sc: Scenario) -> list[str]:
+    """The estimate per sweep point that `run` checks (see `build.estimate_resources`)."""
+    out = ["estimate (per sweep point: one batch of its seeds; uncompressed archive):"]
+    points = point_estimates(sc)
+    for point, est in points:
+        label = point[0].label or sc.settings.name
+        if est is None:
+            out.append(f"  {label}: none (a plug-in model's size is known once it is built)")
+            continue
+        out.append(f"  {label}: memory {est['memory'] / _MIB:.3g} MiB, archive {est['disk'] / _MIB:.3g} MiB, "
+                   f"{int(est['params'])} parameters per seed")
+    if len(points) > 1:
+        disk = sum(est["disk"] for _, est in points if est is not None)
+        out.append(f"  whole archive: {disk / _MIB:.3g} MiB")
+    out.append("  time: a discrete solver takes t_end/η steps; a flow's steps are adaptive, known only as it runs")
+    return out
+
+
+def show(sc: Scenario) -> str:
+    title = f"{sc.settings.name}: {sc.settings.description}" if sc.settings.description else sc.settings.name
+    lines = [title, f"file: {sc.path}", "", "resolved configuration (# where each value came from):",
+             *configuration(sc), "", *runs(sc), "", *grids(sc), "", *estimate(sc)]
+    lines += [f"warning: {w}" for w in sc.warnings]
+    return "\n".join(lines)
