@@ -43,6 +43,12 @@ class Archive:
         # running `flowsim run`): it is not there yet
         return {name: RunView(self, run) for name, run in g.items() if run is not None}
 
+    def to_xarray(self, solver: str | None = None, series: list[str] | None = None):
+        """The whole archive as one `xarray.Dataset` (see `flowsim.archive.dataset`)."""
+        from .dataset import to_xarray
+
+        return to_xarray(self, solver=solver, series=series)
+
     def close(self) -> None:
         self._f.close()
 
@@ -121,6 +127,11 @@ class SolverView:
     @property
     def series_names(self) -> list[str]:
         return list(self._spec)
+
+    @property
+    def series_spec(self) -> dict[str, tuple[list[int], str, list[str]]]:
+        """Each series' row shape, dtype and axis names, as the writer declared them."""
+        return dict(self._spec)
 
     @property
     def checkpoint(self) -> tuple[dict[str, np.ndarray], dict] | None:
