@@ -18,8 +18,6 @@ import numpy as np
 if TYPE_CHECKING:
     import xarray
 
-    from .reader import Archive
-
 EXTRA = "pip install 'flowsim[xarray]'"
 
 
@@ -38,8 +36,8 @@ def _coordinate(values: list) -> np.ndarray:
     return np.asarray([toml_value(v) for v in values], dtype=object)
 
 
-def to_xarray(archive: Archive, solver: str | None = None, series: list[str] | None = None) -> xarray.Dataset:
-    """The archive's series as one Dataset (see the module's docstring). `solver` picks one
+def to_xarray(archive, solver: str | None = None, series: list[str] | None = None) -> xarray.Dataset:
+    """An open `Archive`'s series as one Dataset (see the module's docstring). `solver` picks one
     solver (its dimension is then dropped); `series` picks variables (default: every series;
     `weights` at paper scale is large)."""
     try:
