@@ -180,3 +180,16 @@ def test_show_gives_every_key_with_its_origin_the_runs_grids_and_estimate(tmp_pa
 def test_show_refuses_bad_input_like_run():
     rc, _, err = call_cli("show", TINY, "--set", "model.widt=3")
     assert rc == 2 and "did you mean `model.width`" in err
+
+
+def test_plot_marks_an_interrupted_curve(interrupted):
+    from flowsim import plots
+
+    with archive.open(interrupted) as a:
+        traces = plots.gather(a)
+    (flow,) = [tr for tr in traces if tr.solver == "tsit5"]
+    assert flow.statuses == ["interrupted"] and flow.early_ends == [(0, "interrupted")]
+    fig = plots.figure_fig1(traces, "tiny")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(t.startswith("tsit5") and "interrupted in 1 of 1 runs (×)" in t for t in legend)
+    assert [ln for ln in fig.axes[0].lines if ln.get_marker() == "x"]

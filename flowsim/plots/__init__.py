@@ -13,8 +13,8 @@
 
 Styling (`style.py`): one colour per sweep point, one line style per solver (flow solid,
 discrete dashed, modified flow dotted), mean over seeds with a min–max band over seeds, a
-``×`` where a run ended early (any status but done, `reader.EARLY_END`; the status is
-noted in the solver legend).
+``×`` where a run ended early or is unfinished (any status but done, `interrupted`
+included: `reader.EARLY_END`; the status is noted in the solver legend).
 
 The pieces are small and public for reuse and tests: :func:`gather` reads an archive
 into :class:`Trace` objects (one per sweep point and solver, seeds stacked),

@@ -86,7 +86,7 @@ def read_runs(arch: _archive.Archive) -> list[ChenRun]:
                 h = view["hidden"]
                 series["hidden"] = np.asarray(h[[0, view.n_checkpoints - 1]], float)
             cr.solvers[sname] = {"t": np.asarray(view.t, float), "kind": solver_preset(view).kind,
-                                 "status": view.status, "series": series}
+                                 "status": "interrupted" if view.interrupted else view.status, "series": series}
         out.append(cr)
     out.sort(key=lambda r: (r.point, r.seed))
     return out

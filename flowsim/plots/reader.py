@@ -16,8 +16,10 @@ from flowsim.config.typed import Config, Preset, from_dict
 from .labels import short_label
 
 TOP_NODES = 5                    # panel (b): the nodes that moved most, per seed
-# Statuses of a run that stopped before its end time (all but running and done).
-EARLY_END = tuple(s for s in status.NAMES if s not in (status.name(status.RUNNING), status.name(status.DONE)))
+# Statuses of a run that has not reached its end time: every status but done, and
+# "interrupted" (a run left `running` with no live writer; `running` itself is a live one).
+INTERRUPTED = "interrupted"
+EARLY_END = tuple(s for s in status.NAMES if s != status.name(status.DONE)) + (INTERRUPTED,)
 
 
 @dataclass
@@ -42,7 +44,7 @@ class Trace:
 
     @property
     def early_ends(self) -> list[tuple[int, str]]:
-        """(seed index, status) of the seeds that ended early."""
+        """(seed index, status) of the seeds that ended early or have not finished."""
         return [(i, s) for i, s in enumerate(self.statuses) if s in EARLY_END]
 
 
@@ -138,7 +140,7 @@ def gather(arch: _archive.Archive) -> list[Trace]:
             if name not in order:
                 order.append(name)
             groups.setdefault((run.point, name), []).append(
-                (run.seed, view.status, solver_preset(view), np.asarray(view.t, float),
+                (run.seed, INTERRUPTED if view.interrupted else view.status, solver_preset(view), np.asarray(view.t, float),
                  _derived(view), scalars))
     traces = []
     for (point, name), items in sorted(groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
