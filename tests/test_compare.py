@@ -163,7 +163,7 @@ def test_fitted_orders_flow_one_modified_flow_two(smooth, capsys):
     assert main(["compare", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"order {lad1.order:.3f} ± " in out and f"order {lad2.order:.3f} ± " in out
-    assert "stability unknown" in out       # no sharpness recorded here
+    assert "unknown: record `sharpness`" in out       # no sharpness recorded here
 
 
 @pytest.mark.slow

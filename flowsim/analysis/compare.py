@@ -45,16 +45,19 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from flowsim import archive as _archive
 from flowsim.config.typed import DescentPreset, FlowPreset, Preset, from_dict
 from flowsim.integrate.registry import SOLVER_KINDS
+from flowsim.toml_text import toml_value, value_at
 
 CERTIFICATE_FACTOR = 2.0
 TIME_RTOL = 1e-9
 GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap")
+# (after "label", one column per swept key, named by its dotted key)
 CSV_COLUMNS = ("run", "label", "seed", "discrete", "discrete_kind", "eta", "flow", "flow_kind", "t", "step",
                *GAPS, "flow_error", "flow_loss_error", "unresolved", "eta_sharpness", "discrete_status")
 
@@ -157,6 +160,11 @@ class Report:
     notes: list[str]
     runs: dict[str, str]             # run → label
     empty: str = ""                  # when there are no pairs: why, in one sentence
+    sweep: dict[str, dict[str, Any]] = field(default_factory=dict)   # run → swept key → its value
+
+    @property
+    def swept_keys(self) -> list[str]:
+        return list(next(iter(self.sweep.values()), {}))
 
 
 # --------------------------------------------------------------------------------------
@@ -347,6 +355,15 @@ def ladders(pairs: list[Pair]) -> list[Ladder]:
     return out
 
 
+def _once(notes: list[tuple[str, str]], runs: list[str]) -> list[str]:
+    """Each note once, with the runs it concerns ("every run" when it is all of them)."""
+    where: dict[str, list[str]] = {}
+    for run, text in notes:
+        where.setdefault(text, []).append(run)
+    return [f"{'every run' if len(rs) == len(runs) > 1 else ('run ' if len(rs) == 1 else 'runs ') + ', '.join(rs)}"
+            f": {text}" for text, rs in where.items()]
+
+
 def _scenario_name(arch, path) -> str:
     resolved = arch.attrs.get("scenario_resolved") or {}
     if isinstance(resolved, dict) and resolved.get("name"):
@@ -377,22 +394,29 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
     """Every discrete/flow pair of every run of the archive at `path`."""
     pairs: list[Pair] = []
     stab: list[Stability] = []
-    notes: list[str] = []
+    notes: list[tuple[str, str]] = []      # (run, note): said once below, naming its runs
     runs: dict[str, str] = {}
+    sweep: dict[str, dict[str, Any]] = {}
     with _archive.open(path) as arch:
         name = _scenario_name(arch, path)
+        resolved = arch.attrs.get("scenario_resolved", {})
+        keys = [k for k in (resolved.get("sweep") or {}) if k != "mode"]
         for run in arch.runs.values():
             runs[run.name] = run.label
+            sweep[run.name] = {k: value_at(run.params, k) for k in keys}
             solvers = run.solvers
             presets = {name: from_dict(Preset, v.preset) for name, v in solvers.items()}
             disc = [v for v in solvers.values() if isinstance(presets[v.name], DescentPreset)]
             flows = [v for v in solvers.values() if isinstance(presets[v.name], FlowPreset)]
             if not disc or not flows:
-                notes.append(f"run {run.name}: needs a discrete and a flow solver (has "
-                             f"{', '.join(solvers) or 'none'}); nothing to compare")
+                notes.append((run.name, f"needs a discrete and a flow solver (has "
+                                        f"{', '.join(solvers) or 'none'}); nothing to compare"))
+            unknown = []
             for d in disc:
                 dp = presets[d.name]
                 stab.append(_stability(run, d, dp))
+                if stab[-1].verdict == "unknown":
+                    unknown.append(d.name)
                 for f in flows:
                     fp = presets[f.name]
                     if fp.kind == "modified-flow" and not (
@@ -401,17 +425,20 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                     p = compare_pair(run, d, f, dp, fp, factor)
                     pairs.append(p)
                     if p.unmatched:
-                        notes.append(f"run {run.name}: {d.name} vs {f.name}: {p.unmatched} checkpoint(s) of "
-                                     f"{d.name} have no flow row at the same time (left out)")
+                        notes.append((run.name, f"{d.name} vs {f.name}: {p.unmatched} checkpoint(s) of "
+                                                f"{d.name} have no flow row at the same time (left out)"))
+            if unknown:
+                notes.append((run.name, f"stability of {', '.join(unknown)} unknown: record `sharpness` or "
+                                        "`gn_sharpness` to decide"))
             missing = [v.name for v in [*disc, *flows] if "weights" not in v]
             if disc and flows and missing:
-                notes.append(f"run {run.name}: series `weights` not recorded by {', '.join(missing)}: no "
-                             "weight distance (add \"weights\" to run.observe); loss, NTG and weight-change "
-                             "gaps are reported")
+                notes.append((run.name, f"series `weights` not recorded by {', '.join(missing)}: no "
+                                        "weight distance (add \"weights\" to run.observe); loss, NTG and "
+                                        "weight-change gaps are reported"))
             flows_plain = [f.name for f in flows if presets[f.name].kind == "flow" and "flow_error" not in f]
             if disc and flows_plain:
-                notes.append(f"run {run.name}: flow(s) {', '.join(flows_plain)} have no error estimate "
-                             "(give the preset a `reference`): gaps are not certified")
+                notes.append((run.name, f"flow(s) {', '.join(flows_plain)} have no error estimate "
+                                        "(give the preset a `reference`): gaps are not certified"))
         empty = "" if pairs else _why_empty(arch, path)
     lads = ladders(pairs)
     for lad in lads:   # a step past the stability limit is outside the asymptotic regime
@@ -420,7 +447,53 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                 lad.warnings.append(f"η = {s.eta:g} crossed {s.limit:g}/η: the fit includes a step outside "
                                     "the small-step regime")
     return Report(path=os.fspath(path), name=name, factor=factor, pairs=pairs, ladders=lads,
-                  stability=stab, notes=notes, runs=runs, empty=empty)
+                  stability=stab, notes=_once(notes, list(runs)), runs=runs, empty=empty, sweep=sweep)
+
+
+SUMMARY_GAPS = {"weight_gap_rel": "rel ‖ΔW‖", "loss_gap": "|ΔL|", "ntg_gap": "‖ΔΘ̂‖",
+                "weight_change_gap": "Δ‖w−w0‖"}
+
+
+@dataclass
+class SweepCell:
+    """max_t of one gap over the runs of one swept value, for one discrete/flow pair."""
+
+    key: str
+    value: Any
+    discrete: str
+    flow: str
+    gap: str
+    maxima: list[float]          # one per run (seed, and the other swept keys' values)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.maxima))
+
+
+def sweep_summary(rep: Report) -> list[SweepCell]:
+    """For each swept key, each value, each discrete/flow pair and each recorded gap: the
+    max over t of the gap in every run with that value. Values come in increasing order
+    when they are numbers, in sweep order otherwise."""
+    cells: dict[tuple, SweepCell] = {}
+    for key in rep.swept_keys:
+        values = list(dict.fromkeys(_cell(rep.sweep[r][key]) for r in rep.runs))
+        numeric = all(isinstance(rep.sweep[r][key], (int, float)) and not isinstance(rep.sweep[r][key], bool)
+                      for r in rep.runs)
+        if numeric:
+            values.sort(key=float)
+        for value in values:
+            for p in rep.pairs:
+                raw = rep.sweep[p.run][key]
+                if _cell(raw) != value:
+                    continue
+                for gap in SUMMARY_GAPS:
+                    a = p.gaps.get(gap)
+                    finite = a[np.isfinite(a)] if a is not None else np.zeros(0)
+                    if finite.size:
+                        cells.setdefault((key, value, p.discrete, p.flow, gap),
+                                         SweepCell(key, raw, p.discrete, p.flow, gap, [])).maxima.append(
+                            float(finite.max()))
+    return list(cells.values())
 
 
 # --------------------------------------------------------------------------------------
@@ -462,8 +535,23 @@ def format_report(rep: Report) -> str:
                          f"{cols[1]}  {cols[2]}  {cols[3]}  {unres:>10}{st}")
         for lad in (x for x in rep.ladders if x.run == run):
             lines.append("  " + ladder_text(lad))
-        for s in (x for x in rep.stability if x.run == run):
+        for s in (x for x in rep.stability if x.run == run and x.verdict != "unknown"):   # (in the notes)
             lines.append(f"  stability {s.solver} (η = {s.eta:g}): {s.text()}")
+    cells = sweep_summary(rep)
+    for key in rep.swept_keys:
+        mine = [c for c in cells if c.key == key]
+        gaps = [g for g in SUMMARY_GAPS if any(c.gap == g for c in mine)]
+        lines.append(f"summary against `{key}`: max over t of each gap, mean [min, max] over the runs "
+                     "with that value")
+        rows: dict[tuple, dict[str, SweepCell]] = {}
+        for c in mine:
+            rows.setdefault((_cell(c.value), c.discrete, c.flow), {})[c.gap] = c
+        width = max(len(key), *(len(v) for v, _, _ in rows)) + 2
+        lines.append(f"  {key:<{width}}{'discrete':<12}{'flow':<14}" + "".join(f"{SUMMARY_GAPS[g]:>26}" for g in gaps))
+        for (value, discrete, flow), by_gap in rows.items():
+            text = [f"{_g(by_gap[g].mean)} [{_g(min(by_gap[g].maxima))}, {_g(max(by_gap[g].maxima))}]"
+                    if g in by_gap else "—" for g in gaps]
+            lines.append(f"  {value:<{width}}{discrete:<12}{flow:<14}" + "".join(f"{t:>26}" for t in text))
     if rep.notes:
         lines.append("notes:")
         lines += [f"  {n}" for n in rep.notes]
@@ -486,17 +574,24 @@ def ladder_text(lad: Ladder) -> str:
             f"max over {times})" + (f"; {left}" if left else "") + "".join(f"; {w}" for w in lad.warnings))
 
 
+def _cell(value: Any) -> str:
+    """A swept value in the CSV: a number as written, anything else as inline TOML."""
+    return repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else toml_value(value)
+
+
 def write_csv(rep: Report, path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(CSV_COLUMNS)
+        keys = rep.swept_keys
+        w.writerow([*CSV_COLUMNS[:2], *keys, *CSV_COLUMNS[2:]])
         for p in rep.pairs:
+            swept = [_cell(rep.sweep[p.run][k]) for k in keys]
             for i in range(p.t.size):
                 def col(a):
                     return "" if a is None else repr(float(a[i]))
-                w.writerow([p.run, p.label, p.seed, p.discrete, p.discrete_kind, repr(p.eta), p.flow, p.flow_kind,
+                w.writerow([p.run, p.label, *swept, p.seed, p.discrete, p.discrete_kind, repr(p.eta), p.flow, p.flow_kind,
                             repr(float(p.t[i])), int(p.step[i]), *(col(p.gaps.get(g)) for g in GAPS),
                             col(p.flow_error), col(p.flow_loss_error),
                             "" if p.unresolved is None else int(bool(p.unresolved[i])),
@@ -526,10 +621,10 @@ def _positive(a):
     return a
 
 
-def figure_run(rep: Report, run: str):
-    """Four panels for one run: (a) relative weight distance vs t with the certificate
-    band, (b) loss gap vs t, (c) η-scaled sharpness with the stability line 2/η, (d) the
-    step-size ladders with their fitted orders."""
+def figure_run(rep: Report, run: str):   # -> Figure | None
+    """Up to four panels for one run, each only when the archive holds what it shows: the
+    relative weight distance vs t with the certificate band, the loss gap vs t, η-scaled
+    sharpness with the stability line 2/η, and the step-size ladders with their orders."""
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
@@ -538,20 +633,37 @@ def figure_run(rep: Report, run: str):
     lads = [x for x in rep.ladders if x.run == run]
     col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
     style = {"flow": "-", "modified-flow": (0, (1.5, 1.5))}
-    fig = Figure(figsize=(12.5, 9.0), layout="constrained")
-    (ax_w, ax_l), (ax_s, ax_o) = fig.subplots(2, 2)
+    with _archive.open(rep.path) as arch:
+        flow_sharp = next(((np.asarray(v.t, float), _series(v, _sharp_source(v)), v.name)
+                           for v in arch.runs[run].solvers.values()
+                           if from_dict(Preset, v.preset).kind == "flow" and _sharp_source(v)), None)
+    shown = {"weight": any(p.gaps.get("weight_gap_rel") is not None and p.t.size for p in pairs),
+             "loss": any(p.gaps.get("loss_gap") is not None and p.t.size for p in pairs),
+             "sharpness": flow_sharp is not None or any(s.sharp is not None for s in stab),
+             "ladder": bool(lads)}
+    count = sum(shown.values())
+    if not count:
+        return None
+    fig = Figure(figsize=(max(6.5 * min(count, 2), 9.0), 4.6 * (1 + (count > 2))), layout="constrained")
+    grid = fig.subplots(1 + (count > 2), min(count, 2), squeeze=False).ravel()
+    for ax in grid[count:]:   # three panels: the fourth cell stays empty, without axes
+        ax.remove()
+    axes = iter(grid)
+    ax_w, ax_l, ax_s, ax_o = (next(axes) if shown[k] else None for k in ("weight", "loss", "sharpness", "ladder"))
+    letters = iter("abcd")
     label = rep.runs.get(run, "")
-    fig.suptitle(f"{rep.name} · {run}" + (f" · {label}" if label else "") + " — GD vs flow at t = kη", fontsize=12)
+    fig.suptitle(f"{rep.name} · {run} — GD vs flow at t = kη" + (f"\n{label}" if label else ""), fontsize=12)
 
     def gap_panel(ax, gap, err_name, ylabel, title):
-        drawn = False
+        if ax is None:
+            return
+        title = f"({next(letters)}) {title}"
         band_done = set()
         bands = []
         for p in pairs:
             g = p.gaps.get(gap)
             if g is None or not p.t.size:
                 continue
-            drawn = True
             ax.plot(p.t, _positive(g), ls=style.get(p.flow_kind, "-"), color=col[p.eta], lw=1.6,
                     marker="o", ms=3)
             if p.unresolved is not None and p.unresolved.any():
@@ -567,10 +679,6 @@ def figure_run(rep: Report, run: str):
                 ax.fill_between(p.t, 1e-300, _positive(level), color="0.6", alpha=0.35, lw=0, zorder=0)
                 if np.isfinite(_positive(level)).any():
                     bands.append(float(np.nanmax(_positive(level))))
-        if not drawn:
-            ax.text(0.5, 0.5, f"{ylabel}: not recorded", ha="center", va="center", transform=ax.transAxes,
-                    color="0.4")
-            return
         ax.set_xscale("log")
         ax.set_yscale("log")
         ys = np.concatenate([_positive(p.gaps[gap]) for p in pairs if p.gaps.get(gap) is not None])
@@ -587,47 +695,39 @@ def figure_run(rep: Report, run: str):
         ax.grid(True, which="major", alpha=0.3)
 
     gap_panel(ax_w, "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
-              "(a) relative weight distance")
-    gap_panel(ax_l, "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "(b) loss gap")
+              "relative weight distance")
+    gap_panel(ax_l, "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "loss gap")
 
-    # (c) sharpness
-    any_s = False
-    for s in stab:
-        if s.sharp is None:
-            continue
-        any_s = True
-        ok = s.t > 0
-        ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
-        ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
-        ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta), xycoords=("axes fraction", "data"),
-                      xytext=(-4, 2), textcoords="offset points", ha="right", va="bottom", fontsize=7,
-                      color=col[s.eta])
-        if s.verdict == "diverged":
-            ax_s.plot(s.t[-1], s.sharp[-1], marker="x", ms=9, mew=2, color=col[s.eta])
-    with _archive.open(rep.path) as arch:
-        for v in arch.runs[run].solvers.values():
-            if from_dict(Preset, v.preset).kind == "flow" and _sharp_source(v):
-                t, lam = np.asarray(v.t, float), _series(v, _sharp_source(v))
-                ok = t > 0
-                ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
-                ax_s.annotate(f"flow `{v.name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
-                              textcoords="offset points", fontsize=8, color="0.3")
-                any_s = True
-                break
-    if any_s:
+    # sharpness
+    if ax_s is not None:
+        for s in stab:
+            if s.sharp is None:
+                continue
+            ok = s.t > 0
+            ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
+            ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
+            ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta),
+                          xycoords=("axes fraction", "data"), xytext=(-4, 2), textcoords="offset points",
+                          ha="right", va="bottom", fontsize=7, color=col[s.eta])
+            if s.verdict == "diverged":
+                ax_s.plot(s.t[-1], s.sharp[-1], marker="x", ms=9, mew=2, color=col[s.eta])
+        if flow_sharp is not None:
+            t, lam, flow_name = flow_sharp
+            ok = t > 0
+            ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
+            ax_s.annotate(f"flow `{flow_name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
+                          textcoords="offset points", fontsize=8, color="0.3")
         ax_s.set_xscale("log")
         ax_s.set_yscale("log")
         ax_s.set_xlabel("flow time t")
         src = next((s.source for s in stab if s.source), "sharpness")
         ax_s.set_ylabel("rate · λ_max(∇²L)" if src == "sharpness" else "rate · λ_max(Gauss–Newton)")
-        ax_s.set_title("(c) sharpness; dotted: stability limit 2/η (× marks divergence)", fontsize=10)
+        ax_s.set_title(f"({next(letters)}) sharpness; dotted: stability limit 2/η (× marks divergence)",
+                       fontsize=10)
         ax_s.grid(True, which="major", alpha=0.3)
-    else:
-        ax_s.text(0.5, 0.5, "sharpness not recorded\n(add \"sharpness\" to run.observe)", ha="center",
-                  va="center", transform=ax_s.transAxes, color="0.4")
 
-    # (d) ladder
-    if lads:
+    # step-size ladder
+    if ax_o is not None:
         for lad in lads:
             mk = "o" if lad.flow_kind == "flow" else "s"
             c = "tab:blue" if lad.flow_kind == "flow" else "tab:red"
@@ -648,12 +748,9 @@ def figure_run(rep: Report, run: str):
         ax_o.set_xlabel("step η")
         meas = lads[0].measure
         ax_o.set_ylabel("max_t ‖W_GD − W‖" if meas == "weight_gap" else "max_t |L_GD − L|")
-        ax_o.set_title("(d) step-size ladder (open: left out of the fit)", fontsize=10)
+        ax_o.set_title(f"({next(letters)}) step-size ladder (open: left out of the fit)", fontsize=10)
         ax_o.grid(True, which="both", alpha=0.3)
         ax_o.legend(fontsize=8, loc="lower right")
-    else:
-        ax_o.text(0.5, 0.5, "no step-size ladder\n(one η per discrete kind)", ha="center", va="center",
-                  transform=ax_o.transAxes, color="0.4")
 
     # legend: colours = η, styles = flow kind, grey band = certificate
     handles = [Line2D([], [], color=col[e], lw=2, label=f"η = {e:g}") for e in sorted(col, reverse=True)]
@@ -664,7 +761,44 @@ def figure_run(rep: Report, run: str):
     if any(p.unresolved is not None for p in pairs):
         handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
         handles.append(Line2D([], [], ls="none", marker="o", mfc="none", mec="k", ms=8, label="unresolved gap"))
-    ax_w.legend(handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
+    next(ax for ax in (ax_w, ax_l, ax_s, ax_o) if ax is not None).legend(
+        handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
+    return fig
+
+
+def figure_sweep(rep: Report, key: str):   # -> Figure | None
+    """One panel per recorded gap: its max over t against the swept key's values, one line
+    per discrete/flow pair (mean over the runs with that value, bars from min to max)."""
+    from matplotlib.figure import Figure
+
+    cells = [c for c in sweep_summary(rep) if c.key == key]
+    gaps = [g for g in SUMMARY_GAPS if any(c.gap == g for c in cells)]
+    if not gaps:
+        return None
+    values = list(dict.fromkeys(_cell(c.value) for c in cells))
+    numeric = all(isinstance(c.value, (int, float)) and not isinstance(c.value, bool) for c in cells)
+    fig = Figure(figsize=(max(4.6 * len(gaps), 7.0), 4.4), layout="constrained")
+    fig.suptitle(f"{rep.name} — GD vs flow against `{key}`\nmax over t of each gap; mean over the runs "
+                 "with that value, bars from min to max", fontsize=11)
+    for ax, gap in zip(fig.subplots(1, len(gaps), squeeze=False)[0], gaps):
+        for pair in dict.fromkeys((c.discrete, c.flow) for c in cells if c.gap == gap):
+            mine = [c for c in cells if c.gap == gap and (c.discrete, c.flow) == pair]
+            x = [float(c.value) if numeric else values.index(_cell(c.value)) for c in mine]
+            mean = np.array([c.mean for c in mine])
+            lo, hi = mean - [min(c.maxima) for c in mine], [max(c.maxima) for c in mine] - mean
+            ax.errorbar(x, mean, yerr=[lo, hi], marker="o", capsize=3, lw=1.5, ls="-" if numeric else "none",
+                        label=f"{pair[0]} vs {pair[1]}")     # (no line between unordered values)
+        if numeric and min(float(c.value) for c in cells) > 0 and \
+                max(float(c.value) for c in cells) >= 10 * min(float(c.value) for c in cells):
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(values)), values, rotation=20, ha="right", fontsize=8)
+        if all(c.mean > 0 for c in cells if c.gap == gap):
+            ax.set_yscale("log")
+        ax.set_xlabel(key)
+        ax.set_title(f"max_t {SUMMARY_GAPS[gap]}", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
     return fig
 
 
@@ -676,8 +810,18 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
         if not any(p.run == run for p in rep.pairs):
             continue
         fig = figure_run(rep, run)
+        if fig is None:   # nothing recorded that a panel shows
+            continue
         for fmt in formats:
             path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
+            fig.savefig(path, dpi=110)
+            written.append(path)
+    for key in rep.swept_keys:
+        fig = figure_sweep(rep, key)
+        if fig is None:
+            continue
+        for fmt in formats:
+            path = out / f"{_safe(rep.name)}-compare-sweep-{_safe(key)}.{fmt}"
             fig.savefig(path, dpi=110)
             written.append(path)
     return written

@@ -15,24 +15,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..toml_text import toml_value, value_at
+
 if TYPE_CHECKING:
     import xarray
 
 EXTRA = "pip install 'flowsim[xarray]'"
 
 
-def _value_at(config: dict, dotted: str) -> Any:
-    value: Any = config
-    for part in dotted.split("."):
-        value = value.get(part) if isinstance(value, dict) else None
-    return value
-
-
 def _coordinate(values: list) -> np.ndarray:
+    """Numbers as numbers; tables and strings as their inline TOML text, as in run labels."""
     if all(isinstance(v, Number) and not isinstance(v, bool) for v in values):
         return np.asarray(values)
-    from ..config.spec import toml_value   # tables and strings: their TOML text, as in labels
-
     return np.asarray([toml_value(v) for v in values], dtype=object)
 
 
@@ -97,7 +91,7 @@ def to_xarray(archive, solver: str | None = None, series: list[str] | None = Non
     coords: dict[str, Any] = {"sweep": np.arange(len(points)), "seed": seeds, "solver": solvers, "t": times}
     configs = {r.point: r.params for r in runs}
     for key in swept:
-        coords[key] = ("sweep", _coordinate([_value_at(configs[p], key) for p in points]))
+        coords[key] = ("sweep", _coordinate([value_at(configs[p], key) for p in points]))
     ds = xr.Dataset(variables, coords=coords,
                     attrs={"scenario": resolved.get("name", ""), "archive": archive.path,
                            "flowsim_version": archive.attrs.get("flowsim_version", "")})

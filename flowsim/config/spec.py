@@ -13,11 +13,14 @@ import copy
 import datetime as _dt
 import difflib
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+from ..toml_text import toml_key as toml_key
+from ..toml_text import toml_string as toml_string
+from ..toml_text import toml_value as toml_value
 
 
 class ScenarioError(ValueError):
@@ -53,54 +56,6 @@ ABSENT = _Marker("ABSENT")
 # --------------------------------------------------------------------------------------
 # Rendering values the way the user wrote them (TOML inline syntax)
 # --------------------------------------------------------------------------------------
-
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
-
-
-def toml_key(key: str) -> str:
-    """A TOML key, quoted only when it is not a bare key."""
-    return key if _BARE_KEY.match(key) else toml_string(key)
-
-
-def toml_string(s: str) -> str:
-    """A TOML basic string; control characters are escaped so the result always parses."""
-    out = ['"']
-    for ch in s:
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def toml_value(v: Any) -> str:
-    """Render a TOML value inline: `{kind="asymmetric", gamma=2.0}`, `[1, 2]`, `nan`.
-
-    Used for error messages, sweep labels and for writing a resolved scenario back out.
-    """
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int):
-        return str(v)
-    if isinstance(v, float):
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)
-    if isinstance(v, str):
-        return toml_string(v)
-    if isinstance(v, Mapping):
-        return "{" + ", ".join(f"{toml_key(str(k))}={toml_value(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
-        return v.isoformat()
-    return repr(v)
-
 
 def show(v: Any, limit: int = 160) -> str:
     """`toml_value`, shortened for an error message."""

@@ -1,6 +1,8 @@
-"""`flowsim.open(path).to_xarray()`: the archive as one Dataset, checked value for value
-against the archive's own views (issue "sweeps as data", finding 3)."""
+"""A sweep as data (issue "sweeps as data", finding 3): `flowsim.open(path).to_xarray()`
+checked value for value against the archive's own views, and `flowsim compare` summarising
+each gap against each swept key, checked against its own CSV."""
 
+import csv
 import sys
 from pathlib import Path
 
@@ -9,6 +11,7 @@ import pytest
 
 import flowsim
 from flowsim.session import run_scenario
+from helpers import call_cli
 
 TINY = Path(__file__).resolve().parent / "scenarios" / "tiny.toml"
 
@@ -67,3 +70,41 @@ def test_bad_choices_name_what_there_is(path, monkeypatch):
         monkeypatch.setitem(sys.modules, "xarray", None)
         with pytest.raises(ImportError, match=r"pip install 'flowsim\[xarray\]'"):
             a.to_xarray()
+
+
+def test_compare_summarises_each_gap_against_each_swept_key(path, tmp_path):
+    rc, out, err = call_cli("compare", path, "--csv", tmp_path / "gaps.csv", "-o", tmp_path / "figs")
+    assert rc == 0, err
+    with open(tmp_path / "gaps.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["model.width"] for r in rows} == {"5", "7"}      # a column per swept key, numbers as numbers
+    assert {r["model.scaling"] for r in rows} == {'{kind="ntk"}', '{kind="asymmetric", gamma=0.2, alpha=0.5}'}
+    # the summary's mean of max_t |ΔL| at width 5, recomputed from the CSV
+    worst: dict[str, float] = {}
+    for r in rows:
+        if r["model.width"] == "5":
+            worst[r["run"]] = max(worst.get(r["run"], 0.0), float(r["loss_gap"]))
+    assert len(worst) == 4
+    lines = out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("summary against `model.width`")))
+    (row5,) = [line for line in lines[start:start + 4] if line.split()[0] == "5"]
+    mean, lo, hi = np.mean(list(worst.values())), min(worst.values()), max(worst.values())
+    assert row5.split()[1:6] == ["gd-lr1", "tsit5", f"{mean:.3g}", f"[{lo:.3g},", f"{hi:.3g}]"]   # |ΔL| first
+    # each note once, for every run
+    notes = lines[lines.index("notes:") + 1:]
+    assert len(notes) == len(set(notes)) == 3 and all(n.startswith("  every run: ") for n in notes)
+    assert "stability gd-lr1" not in out    # unknown stability is a note, not a line per run
+    figs = sorted(p.name for p in (tmp_path / "figs").iterdir())
+    assert "tiny-compare-sweep-model.width.png" in figs and "tiny-compare-sweep-model.scaling.png" in figs
+
+
+def test_compare_figures_have_no_placeholder_panels(path):
+    from flowsim.analysis.compare import compare_archive, figure_run, figure_sweep
+
+    rep = compare_archive(path)
+    fig = figure_run(rep, "p0-seed0")      # loss and weight change recorded, no weights, no sharpness
+    assert len(fig.axes) == 1 and fig.axes[0].get_title() == "(a) loss gap"
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert not any("not recorded" in t for t in texts)
+    sweep = figure_sweep(rep, "model.width")
+    assert [ax.get_title() for ax in sweep.axes] == ["max_t |ΔL|", "max_t Δ‖w−w0‖"]
