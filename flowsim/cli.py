@@ -234,6 +234,10 @@ def cmd_inspect(args) -> int:
         if prov:
             print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v))
         resolved = attrs.get("scenario_resolved")
+        history = attrs.get("t_end_history")
+        if history and isinstance(resolved, dict):
+            print(f"  extended: t_end {' → '.join(f'{t:g}' for t in [*history, resolved['run']['t_end']])} "
+                  "(--resume --set run.t_end)")
         found = plugins.named_in(resolved) if isinstance(resolved, dict) else []
         if found:   # named, never imported: reading an archive runs nothing
             print(f"  ran user code (plug-ins): {', '.join(found)}")

@@ -148,7 +148,7 @@ class SharedWriter:
     the file and writes; the others write nothing, and each question the driver asks of
     the archive (what a resume finds there) gets process 0's answer."""
 
-    QUESTIONS = frozenset({"has_run", "n_checkpoints", "read_checkpoint"})
+    QUESTIONS = frozenset({"has_run", "n_checkpoints", "read_checkpoint", "horizons"})
 
     def __init__(self, writer):
         self._writer = writer      # None off process 0

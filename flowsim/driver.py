@@ -158,7 +158,7 @@ class Driver:
         if restored is not None:
             state = shard(restored)
         refs = batch.references(problems, params0)
-        times = checkpoint_grid(preset, config.run)
+        times = checkpoint_grid(preset, config.run, self.writer.horizons())
         start = min(m.done_rows for m in members)
         t_start = float(times[start - 1]) if start else 0.0
         bar = self.progress.batch(runs[0].label or config.name, name, [r.name for r in runs], t_start,

@@ -109,6 +109,13 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
     _check_output_folder(out)
 
 
+def _is_extension(old: dict, new: dict) -> bool:
+    """Whether `new` only moves run.t_end later: every run then goes on from where it is."""
+    later = new["run"]["t_end"] > old["run"]["t_end"]
+    same_otherwise = {**new, "run": {**new["run"], "t_end": old["run"]["t_end"]}} == old
+    return later and same_otherwise
+
+
 def _open(job: Job):
     from .archive import ArchiveWriter
     from .config import differences
@@ -121,12 +128,17 @@ def _open(job: Job):
         writer = ArchiveWriter.create(job.out, scenario_text=sc.text, resolved=sc.resolved,
                                       provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
                                       dtype=sc.settings.dtype, overwrite=job.overwrite)
-    changed = differences(writer.resolved, json.loads(json.dumps(sc.resolved))) if job.resume else []
-    if changed:
+    now = json.loads(json.dumps(sc.resolved))
+    changed = differences(writer.resolved, now) if job.resume else []
+    if changed and _is_extension(writer.resolved, now):
+        writer.extend_horizon(now)     # `--resume --set run.t_end=T`: the same runs, further
+    elif changed:
         writer.close()
+        longer = " (run.t_end can only grow, and only alone: other keys must stay)" if any(
+            c.startswith("`run.t_end`") for c in changed) else ""
         raise InputError(f"{job.out} was written by a different scenario (or different --set values): "
-                         f"{'; '.join(changed)} (archive -> now); resume with the same scenario and "
-                         "overrides, or use --overwrite")
+                         f"{'; '.join(changed)} (archive -> now){longer}; resume with the same scenario and "
+                         "overrides, extend it with --set run.t_end=T alone, or use --overwrite")
     if job.resume:
         warn_on_device_change(job.out, writer.provenance)
     return writer

@@ -193,3 +193,51 @@ def test_plot_marks_an_interrupted_curve(interrupted):
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert any(t.startswith("tsit5") and "interrupted in 1 of 1 runs (×)" in t for t in legend)
     assert [ln for ln in fig.axes[0].lines if ln.get_marker() == "x"]
+
+
+# ---- extending a finished run ------------------------------------------------------------------
+
+EXTEND = ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]', 'run.checkpoints={count=4, spacing="log"}']
+
+
+def test_resume_with_a_later_t_end_extends_the_run(tmp_path):
+    import shutil
+
+    import numpy as np
+
+    out, fresh = tmp_path / "e.h5", tmp_path / "fresh.h5"
+    run_scenario(TINY, EXTEND, output=out, progress=False, report=lambda s: None)
+    shutil.copy(out, tmp_path / "before.h5")
+    run_scenario(TINY, [*EXTEND, "run.t_end=60.0"], output=out, resume=True, progress=False, report=lambda s: None)
+    run_scenario(TINY, [*EXTEND, "run.t_end=60.0"], output=fresh, progress=False, report=lambda s: None)
+    with archive.open(tmp_path / "before.h5") as b, archive.open(out) as a, archive.open(fresh) as f:
+        assert a.attrs["t_end_history"] == [30.0] and a.attrs["scenario_resolved"]["run"]["t_end"] == 60.0
+        for name in ("tsit5", "gd-lr1"):
+            old, new, ref = (x.runs["p0-seed0"].solvers[name] for x in (b, a, f))
+            n = old.n_checkpoints
+            # rows already written stay bit for bit; the grid goes on past the old horizon
+            assert new.status == "done" and new.t[-1] == 60.0 and new.n_checkpoints > n
+            for series in ("t", "loss", "weights"):
+                np.testing.assert_array_equal((new.t if series == "t" else new[series])[:n],
+                                              old.t if series == "t" else old[series])
+            assert (new.t[n:] > 30.0).all()
+        # GD continues bit for bit as a fresh run to t = 60; the flow from its stored state
+        gd, gd_fresh = a.runs["p0-seed0"].solvers["gd-lr1"], f.runs["p0-seed0"].solvers["gd-lr1"]
+        np.testing.assert_array_equal(gd["weights"][-1], gd_fresh["weights"][-1])
+        assert gd.stats["steps"] == gd_fresh.stats["steps"] == 60
+        flow, flow_fresh = a.runs["p0-seed0"].solvers["tsit5"], f.runs["p0-seed0"].solvers["tsit5"]
+        np.testing.assert_allclose(flow["loss"][-1], flow_fresh["loss"][-1], rtol=1e-6)
+        assert a.runs["p0-seed0"].params["run"]["t_end"] == 60.0
+    # a plain resume of the extended archive finds nothing to do and changes nothing
+    run_scenario(TINY, [*EXTEND, "run.t_end=60.0"], output=out, resume=True, progress=False, report=lambda s: None)
+    with archive.open(out) as a:
+        assert a.runs["p0-seed0"].solvers["tsit5"].n_checkpoints == flow.n_checkpoints
+
+
+def test_an_earlier_t_end_or_another_change_is_refused_naming_the_key(tmp_path):
+    out = tmp_path / "e.h5"
+    run_scenario(TINY, EXTEND, output=out, progress=False, report=lambda s: None)
+    for sets, named in ((["run.t_end=20.0"], "`run.t_end`: 30.0 -> 20.0"),
+                        (["run.t_end=60.0", "model.width=5"], "`model.width`: 24 -> 5")):
+        rc, _, err = call_cli("run", TINY, "-o", out, "--resume", *_sets(*EXTEND, *sets))
+        assert rc == 2 and named in err and "run.t_end can only grow" in err

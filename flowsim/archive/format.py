@@ -28,8 +28,9 @@ import numpy as np
 
 from .errors import ArchiveError
 
+HORIZONS_ATTR = "t_end_history"   # earlier t_ends of an extended archive (JSON list)
 RESERVED_ROOT = ("flowsim_version", "created", "scenario_text", "scenario_resolved",
-                 "dtype", "provenance")
+                 "dtype", "provenance", HORIZONS_ATTR)
 RESERVED_SERIES = ("t", "step", "checkpoint")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _CHUNK_BYTES = 1 << 20        # cap for one chunk of a time-indexed dataset
@@ -76,7 +77,7 @@ def decode_root_attrs(attrs) -> dict:
     out = {}
     for k, v in attrs.items():
         v = attr_str(v) if isinstance(v, (bytes, str)) else (v.item() if isinstance(v, np.generic) else v)
-        if k in ("scenario_resolved", "provenance"):
+        if k in ("scenario_resolved", "provenance", HORIZONS_ATTR):
             v = loads(v)
         out[k] = v
     return out

@@ -64,8 +64,8 @@ from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, chec
                          mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_row,
                          write_slot)
 from .errors import ArchiveError, ArchiveFull
-from .format import (attr_str, build_solver, dumps, init_solver_attrs, loads, series_spec, write_arrays,
-                     write_root_attrs)
+from .format import (HORIZONS_ATTR, attr_str, build_solver, dumps, init_solver_attrs, loads, series_spec,
+                     write_arrays, write_root_attrs)
 from .lock import Lock
 from .recovery import check_signature, explain, rebuild, require_flowsim, truncate_to_commits
 
@@ -389,6 +389,27 @@ class ArchiveWriter:
             if name in g:
                 del g[name]
             g.move(tmp, name)
+
+    def horizons(self) -> tuple[float, ...]:
+        """The earlier t_ends of an archive extended by `extend_horizon` (oldest first)."""
+        return tuple(loads(self._f.attrs.get(HORIZONS_ATTR, "[]")))
+
+    def extend_horizon(self, resolved: dict) -> None:
+        """The archive continues to `resolved`'s later run.t_end (its only difference from
+        the stored scenario): the old t_end joins the horizons, the stored scenario and
+        each run's parameters take the new one, and every solver is `running` again until
+        the driver ends it (a crash meanwhile then reads as interrupted)."""
+        old = self.resolved["run"]["t_end"]
+        with self._structure() as f:
+            f.attrs[HORIZONS_ATTR] = dumps([*loads(f.attrs.get(HORIZONS_ATTR, "[]")), old])
+            f.attrs["scenario_resolved"] = dumps(resolved)
+            for g in f["runs"].values():
+                params = loads(g.attrs.get("params", "{}"))
+                params["run"]["t_end"] = resolved["run"]["t_end"]
+                g.attrs["params"] = dumps(params)
+                for solver in (v for v in g.values() if isinstance(v, h5py.Group) and "series_spec" in v.attrs):
+                    solver.attrs["status"] = "running"
+        self.resolved = dict(resolved)
 
     def set_status(self, run: str, solver: str, *, status: str, stats: dict,
                    wall_time: float, message: str = "", status_time: float | None = None) -> None:

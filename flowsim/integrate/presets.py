@@ -25,11 +25,23 @@ def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:
     return ReferencePair(flow=flow, reference=make_flow_integrator(reference))
 
 
-def checkpoint_grid(preset: Preset, run: Run) -> np.ndarray:
+def checkpoint_grid(preset: Preset, run: Run, horizons: tuple[float, ...] = ()) -> np.ndarray:
     """Checkpoint times from t = 0; a discrete preset's are at t = kη exactly.
 
     A flow also stops at every time a discrete solver of the run records, so that flow and
-    GD are compared at matched times, never by interpolation."""
+    GD are compared at matched times, never by interpolation. `horizons`: the earlier
+    t_ends of an archive extended with `--resume --set run.t_end=T` (increasing): its grid
+    is the first horizon's grid, then each later horizon's grid past the one before (rows
+    already written keep their times)."""
+    grid, before = [], -np.inf
+    for t_end in (*horizons, run.t_end):
+        part = _grid(preset, dataclasses.replace(run, t_end=t_end))
+        grid.append(part[part > before])
+        before = max(before, part[-1])    # (a GD time k·η may round a hair past t_end)
+    return np.concatenate(grid)
+
+
+def _grid(preset: Preset, run: Run) -> np.ndarray:
     times = np.concatenate([[0.0], run.checkpoint_times()])
     if isinstance(preset, DescentPreset):
         eta = preset.learning_rate
