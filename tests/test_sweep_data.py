@@ -108,3 +108,20 @@ def test_compare_figures_have_no_placeholder_panels(path):
     assert not any("not recorded" in t for t in texts)
     sweep = figure_sweep(rep, "model.width")
     assert [ax.get_title() for ax in sweep.axes] == ["max_t |ΔL|", "max_t Δ‖w−w0‖"]
+
+
+def test_blocks_hold_each_seed_s_rows_as_the_archive_does(path):
+    """The one reader under the figures and to_xarray: per (point, solver), every seed's own
+    rows back exactly, on the union of the seeds' times."""
+    from flowsim.archive.dataset import blocks
+
+    with flowsim.open(path) as a:
+        found = blocks(a)
+        assert [(b.point, b.solver) for b in found] == [(p, s) for p in range(4) for s in ("tsit5", "gd-lr1")]
+        for b in found:
+            for i, name in enumerate(b.runs):
+                view = a.runs[name].solvers[b.solver]
+                np.testing.assert_array_equal(b.t[b.rows[i]], view.t)
+                for series in ("loss", "weight_change"):
+                    np.testing.assert_array_equal(b.own(i, series), view[series])
+                assert b.statuses[i] == view.status and b.seeds[i] == a.runs[name].seed

@@ -17,7 +17,8 @@ discrete dashed, modified flow dotted), mean over seeds with a min–max band ov
 included: `reader.EARLY_END`; the status is noted in the solver legend).
 
 The pieces are small and public for reuse and tests: :func:`gather` reads an archive
-into :class:`Trace` objects (one per sweep point and solver, seeds stacked),
+into :class:`Trace` objects (one per sweep point and solver, seeds stacked) through the
+archive's one series reader (`flowsim.archive.dataset.blocks`, also under `to_xarray`),
 :func:`figure_fig1` / :func:`figure_test` build ``matplotlib.figure.Figure`` objects,
 one ``panel_*`` function draws each panel.  No pyplot: figures are plain ``Figure``
 objects rendered by the Agg canvas, so nothing global is touched.

@@ -17,7 +17,6 @@ Mean over seeds with a min–max band; one colour per node scaling, as in the ot
 from __future__ import annotations
 
 import json
-import warnings
 from collections import defaultdict
 
 import numpy as np
@@ -25,24 +24,20 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
-from flowsim.config.typed import DescentPreset
+from flowsim.archive.dataset import blocks
+from flowsim.config.typed import Config, DescentPreset, Preset, from_dict
 
 from .labels import scaling_label, short_label
-from .reader import gather, run_config, scenario_config, solver_preset
-from .style import PALETTE, Style, draw, legends
+from .reader import gather, run_config, scenario_config
+from .style import PALETTE, Style, draw, legends, mean_band
 
 _IMP_STYLE = {"weight": "-", "lambda": "--"}
 _IMP_NAME = {"weight": "λ‖w‖² (as written)", "lambda": "λ‖a‖² (as run)"}
 
 
 def _mean_band(ax, x, ys, colour, ls="-", label=None):
-    ys = np.asarray(ys, float)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        mean = np.nanmean(ys, axis=0)
-        ax.plot(x, mean, color=colour, ls=ls, lw=1.7, label=label, marker="o" if len(x) < 12 else None, ms=3)
-        if ys.shape[0] > 1:
-            ax.fill_between(x, np.nanmin(ys, axis=0), np.nanmax(ys, axis=0), color=colour, alpha=0.15, lw=0)
+    """`mean_band` with markers where the curve has few points (pruning, transfer)."""
+    mean_band(ax, x, ys, colour, ls=ls, lw=1.7, label=label, marker="o" if len(x) < 12 else None, ms=3)
 
 
 def collect(arch) -> dict:
@@ -167,16 +162,16 @@ def figure_accuracy(arch, name: str) -> Figure | None:
 def lr_transfer_table(arch) -> dict:
     """(scaling label, width) -> {learning_rate: [final loss per seed]} for a width×η sweep."""
     table: dict = defaultdict(lambda: defaultdict(list))
-    for run in arch.runs.values():
-        model = run_config(run).model
-        for sname, view in run.solvers.items():
-            preset = solver_preset(view)
-            if not isinstance(preset, DescentPreset) or not view.n_checkpoints:
-                continue
-            loss = view["loss"]
-            final = float(loss[-1]) if view.status == "done" else float("nan")
-            key = (scaling_label(model.scaling), int(model.width))
-            table[key][float(preset.learning_rate)].append(final)
+    for b in blocks(arch, series=("loss",)):
+        preset = from_dict(Preset, b.preset)
+        if not isinstance(preset, DescentPreset):
+            continue
+        model = from_dict(Config, b.params).model
+        for i, status in enumerate(b.statuses):
+            loss = b.own(i, "loss")
+            if loss.size:
+                final = float(loss[-1]) if status == "done" else float("nan")
+                table[(scaling_label(model.scaling), int(model.width))][float(preset.learning_rate)].append(final)
     return table
 
 

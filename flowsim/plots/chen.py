@@ -25,12 +25,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
-from flowsim.config.typed import Config
+from flowsim.archive.dataset import blocks
+from flowsim.config.typed import Config, Preset, from_dict
 from flowsim.integrate.registry import DISCRETE_KINDS
 from flowsim.theory import chen_loss_bound
 
-from .reader import run_config, safe_name, scenario_config, solver_preset
-from .style import PALETTE
+from .reader import safe_name, scenario_config
+from .style import PALETTE, mean_band
 
 __all__ = ["figure_kind", "plot_archive", "read_runs", "fitted_rate", "exp1_summary",
            "exp2_summary", "exp3_summary", "ChenRun"]
@@ -70,26 +71,25 @@ class ChenRun:
 
 
 def read_runs(arch: _archive.Archive) -> list[ChenRun]:
-    """Every run of an open archive (the `hidden` series keeps its first and last rows)."""
-    out = []
-    for run in arch.runs.values():
-        y_test = run.data.get("y_test", np.zeros(0))
-        cr = ChenRun(name=run.name, point=run.point, seed=run.seed, label=run.label, params=run_config(run),
-                     init={k: np.asarray(v) for k, v in run.init.items() if k not in ("W0", "z")},
-                     y_test_sq=0.5 * float(np.sum(np.asarray(y_test, float) ** 2)))
-        for sname, view in run.solvers.items():
-            series = {}
-            for key in ("loss", "test_loss", "test_accuracy"):
-                if key in view:
-                    series[key] = np.asarray(view[key], float)
+    """Every run of an open archive, its series from the archive's one reader (`blocks`);
+    the `hidden` series keeps its first and last rows, read alone (it is n × m per row)."""
+    runs: dict[str, ChenRun] = {}
+    for b in blocks(arch, series=("loss", "test_loss", "test_accuracy")):
+        for i, name in enumerate(b.runs):
+            if name not in runs:
+                run = arch.runs[name]
+                y_test = run.data.get("y_test", np.zeros(0))
+                runs[name] = ChenRun(name=name, point=b.point, seed=b.seeds[i], label=b.label,
+                                     params=from_dict(Config, b.params),
+                                     init={k: np.asarray(v) for k, v in b.init[i].items() if k not in ("W0", "z")},
+                                     y_test_sq=0.5 * float(np.sum(np.asarray(y_test, float) ** 2)))
+            series = {n: b.own(i, n) for n in b.series}
+            view = arch.runs[name].solvers[b.solver]
             if "hidden" in view and view.n_checkpoints:
-                h = view["hidden"]
-                series["hidden"] = np.asarray(h[[0, view.n_checkpoints - 1]], float)
-            cr.solvers[sname] = {"t": np.asarray(view.t, float), "kind": solver_preset(view).kind,
-                                 "status": "interrupted" if view.interrupted else view.status, "series": series}
-        out.append(cr)
-    out.sort(key=lambda r: (r.point, r.seed))
-    return out
+                series["hidden"] = np.asarray(view["hidden"][[0, view.n_checkpoints - 1]], float)
+            runs[name].solvers[b.solver] = {"t": b.t[b.rows[i]], "kind": from_dict(Preset, b.preset).kind,
+                                            "status": b.statuses[i], "series": series}
+    return sorted(runs.values(), key=lambda r: (r.point, r.seed))
 
 
 def _solver_names(runs: list[ChenRun]) -> list[str]:
@@ -200,13 +200,9 @@ def _styles(runs: list[ChenRun]) -> dict[str, object]:
 
 
 def _band(ax, t, ys: list[np.ndarray], colour, ls, label=None, lw=1.6):
-    """Mean over seeds with a min–max band (seeds cut to the shortest)."""
+    """`mean_band` over seeds cut to the shortest."""
     k = min(len(y) for y in ys)
-    Y = np.stack([y[:k] for y in ys])
-    with np.errstate(all="ignore"):
-        ax.plot(t[:k], np.nanmean(Y, 0), color=colour, ls=ls, lw=lw, label=label)
-        if len(ys) > 1:
-            ax.fill_between(t[:k], np.nanmin(Y, 0), np.nanmax(Y, 0), color=colour, alpha=0.15, lw=0)
+    mean_band(ax, t[:k], [y[:k] for y in ys], colour, ls=ls, lw=lw, label=label)
 
 
 def _solver_legend(fig, styles: dict[str, object], runs: list[ChenRun], extra=()):

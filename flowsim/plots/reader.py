@@ -1,4 +1,5 @@
-"""An archive read for figures: one `Trace` per sweep point and solver, seeds stacked."""
+"""An archive read for figures: one `Trace` per sweep point and solver, seeds stacked, built
+on the archive's one series reader (`flowsim.archive.dataset.blocks`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 
 from flowsim import archive as _archive
 from flowsim import status
+from flowsim.archive.dataset import INTERRUPTED, blocks
 from flowsim.config.typed import Config, Preset, from_dict
 
 from .labels import short_label
@@ -18,7 +20,6 @@ from .labels import short_label
 TOP_NODES = 5                    # panel (b): the nodes that moved most, per seed
 # Statuses of a run that has not reached its end time: every status but done, and
 # "interrupted" (a run left `running` with no live writer; `running` itself is a live one).
-INTERRUPTED = "interrupted"
 EARLY_END = tuple(s for s in status.NAMES if s != status.name(status.DONE)) + (INTERRUPTED,)
 
 
@@ -64,31 +65,32 @@ def scenario_config(arch: _archive.Archive) -> Config | None:
     return from_dict(Config, resolved) if isinstance(resolved, dict) and resolved else None
 
 
-def _derived(view: _archive.SolverView) -> dict[str, np.ndarray]:
-    """The per-seed quantities the figures need, each with time first."""
-    names = set(view.series_names)
+# The series the figures read; the full `ntg` matrices only where a fallback needs them.
+FIGURE_SERIES = ("loss", "test_loss", "accuracy", "test_accuracy", "sharpness", "weight_change",
+                 "ntg_change_spectral", "ntg_eig")
+
+
+def _derived(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The per-seed quantities the figures need, each with time first, from one seed's rows."""
     out: dict[str, np.ndarray] = {}
     for name in ("loss", "test_loss", "accuracy", "test_accuracy", "sharpness"):
-        if name in names:
-            arr = np.asarray(view[name], dtype=float)
+        if name in arrays:
+            arr = arrays[name]
             out[name] = arr.reshape(arr.shape[0], -1).mean(axis=1) if arr.ndim > 1 else arr
-    if "weight_change" in names:
-        wc = np.asarray(view["weight_change"], dtype=float)
+    if "weight_change" in arrays:
+        wc = arrays["weight_change"]
         if wc.shape[0]:
             final = np.where(np.isfinite(wc[-1]), wc[-1], -np.inf)
             top = np.argsort(final)[::-1][:TOP_NODES]
             out["weight_change_top"] = wc[:, top]          # (k, r), largest final first
-    ntg = None
-    if "ntg_change_spectral" in names:
-        out["ntg_change"] = np.asarray(view["ntg_change_spectral"], dtype=float)
-    elif "ntg" in names:
-        ntg = np.asarray(view["ntg"], dtype=float)
-        out["ntg_change"] = _spectral_change(ntg)
-    if "ntg_eig" in names:
-        out["eig_min"] = np.asarray(view["ntg_eig"], dtype=float)[:, 0]
-    elif "ntg" in names:
-        ntg = np.asarray(view["ntg"], dtype=float) if ntg is None else ntg
-        out["eig_min"] = np.array([_eig_min(m) for m in ntg])
+    if "ntg_change_spectral" in arrays:
+        out["ntg_change"] = arrays["ntg_change_spectral"]
+    elif "ntg" in arrays:
+        out["ntg_change"] = _spectral_change(arrays["ntg"])
+    if "ntg_eig" in arrays:
+        out["eig_min"] = arrays["ntg_eig"][:, 0]
+    elif "ntg" in arrays:
+        out["eig_min"] = np.array([_eig_min(m) for m in arrays["ntg"]])
     return out
 
 
@@ -127,36 +129,25 @@ def _stack(arrays: list[np.ndarray], ts: list[np.ndarray], t: np.ndarray) -> np.
 
 def gather(arch: _archive.Archive) -> list[Trace]:
     """Read every run of an open archive into Traces sorted by (point, solver order)."""
-    groups: dict[tuple[int, str], list[tuple]] = {}
-    order: list[str] = []
-    meta: dict[int, tuple[str, Config]] = {}
-    for run in arch.runs.values():
-        if run.point not in meta:
-            meta[run.point] = (run.label, run_config(run))
-        init = run.init
-        scalars = {k: float(np.asarray(v)) for k, v in init.items()
-                   if np.ndim(v) == 0 and k in ("kappa_n", "loss0")}
-        for name, view in run.solvers.items():
-            if name not in order:
-                order.append(name)
-            groups.setdefault((run.point, name), []).append(
-                (run.seed, INTERRUPTED if view.interrupted else view.status, solver_preset(view), np.asarray(view.t, float),
-                 _derived(view), scalars))
+    views = [v for run in arch.runs.values() for v in run.solvers.values()]
+    wanted = set(FIGURE_SERIES)
+    if any(not {"ntg_eig", "ntg_change_spectral"} <= set(v.series_names) for v in views):
+        wanted.add("ntg")
     traces = []
-    for (point, name), items in sorted(groups.items(), key=lambda kv: (kv[0][0], order.index(kv[0][1]))):
-        items.sort(key=lambda it: it[0])
-        ts = [it[3] for it in items]
+    for b in blocks(arch, series=wanted):
+        seeds = range(len(b.seeds))
+        ts = [b.t[b.rows[i]] for i in seeds]
         t = max(ts, key=len)
-        names = sorted({n for it in items for n in it[4]})
-        label, params = meta[point]
-        inits = {k: float(np.mean([it[5][k] for it in items if k in it[5]]))
-                 for k in {k for it in items for k in it[5]}}
+        derived = [_derived({n: b.own(i, n) for n in b.series}) for i in seeds]
+        names = sorted({n for d in derived for n in d})
+        scalars = [{k: float(np.asarray(v)) for k, v in b.init[i].items() if np.ndim(v) == 0 and k in
+                    ("kappa_n", "loss0")} for i in seeds]
+        params = from_dict(Config, b.params)
         traces.append(Trace(
-            point=point, solver=name, label=short_label(params, label), params=params,
-            preset=items[0][2], t=t, seeds=[it[0] for it in items],
-            statuses=[it[1] for it in items], lengths=[len(x) for x in ts],
-            series={n: _stack([it[4].get(n) for it in items], ts, t) for n in names},
-            init=inits))
+            point=b.point, solver=b.solver, label=short_label(params, b.label), params=params,
+            preset=from_dict(Preset, b.preset), t=t, seeds=list(b.seeds), statuses=list(b.statuses),
+            lengths=[len(x) for x in ts], series={n: _stack([d.get(n) for d in derived], ts, t) for n in names},
+            init={k: float(np.mean([s[k] for s in scalars if k in s])) for k in {k for s in scalars for k in s}}))
     return traces
 
 

@@ -53,6 +53,17 @@ def quiet(fn: Callable, *args, **kw):
         return fn(*args, **kw)
 
 
+def mean_band(ax: Axes, x: np.ndarray, ys, colour, *, ls: object = "-", lw: float = 1.6, alpha: float = 1.0,
+              band: bool = True, **line) -> None:
+    """The mean over the rows of `ys` (seeds), and their min–max band when there are several:
+    the one way every figure draws seeds (NaN-aware, without numpy's all-NaN warnings)."""
+    ys = np.asarray(ys, float)
+    ax.plot(x, quiet(np.nanmean, ys, axis=0), color=colour, ls=ls, lw=lw, alpha=alpha, **line)
+    if band and ys.shape[0] > 1:
+        lo, hi = quiet(np.nanmin, ys, axis=0), quiet(np.nanmax, ys, axis=0)
+        ax.fill_between(x, lo, hi, color=colour, alpha=0.15 * alpha, lw=0)
+
+
 def draw(ax: Axes, tr: Trace, y: np.ndarray, style: Style, *, band: bool = True,
          lw: float = 1.6, alpha: float = 1.0, mark: bool = True) -> None:
     """Mean over the seeds that ran to the end, with a min–max band over them; each seed
@@ -61,11 +72,7 @@ def draw(ax: Axes, tr: Trace, y: np.ndarray, style: Style, *, band: bool = True,
     early = {i for i, _ in tr.early_ends}
     full = [i for i in range(y.shape[0]) if i not in early]
     if full:
-        yf = y[full]
-        ax.plot(tr.t, quiet(np.nanmean, yf, axis=0), color=colour, ls=ls, lw=lw, alpha=alpha)
-        if band and len(full) > 1:
-            lo, hi = quiet(np.nanmin, yf, axis=0), quiet(np.nanmax, yf, axis=0)
-            ax.fill_between(tr.t, lo, hi, color=colour, alpha=0.15 * alpha, lw=0)
+        mean_band(ax, tr.t, y[full], colour, ls=ls, lw=lw, alpha=alpha, band=band)
     for i in sorted(early):
         ax.plot(tr.t, y[i], color=colour, ls=ls, lw=0.6 * lw, alpha=0.8 * alpha)
         good = np.flatnonzero(np.isfinite(y[i]))
