@@ -130,25 +130,30 @@ def cmd_run(args) -> int:
                           overwrite=args.overwrite)
     out, shard = job.out, job.shard
     resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
-                           "--resume", *(["--distributed"] if args.distributed else [])])
+                           "--resume", *(["--distributed"] if args.distributed else []),
+                           *([f"--log-jsonl {args.log_jsonl}"] if args.log_jsonl else [])])
     if any_process(_STOP.requested):
         print("flowsim: interrupted before the archive was touched", file=sys.stderr)
         return EXIT_INTERRUPTED
+    primary = is_primary()
+    from .progress import Progress
+
+    try:
+        progress = Progress(None if primary and not args.quiet else False,
+                            jsonl=args.log_jsonl if primary else None)
+    except OSError as err:
+        raise InputError(f"--log-jsonl {args.log_jsonl}: cannot be written ({err.strerror or err}); "
+                         "allowed: a file path in a writable folder") from None
     try:
         writer = session.open_archive(job, distributed=args.distributed)
     except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
         raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
-    primary = is_primary()
     if primary:
         print(f"flowsim: {job.scenario.settings.name}: {len(job.runs)} run(s)" + (f" (part {shard} of "
               f"{len(job.scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
     saved_hook = sys.unraisablehook
     sys.unraisablehook = _quiet_hdf5_unraisable
     try:
-        from .progress import Progress
-
-        progress = Progress(None if primary and not args.quiet else False,
-                            jsonl=args.log_jsonl if primary else None)
         # One process alone can stop during a segment; several must stop after the same checkpoint.
         statuses = session.drive(job, writer, progress=progress,
                                  report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),

@@ -32,6 +32,8 @@ class Progress:
         self.every = every
         self.clock = clock
         self.jsonl = None if jsonl is None else Path(jsonl)
+        if self.jsonl is not None:
+            self.jsonl.open("a").close()    # an unwritable path fails now, before any work
         self._last_line = clock()    # the first line comes `every` seconds in, not at once
         self._start = clock()
 

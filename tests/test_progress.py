@@ -148,3 +148,13 @@ def test_ctrl_c_stops_a_long_segment_and_the_command_exits_130(tmp_path):
     assert "terminate called" not in err and "Traceback" not in err
     with archive.open(tmp_path / "k.h5") as a:
         assert a.runs["seed0"].solvers["tight"].interrupted
+
+
+def test_an_unwritable_log_is_refused_before_the_archive_is_created(tmp_path):
+    from helpers import call_cli
+
+    out = tmp_path / "a.h5"
+    rc, _, err = call_cli("run", TINY, "-o", out, "--log-jsonl", tmp_path / "no-such-folder" / "log.jsonl",
+                          *[a for s in ONE for a in ("--set", s)])
+    assert rc == 2 and "--log-jsonl" in err and "cannot be written" in err
+    assert not out.exists()

@@ -14,6 +14,7 @@ from .meaning import MEANING
 from .schema import SCENARIO, SOLVER_INLINE
 from .spec import ABSENT, REQUIRED, Custom, OneOf, Spec, Table, Tagged, join, toml_value
 
+
 class Row(NamedTuple):
     key: str
     kinds: tuple[str, ...]      # the kinds of the enclosing table that take this key; () = all
