@@ -258,9 +258,8 @@ def cmd_inspect(args) -> int:
                 reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"
                 stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in
                                   ("steps", "rejected", "vf_evals"))
-                state = "interrupted" if sv.interrupted else sv.status
                 interrupted |= sv.interrupted
-                print(f"    {sname:<14} {state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}"
+                print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}"
                       + (f", {stats}" if stats else "") + f", {sv.wall_time:.3g} s"
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))

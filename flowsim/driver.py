@@ -108,6 +108,7 @@ class Driver:
         first = self.scenario.runs[0]
         if not self.writer.has_run(self.runs[0].name):
             self.writer.write_data(dataset_arrays(built[first.name].dataset))
+        horizons = self.writer.horizons()   # earlier t_ends of an extended archive
         for runs in points.values():
             built_runs = [built[r.name] for r in runs]
             for r, b in zip(runs, built_runs):
@@ -119,7 +120,8 @@ class Driver:
                     self.writer.write_data(dataset_arrays(b.dataset), run=r.name)
             run_cfg = runs[0].settings.run
             for preset in run_cfg.solvers:
-                codes, final = self._run_batch(preset, make_integrator(preset, run_cfg), runs, built_runs)
+                codes, final = self._run_batch(preset, make_integrator(preset, run_cfg), runs, built_runs,
+                                               horizons)
                 for name, code in codes.items():
                     statuses[name][preset.name] = code
                 if self.hooks and is_primary():
@@ -131,9 +133,10 @@ class Driver:
         return statuses
 
     def _run_batch(self, preset: Preset, integ: AbstractIntegrator, runs: list[RunSpec],
-                   built_runs: list[Built]) -> tuple[dict[str, str], Params]:
+                   built_runs: list[Built], horizons: tuple[float, ...]) -> tuple[dict[str, str], Params]:
         """Run one solver over a batch of seeds; returns run → final status, and the final
-        weights (stacked, host arrays)."""
+        weights (stacked, host arrays). `horizons`: the archive's earlier t_ends (an
+        extended run, see `checkpoint_grid`)."""
         name = preset.name
         config = runs[0].settings
         names = config.run.observe
@@ -158,7 +161,7 @@ class Driver:
         if restored is not None:
             state = shard(restored)
         refs = batch.references(problems, params0)
-        times = checkpoint_grid(preset, config.run, self.writer.horizons())
+        times = checkpoint_grid(preset, config.run, horizons)
         start = min(m.done_rows for m in members)
         t_start = float(times[start - 1]) if start else 0.0
         bar = self.progress.batch(runs[0].label or config.name, name, [r.name for r in runs], t_start,

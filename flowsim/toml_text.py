@@ -1,5 +1,6 @@
-"""Scenario values as inline TOML text, and values at dotted keys: what labels, messages,
-sweep coordinates and CSV columns print. Free of JAX (the archive package uses it)."""
+"""Scenario values as inline TOML text, what counts as a number, and values at dotted keys:
+what labels, messages, sweep coordinates and CSV columns print. Free of JAX (the archive
+package uses it)."""
 
 import datetime as _dt
 import math
@@ -53,6 +54,20 @@ def toml_value(v: Any) -> str:
     if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
         return v.isoformat()
     return repr(v)
+
+
+def is_int(v: Any) -> bool:
+    # bool is a subclass of int in Python; in a scenario `true` is never a number.
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    return is_int(v) or isinstance(v, float)
+
+
+def sweep_axes(sweep: Mapping | None) -> list[str]:
+    """The swept dotted keys of a [sweep] table, in file order."""
+    return [k for k in (sweep or {}) if k != "mode"]
 
 
 def value_at(tree: Any, dotted: str) -> Any:

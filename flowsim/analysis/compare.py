@@ -52,7 +52,7 @@ import numpy as np
 from flowsim import archive as _archive
 from flowsim.config.typed import DescentPreset, FlowPreset, Preset, from_dict
 from flowsim.integrate.registry import SOLVER_KINDS
-from flowsim.toml_text import toml_value, value_at
+from flowsim.toml_text import is_number, sweep_axes, toml_value, value_at
 
 CERTIFICATE_FACTOR = 2.0
 TIME_RTOL = 1e-9
@@ -400,7 +400,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
     with _archive.open(path) as arch:
         name = _scenario_name(arch, path)
         resolved = arch.attrs.get("scenario_resolved", {})
-        keys = [k for k in (resolved.get("sweep") or {}) if k != "mode"]
+        keys = sweep_axes(resolved.get("sweep"))
         for run in arch.runs.values():
             runs[run.name] = run.label
             sweep[run.name] = {k: value_at(run.params, k) for k in keys}
@@ -477,8 +477,7 @@ def sweep_summary(rep: Report) -> list[SweepCell]:
     cells: dict[tuple, SweepCell] = {}
     for key in rep.swept_keys:
         values = list(dict.fromkeys(_cell(rep.sweep[r][key]) for r in rep.runs))
-        numeric = all(isinstance(rep.sweep[r][key], (int, float)) and not isinstance(rep.sweep[r][key], bool)
-                      for r in rep.runs)
+        numeric = all(is_number(rep.sweep[r][key]) for r in rep.runs)
         if numeric:
             values.sort(key=float)
         for value in values:
@@ -576,7 +575,7 @@ def ladder_text(lad: Ladder) -> str:
 
 def _cell(value: Any) -> str:
     """A swept value in the CSV: a number as written, anything else as inline TOML."""
-    return repr(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else toml_value(value)
+    return repr(value) if is_number(value) else toml_value(value)
 
 
 def write_csv(rep: Report, path) -> Path:
@@ -776,7 +775,7 @@ def figure_sweep(rep: Report, key: str):   # -> Figure | None
     if not gaps:
         return None
     values = list(dict.fromkeys(_cell(c.value) for c in cells))
-    numeric = all(isinstance(c.value, (int, float)) and not isinstance(c.value, bool) for c in cells)
+    numeric = all(is_number(c.value) for c in cells)
     fig = Figure(figsize=(max(4.6 * len(gaps), 7.0), 4.4), layout="constrained")
     fig.suptitle(f"{rep.name} — GD vs flow against `{key}`\nmax over t of each gap; mean over the runs "
                  "with that value, bars from min to max", fontsize=11)

@@ -19,18 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from numbers import Number
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..toml_text import toml_value, value_at
+from ..toml_text import is_number, sweep_axes, toml_value, value_at
 
 if TYPE_CHECKING:
     import xarray
 
 EXTRA = "pip install 'flowsim[xarray]'"
-INTERRUPTED = "interrupted"   # the status of a run left `running` with no live writer
 
 
 @dataclass
@@ -85,7 +83,7 @@ def blocks(archive, *, solver: str | None = None, series: Collection[str] | None
         block = Block(point=point, solver=name, label=members[0][0].label, params=members[0][0].params,
                       preset=members[0][1].preset, runs=[r.name for r, _ in members],
                       seeds=[r.seed for r, _ in members],
-                      statuses=[INTERRUPTED if v.interrupted else v.status for _, v in members],
+                      statuses=[v.state for _, v in members],
                       wall_time=[v.wall_time for _, v in members],
                       steps=[v.stats.get("steps", np.nan) for _, v in members], t=t, rows=rows,
                       init=[r.init for r, _ in members])
@@ -109,7 +107,7 @@ def blocks(archive, *, solver: str | None = None, series: Collection[str] | None
 
 def _coordinate(values: list) -> np.ndarray:
     """Numbers as numbers; tables and strings as their inline TOML text, as in run labels."""
-    if all(isinstance(v, Number) and not isinstance(v, bool) for v in values):
+    if all(is_number(v) for v in values):
         return np.asarray(values)
     return np.asarray([toml_value(v) for v in values], dtype=object)
 
@@ -158,7 +156,7 @@ def to_xarray(archive, solver: str | None = None, series: list[str] | None = Non
     variables |= {n: (list(dims[: v.ndim]), v) for n, v in meta.items()}
     coords: dict[str, Any] = {"sweep": np.arange(len(points)), "seed": seeds, "solver": names, "t": times}
     resolved = archive.attrs.get("scenario_resolved", {})
-    swept = [key for key in (resolved.get("sweep") or {}) if key != "mode"]
+    swept = sweep_axes(resolved.get("sweep"))
     configs = {b.point: b.params for b in found}
     for key in swept:
         coords[key] = ("sweep", _coordinate([value_at(configs[p], key) for p in points]))

@@ -14,6 +14,9 @@ from .lock import writer_pid
 from .recovery import open_h5_readonly, require_flowsim
 
 
+INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with no live writer
+
+
 def open(path) -> "Archive":  # noqa: A001 - re-exported as flowsim.open
     """Open an archive read-only (works while it is written and after a killed writer)."""
     return Archive(path)
@@ -115,6 +118,11 @@ class SolverView:
         self.discrete = bool(g.attrs.get("discrete", False))
         self.n_checkpoints = n_committed(g)
         self._spec = series_spec(g)
+
+    @property
+    def state(self) -> str:
+        """The status as a reader should show it: "interrupted" for a run left running."""
+        return INTERRUPTED if self.interrupted else self.status
 
     @property
     def t(self) -> np.ndarray:

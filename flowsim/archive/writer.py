@@ -64,8 +64,8 @@ from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, chec
                          mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_row,
                          write_slot)
 from .errors import ArchiveError, ArchiveFull
-from .format import (HORIZONS_ATTR, attr_str, build_solver, dumps, init_solver_attrs, loads, series_spec,
-                     write_arrays, write_root_attrs)
+from .format import (HORIZONS_ATTR, attr_str, build_solver, dumps, init_solver_attrs, iter_solvers, loads,
+                     series_spec, write_arrays, write_root_attrs)
 from .lock import Lock
 from .recovery import check_signature, explain, rebuild, require_flowsim, truncate_to_commits
 
@@ -407,8 +407,8 @@ class ArchiveWriter:
                 params = loads(g.attrs.get("params", "{}"))
                 params["run"]["t_end"] = resolved["run"]["t_end"]
                 g.attrs["params"] = dumps(params)
-                for solver in (v for v in g.values() if isinstance(v, h5py.Group) and "series_spec" in v.attrs):
-                    solver.attrs["status"] = "running"
+            for solver in iter_solvers(f):
+                solver.attrs["status"] = "running"
         self.resolved = dict(resolved)
 
     def set_status(self, run: str, solver: str, *, status: str, stats: dict,

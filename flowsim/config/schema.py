@@ -58,6 +58,7 @@ from .spec import (
     toml_key,
     toml_string,
 )
+from ..toml_text import sweep_axes as sweep_axes
 from .times import checkpoint_times
 
 SEED_MAX = 2**32 - 1  # seeds feed jax.random.PRNGKey and numpy generators
@@ -576,11 +577,6 @@ SEEDS = Custom(fn=_check_seeds, types=(list, dict), default=[0],
 SWEEP_MODES = ("product", "zip")
 _UNSWEEPABLE = {"sweep": "a sweep cannot sweep itself",
                 "seeds": "every sweep point already runs every seed; list them in `seeds`"}
-
-
-def sweep_axes(sweep: dict | None) -> list[str]:
-    """The swept dotted keys of a [sweep] table, in file order."""
-    return [k for k in (sweep or {}) if k != "mode"]
 
 
 def point_count(sweep: dict) -> int:

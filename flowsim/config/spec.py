@@ -18,6 +18,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..toml_text import is_int as is_int
+from ..toml_text import is_number as is_number
 from ..toml_text import toml_key as toml_key
 from ..toml_text import toml_string as toml_string
 from ..toml_text import toml_value as toml_value
@@ -182,15 +184,6 @@ class Spec:
     def children(self) -> Mapping[str, Spec]:
         """The sub-keys this spec knows, for checking dotted keys of `--set` and [sweep]."""
         return {}
-
-
-def is_int(v: Any) -> bool:
-    # bool is a subclass of int in Python; in a scenario `true` is never a number.
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def is_number(v: Any) -> bool:
-    return is_int(v) or isinstance(v, float)
 
 
 def _range_text(noun: str, lo, hi, lo_open: bool, hi_open: bool) -> str:

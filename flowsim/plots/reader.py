@@ -12,7 +12,8 @@ import numpy as np
 
 from flowsim import archive as _archive
 from flowsim import status
-from flowsim.archive.dataset import INTERRUPTED, blocks
+from flowsim.archive.dataset import blocks
+from flowsim.archive.reader import INTERRUPTED
 from flowsim.config.typed import Config, Preset, from_dict
 
 from .labels import short_label
