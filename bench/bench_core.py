@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import math
 import sys
 import time
@@ -124,11 +125,13 @@ class Table:
 # ----------------------------------------------------------------------------- 1. flow vs GD
 
 def publish(text: str, name: str, quick: bool) -> None:
-    """Print a script's tables and write them to results/<name>.md (results/quick/ for
-    --quick runs, which bench/run never publishes)."""
+    """Print a script's tables and write them to results/<name>.md (results/gpu/ for
+    `--device gpu`; quick/ below either for --quick runs, which bench/run never publishes)."""
     print()
     print(text)
-    out = (RESULTS / "quick" if quick else RESULTS) / f"{name}.md"
+    # `bench/run --device gpu` sets FLOWSIM_BENCH_DEVICE: GPU tables go to results/gpu/
+    where = RESULTS / "gpu" if os.environ.get("FLOWSIM_BENCH_DEVICE") == "gpu" else RESULTS
+    out = (where / "quick" if quick else where) / f"{name}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"written to {out.relative_to(ROOT)}")

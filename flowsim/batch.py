@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from . import status
 from .integrate.base import AbstractIntegrator, State
 from .problem import Params
 from .observe import Reference, reference
@@ -67,6 +68,53 @@ def init(integ: AbstractIntegrator, problems: Problems, params: Params, keys: ja
 def advance(integ: AbstractIntegrator, problems: Problems, state: State, t: jax.Array):
     """Every member advanced to its own target time `t[i]`: (state, statistics)."""
     return eqx.filter_vmap(integ.advance, in_axes=(problems.axes, 0, 0))(problems.tree, state, t)
+
+
+@eqx.filter_jit
+def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: jax.Array, moving: jax.Array,
+          real: jax.Array, steps: jax.Array, refs: Reference | None, names: tuple[str, ...]):
+    """Several checkpoints in one compiled call: every member advanced through its column of
+    `targets` (K × members, nondecreasing), observed at each (observables and certificate
+    series), in a `lax.scan`. One dispatch and one transfer per chunk instead of per checkpoint:
+    per-checkpoint calls cost about 10 ms each on a GPU, most of it launching and copying.
+
+    `moving[k, i]`: whether member i goes to checkpoint k at all (False: held where it is,
+    e.g. a member resumed further than the others). A member that ends with another status
+    than `done` (diverged, max_steps, stopped, nonfinite) is held still for the rest of the
+    chunk, as the driver holds it afterwards; `steps[i]`: the steps it has taken before the
+    chunk, for the step budget (`out_of_steps`), which is checked after every checkpoint.
+    `real[k]` (one for all members): False for the padding of a short chunk, which is
+    neither advanced nor observed (a `lax.cond` on an unbatched flag stays a branch under
+    vmap), so a chunk of one checkpoint costs one checkpoint.
+
+    Returns the state at the end of the chunk and, stacked along a leading K axis per member,
+    each checkpoint's statistics (with its status), time, step and values."""
+
+    def member(problem, s, times, move, before, ref):
+        def one(carry, xs):
+            s, code, taken = carry
+            t, go = xs
+            go = go & (code == status.DONE)
+            new, seg = integ.advance(problem, s, jnp.where(go, t, integ.time(s)))
+            taken = taken + seg["steps"]
+            ended = jnp.where(seg["status"] != status.DONE, seg["status"],
+                              jnp.where(jnp.asarray(integ.out_of_steps(taken)), status.MAX_STEPS, status.DONE))
+            code = jnp.where(go, ended, code)
+            values = observe_member(problem, integ.params(new), ref, names) | integ.certificate(problem, new)
+            return (new, code, taken), (seg | {"status": code}, integ.time(new), integ.step(new), values)
+
+        def padding(carry, xs):
+            shapes = jax.eval_shape(one, carry, xs)[1]
+            return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
+
+        def step(carry, xs):
+            return jax.lax.cond(xs[2], one, padding, carry, xs[:2])
+
+        (s, _, _), out = jax.lax.scan(step, (s, jnp.asarray(status.DONE), before), (times, move, real))
+        return s, out
+
+    return eqx.filter_vmap(member, in_axes=(problems.axes, 0, 1, 1, 0, 0), out_axes=(0, 1))(
+        problems.tree, state, targets, moving, steps, refs)
 
 
 @eqx.filter_jit

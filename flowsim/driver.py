@@ -59,12 +59,65 @@ class _Member:
 
 
 def _series_spec(integ: AbstractIntegrator, problem, params, names) -> dict:
-    ref = reference(problem, params)
-    shapes = jax.eval_shape(lambda: observe(problem, params, ref, names))
+    shapes = jax.eval_shape(lambda: observe(problem, params, reference(problem, params), names))
     axes = series_axes(names, problem.net)
     spec = {k: (tuple(v.shape), v.dtype.str, axes[k]) for k, v in shapes.items()}
     dtype = jax.tree.leaves(params)[0].dtype.str
     return spec | {k: ((), dtype, ()) for k in integ.certificate_series}
+
+
+CHUNK = 16               # checkpoints per compiled call, at most
+CHUNK_WALL = 0.5         # seconds a chunk should take, about
+CHUNK_BYTES = 64 << 20   # observed values a chunk may hold on the device, at most
+COMMIT_EVERY = 1.0       # seconds between archive commits, at least (and at every run's end)
+
+
+def chunk_size(spec: dict) -> int:
+    """Checkpoints per compiled call, at most (the shape the chunk is compiled and padded
+    to): CHUNK, fewer when each row is large (weights series of a wide network), so that a
+    chunk's values stay within CHUNK_BYTES."""
+    row = sum(int(np.prod(shape)) * np.dtype(dtype).itemsize for shape, dtype, _ in spec.values())
+    return int(max(1, min(CHUNK, CHUNK_BYTES // max(row, 1))))
+
+
+class _Commits:
+    """When the rows appended so far become durable: archive commits (a flush and the
+    members' resumable states) are batched in time, at most one every COMMIT_EVERY seconds,
+    and forced at a batch's end, before a stop and on a failure. A kill loses at most the
+    work since the last commit; a resumed run starts from a committed chunk end, so it is
+    the same computation as one never stopped."""
+
+    def __init__(self, writer: ArchiveWriter, solver: str, members: list["_Member"]):
+        self.writer, self.solver, self.members = writer, solver, members
+        self.dirty: set[int] = set()     # members with rows appended since their last commit
+        self.last = None                 # the batch's state at the end of its last chunk
+        self.at = -float("inf")          # the first chunk is committed at once
+
+    def wrote(self, j: int) -> None:
+        self.dirty.add(j)
+
+    def maybe(self, state, *, force: bool) -> None:
+        if self.dirty and (force or time.monotonic() - self.at >= COMMIT_EVERY):
+            self.now(state)
+
+    def now(self, state) -> None:
+        host = to_host(state)     # the large transfer, once per commit, not per checkpoint
+        for j in sorted(self.dirty):
+            m = self.members[j]
+            self.writer.commit(m.run.name, self.solver,
+                               checkpoint=checkpoint.as_arrays(jax.tree.map(lambda x: x[j], host)),
+                               checkpoint_attrs=m.stats | {"code": m.code})
+        self.dirty.clear()
+        self.at = time.monotonic()
+
+    def rescue(self) -> None:
+        """On a stop or failure, commit the rows of the chunks that completed (a chunk cut
+        short appended nothing); a failure here must not hide the first one."""
+        if self.dirty and self.last is not None:
+            try:
+                self.now(self.last)
+            except Exception as err:   # noqa: BLE001 - reported, the original error goes on
+                print(f"flowsim: could not commit the last rows ({err})", file=sys.stderr)
 
 
 def _data_key(r: RunSpec) -> tuple[Data, int]:
@@ -166,17 +219,28 @@ class Driver:
         t_start = float(times[start - 1]) if start else 0.0
         bar = self.progress.batch(runs[0].label or config.name, name, [r.name for r in runs], t_start,
                                   float(times[-1]))
+        most = chunk_size(spec)
+        commit = _Commits(self.writer, name, members)
+        i, size = start, 1
         try:
-            for i in range(start, len(times)):
-                if all(m.code != status.RUNNING for m in members):
-                    break
-                state = self._step(name, integ, problems, state, members, i, times, refs, names, bar)
-                bar.update(float(times[i]), [m.stats["steps"] for m in members],
-                           [status.name(m.code) for m in members])
-                if self.should_stop():   # checkpoint i is committed: stop here, resumable
-                    raise Interrupted(f"stopped after checkpoint {i + 1} of {len(times)} ({name})")
+            while i < len(times) and any(m.code == status.RUNNING for m in members):
+                rows = range(i, min(i + size, len(times)))
+                tic = time.perf_counter()
+                state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit)
+                # Each checkpoint is its own stretch inside the chunk, so where chunks end
+                # does not change the numbers: a chunk grows (doubling) while it takes less
+                # than CHUNK_WALL, and shrinks after a slow one, so that a stop or a kill
+                # loses little.
+                per = (time.perf_counter() - tic) / len(rows)
+                size = int(max(1, min(most, 2 * size, CHUNK_WALL // per if per > 0 else most)))
+                i = rows.stop
+                stop = self.should_stop()
+                commit.maybe(state, force=stop or i >= len(times))
+                if stop:   # the rows so far are committed: stop here, resumable
+                    raise Interrupted(f"stopped after checkpoint {i} of {len(times)} ({name})")
         except BaseException:
             bar.close()      # stopped or failed: the JSON log gets no "finished" record
+            commit.rescue()
             raise
         out = {}
         ends = to_host(integ.time(state))   # where each member stopped (held still after)
@@ -190,41 +254,45 @@ class Driver:
         self._summarise(runs[0].label or config.name, name, members, out)
         return out, to_host(integ.params(state))
 
-    def _step(self, name, integ, problems, state, members, i, times, refs, names, bar):
-        """Advance the batch to checkpoint i, observe it, and append each member's row."""
-        moving = [m.code == status.RUNNING and m.done_rows <= i for m in members]
+    def _chunk(self, name, integ, problems, state, members, rows: range, size: int, times, refs, names, bar,
+               commit: "_Commits"):
+        """Advance the batch through checkpoints `rows` in one compiled call (`batch.chunk`,
+        padded to `size` checkpoints: one compilation), observing at each, and append each
+        member's rows."""
         here = to_host(integ.time(state))
-        target = np.where(moving, times[i], here).astype(here.dtype)
+        k = np.arange(size)
+        index = np.minimum(rows.start + k, rows.stop - 1)
+        moving = np.array([[m.code == status.RUNNING and m.done_rows <= i and i < rows.stop
+                            for m in members] for i in rows.start + k])
+        targets = np.where(moving, times[index][:, None], here[None, :]).astype(here.dtype)
+        steps = np.array([m.stats["steps"] for m in members], dtype=np.int64)
         tic = time.perf_counter()
 
-        def segment():
-            new, seg = batch.advance(integ, problems, state, target)
-            values = batch.observe(problems, integ.params(new), refs, names) | batch.certificate(integ, problems, new)
-            # one transfer to numpy per checkpoint; slicing members in JAX would dispatch
-            # (and compile) a small kernel per leaf
-            return new, to_host((new, seg, values))
+        def work():
+            new, out = batch.chunk(integ, problems, state, targets, moving, k < len(rows), steps, refs, names)
+            # one transfer to numpy per chunk; slicing members in JAX would dispatch (and
+            # compile) a small kernel per leaf
+            return new, to_host(out)
 
-        state, (host, seg, values) = self._interruptible(segment, bar, float(times[i]))
-        wall = time.perf_counter() - tic
-        position = np.asarray(integ.time(host))
-        steps = integ.step(host)
-        for j, m in enumerate(members):
-            if not moving[j]:
-                continue
-            for k in STAT_KEYS:
-                m.stats[k] += int(seg[k][j])
-            m.stats["wall_time"] += wall
-            code = int(seg["status"][j])
-            if code == status.DONE and integ.out_of_steps(m.stats["steps"]):
-                code = status.MAX_STEPS
-            if code != status.DONE:
-                m.code = code
-            self.writer.append(m.run.name, name, t=float(position[j]),
-                               step=None if steps is None else int(steps[j]),
-                               values={k: v[j] for k, v in values.items()},
-                               checkpoint=checkpoint.as_arrays(jax.tree.map(lambda x: x[j], host)),
-                               checkpoint_attrs=m.stats | {"code": m.code})
-            m.done_rows = i + 1
+        state, (seg, position, step, values) = self._interruptible(work, bar, float(times[rows.stop - 1]))
+        wall = (time.perf_counter() - tic) / len(rows)
+        for r, i in enumerate(rows):
+            for j, m in enumerate(members):
+                if not (moving[r, j] and m.code == status.RUNNING):
+                    continue
+                for key in STAT_KEYS:
+                    m.stats[key] += int(seg[key][r, j])
+                m.stats["wall_time"] += wall
+                code = int(seg["status"][r, j])
+                if code != status.DONE:
+                    m.code = code
+                self.writer.append(m.run.name, name, t=float(position[r, j]),
+                                   step=None if step is None else int(step[r, j]),
+                                   values={key: v[r, j] for key, v in values.items()})
+                m.done_rows = i + 1
+                commit.wrote(j)
+            bar.update(float(times[i]), [m.stats["steps"] for m in members], [status.name(m.code) for m in members])
+        commit.last = state
         return state
 
     def _interruptible(self, work: Callable[[], Any], bar: BatchProgress, target: float) -> Any:

@@ -1,6 +1,10 @@
 """Deterministic archive content for tests/test_archive.py, and (run as a script) the writer
 its crash tests SIGKILL: `python tests/archive_sample.py PATH` appends rows until killed,
-printing "ready" once and then "done k" after each committed row k."""
+printing "ready" once and then "done k" after each committed row k. Rows are committed three
+at a time (as the driver batches its commits): rows 3j and 3j+1 are appended without a
+state, row 3j+2 with one."""
+
+COMMIT_EVERY = 3
 
 import sys
 
@@ -38,10 +42,11 @@ def write_until_killed(path: str) -> None:
     w.create_solver("r0", "gd", preset={}, series=SERIES, discrete=True)
     print("ready", flush=True)
     for k in range(100000):
-        arrays, attrs = state(k)
+        arrays, attrs = state(k) if (k + 1) % COMMIT_EVERY == 0 else (None, None)
         w.append("r0", "gd", t=0.1 * k, step=10 * k, values=rows(k), checkpoint=arrays,
                  checkpoint_attrs=attrs)
-        print(f"done {k}", flush=True)
+        if arrays is not None:
+            print(f"done {k}", flush=True)
         if k % 5 == 4:   # exercise the plain-mode (non-SWMR) window too
             w.set_status("r0", "gd", status="running", stats={"k": k}, wall_time=k)
 

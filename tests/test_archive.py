@@ -16,7 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from archive_sample import SERIES, rows, state
+from archive_sample import COMMIT_EVERY, SERIES, rows, state
 
 from flowsim import archive as A
 
@@ -298,7 +298,8 @@ def _kill_trial(tmp_path: Path, trial: int, delay: float) -> tuple[int, int]:
     with A.open(path) as a:
         sv = a.runs["r0"].solvers["gd"]
         n = sv.n_checkpoints
-        assert printed <= n <= printed + 1, (printed, n)
+        # committed three rows at a time: what was printed, or the commit after it
+        assert n in (printed, printed + COMMIT_EVERY), (printed, n)
         check_rows(sv, n)
     with A.ArchiveWriter.resume(path) as w:
         assert w.n_checkpoints("r0", "gd") == n
@@ -325,3 +326,78 @@ def test_sigkill_fast(tmp_path):
 def test_sigkill_many(tmp_path):
     results = _kill_trials(tmp_path, 25, seed=98765)
     assert sum(p > 0 for p, _ in results) >= 20
+
+
+def _killed_writer(path: Path) -> None:
+    """The sample writer, SIGKILLed a moment after its first committed rows."""
+    proc = subprocess.Popen([sys.executable, str(SAMPLE_WRITER), str(path)], stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.strip() == "done 5":
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_after_flowsim_open_a_killed_archive_opens_in_plain_h5py_and_xarray(tmp_path):
+    from flowsim.archive import recovery
+
+    xr = pytest.importorskip("xarray")   # (a test extra)
+    path = tmp_path / "killed.h5"
+    _killed_writer(path)
+    if recovery.flags_set(str(path)):   # (not when the kill fell after a structure change's clean close)
+        with pytest.raises(OSError, match="already open for write"):     # what HDF5 tools met before
+            h5py.File(path, "r")
+    with A.open(path) as a:        # no writer holds the lock: rebuilt with its committed rows
+        n = a.runs["r0"].solvers["gd"].n_checkpoints
+    assert n >= 4 and not os.path.exists(str(path) + ".rebuild")
+    with h5py.File(path, "r") as f:
+        assert f["runs/r0/gd/loss"].shape == (n,)
+        np.testing.assert_array_equal(f["runs/r0/gd/weights"][n - 1], rows(n - 1)["weights"])
+    ds = xr.open_dataset(path, group="runs/r0/gd", engine="h5netcdf")
+    assert ds.sizes["t"] == n and ds["ntg"].dims == ("t", "point", "point_b")
+    ds.close()
+    with A.ArchiveWriter.resume(path) as w:       # and it resumes as before
+        assert w.n_checkpoints("r0", "gd") == n
+
+
+def test_a_killed_archive_that_cannot_be_repaired_is_read_as_it_is(tmp_path, monkeypatch):
+    from flowsim.archive import recovery
+
+    path = tmp_path / "killed.h5"
+    _killed_writer(path)
+    before = path.read_bytes()
+
+    def no_lock(p):   # a folder this reader cannot write (the suite runs as root: simulated)
+        raise PermissionError(13, "Permission denied", p + ".lock")
+
+    monkeypatch.setattr(recovery, "Lock", no_lock)
+    with A.open(path) as a:
+        assert a.runs["r0"].solvers["gd"].n_checkpoints >= 4
+    assert path.read_bytes() == before
+
+
+def test_a_kill_inside_set_status_keeps_the_solvers_rows(tmp_path, monkeypatch):
+    """A kill while `set_status` rewrote a solver's attributes can leave one unreadable
+    ("len not positive after adjustment for EOA"); the rebuild (by --resume or by
+    flowsim.open) used to drop the whole solver, rows and all."""
+    from flowsim.archive import recovery
+
+    path = tmp_path / "a.h5"
+    with make(path) as w:
+        add_solver(w)
+        for k in range(3):
+            append_k(w, k)
+    real = h5py.AttributeManager.__getitem__
+
+    def torn(self, name):
+        if name == "status" and h5py.h5i.get_name(self._id) == b"/runs/r0/gd":
+            raise OSError("Can't synchronously read data (len not positive after adjustment for EOA)")
+        return real(self, name)
+
+    monkeypatch.setattr(h5py.AttributeManager, "__getitem__", torn)
+    recovery.rebuild(str(path))
+    monkeypatch.undo()
+    with A.open(path) as a:
+        sv = a.runs["r0"].solvers["gd"]
+        assert sv.n_checkpoints == 3 and sv.status == "running"
+        check_rows(sv, 3)

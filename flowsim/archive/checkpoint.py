@@ -28,10 +28,17 @@ def _committed_slot(cp: h5py.Group | None) -> tuple[int, int, int] | None:
     best = None
     for slot in (0, 1):
         index, alen, check = (int(x) for x in rec[slot])
-        if index > 0 and check == _commit_check(index, alen) and index % 2 == slot:
+        if index > 0 and check == _commit_check(index, alen):
             if best is None or index > best[1]:
                 best = (slot, index, alen)
     return best
+
+
+def committed_slot(cp: h5py.Group | dict) -> int:
+    """The slot of the committed state (0 when none): the next commit writes the other one,
+    however many rows it commits."""
+    found = _committed_slot(cp)
+    return 0 if found is None else found[0]
 
 
 def build_checkpoint(g: h5py.Group, arrays: dict[str, np.ndarray], capacity: int) -> h5py.Group:

@@ -11,14 +11,19 @@ import numpy as np
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
 from .format import attr_str, decode_root_attrs, loads, read_arrays, series_spec
 from .lock import writer_pid
-from .recovery import open_h5_readonly, require_flowsim
+from .recovery import open_h5_readonly, repair_stale, require_flowsim
 
 
 INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with no live writer
 
 
 def open(path) -> "Archive":  # noqa: A001 - re-exported as flowsim.open
-    """Open an archive read-only (works while it is written and after a killed writer)."""
+    """Open an archive read-only (works while it is written and after a killed writer).
+
+    A file a killed writer left "open for write" is first rebuilt with its committed rows
+    when no writer holds its lock (what `--resume` would do first), so that plain h5py and
+    xarray read it too; where that cannot be done it is read as it is."""
+    repair_stale(os.fspath(path))
     return Archive(path)
 
 

@@ -5,10 +5,13 @@ point 5).
 SWMR or in plain write mode (superblock flags, superblock.py) and one whose last writes
 failed (a short file). ``rebuild`` copies every committed row and checkpoint into a fresh
 file and replaces the old one with it, so writing never continues on top of possibly
-half-flushed metadata."""
+half-flushed metadata. ``repair_stale`` does that for a reader (`flowsim.open`) when a
+killed writer left the flags set and no writer holds the lock: the file then opens in any
+HDF5 tool (plain h5py, xarray), holding exactly the committed rows."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import time
@@ -18,9 +21,10 @@ import h5py
 
 from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, n_committed, read_checkpoint, write_commit,
                          write_slot)
-from .errors import ArchiveError
+from .errors import ArchiveError, ArchiveLocked
 from .format import (HDF5_SIGNATURE, build_solver, dumps, iter_solvers, read_arrays, series_spec,
                      write_arrays)
+from .lock import Lock
 from .superblock import FlagClearedFile, stored_eof, superblock_cleared
 
 _SHORT_TAIL_MAX = 64 << 20   # a short file missing more than this is a truncated copy
@@ -155,6 +159,38 @@ def truncate_to_commits(f: h5py.File) -> None:
                 g[name].resize(n, axis=0)
 
 
+def flags_set(path: str) -> bool:
+    """Whether the superblock says "open for write" (a live writer, or a killed one)."""
+    try:
+        with io.open(path, "rb") as fh:
+            return superblock_cleared(fh.read(48)) is not None
+    except OSError:
+        return False
+
+
+def repair_stale(path: str) -> bool:
+    """Rebuild `path` if a killed writer left its flags set and no writer holds its lock;
+    whether it did. A live writer, a folder that cannot be written or a failed rebuild
+    leave the file as it is (readers then read it through `open_h5_readonly`)."""
+    if not flags_set(path):
+        return False
+    try:
+        lock = Lock(path)
+    except (ArchiveLocked, OSError):
+        return False
+    try:
+        if not flags_set(path):     # a writer closed it between the look and the lock
+            return False
+        rebuild(path)
+        return True
+    except (OSError, ArchiveError):
+        with contextlib.suppress(OSError):
+            os.remove(path + ".rebuild")
+        return False
+    finally:
+        lock.release()
+
+
 def rebuild(path: str) -> None:
     """Copy every committed row/checkpoint of ``path`` into a fresh file, then replace."""
     tmp = path + ".rebuild"
@@ -186,8 +222,7 @@ def rebuild(path: str) -> None:
 
 def _copy_run(run: h5py.Group, runs: h5py.Group, path: str) -> None:
     g = runs.create_group(run.name.rsplit("/", 1)[-1], track_order=True)
-    for k, v in run.attrs.items():
-        g.attrs[k] = v
+    _copy_attrs(run, g, {}, path)
     for name, child in run.items():
         if name in ("init", "data"):
             write_arrays(g.create_group(name, track_order=True), read_arrays(child))
@@ -197,14 +232,34 @@ def _copy_run(run: h5py.Group, runs: h5py.Group, path: str) -> None:
             except (OSError, KeyError, ValueError) as exc:
                 warnings.warn(f"{path}: solver {child.name} unreadable after a crash, "
                               f"dropped: {exc}")
+                name = child.name.rsplit("/", 1)[-1]
+                if name in g:       # not an empty group that would read as "no rows yet"
+                    del g[name]
+
+
+_RUNNING_ATTRS = {"status": "running", "stats": "{}", "wall_time": 0.0, "status_time": float("nan"), "message": ""}
+
+
+def _copy_attrs(src: h5py.Group, dst: h5py.Group, defaults: dict, path: str) -> None:
+    """Copy every readable attribute; an unreadable one takes its value in `defaults`, or
+    is left out (with a warning)."""
+    for k in src.attrs:
+        try:
+            dst.attrs[k] = src.attrs[k]
+        except OSError as exc:
+            if k in defaults:
+                dst.attrs[k] = defaults[k]
+            else:
+                warnings.warn(f"{path}: attribute {k!r} of {src.name} unreadable after a crash, dropped: {exc}")
 
 
 def _copy_solver(src: h5py.Group, run: h5py.Group, path: str) -> None:
     spec = series_spec(src)
     discrete = bool(src.attrs.get("discrete", False))
     g = run.create_group(src.name.rsplit("/", 1)[-1], track_order=True)
-    for k, v in src.attrs.items():
-        g.attrs[k] = v
+    # A kill while `set_status` rewrote them can leave attributes unreadable: they are
+    # reset to a running solver's (its statistics are in the committed checkpoint).
+    _copy_attrs(src, g, _RUNNING_ATTRS, path)
     build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, path)
     n = n_committed(src)
     names = ["t", *(["step"] if discrete else []), *spec]

@@ -14,21 +14,24 @@ completed checkpoint, and that ``ArchiveWriter.resume()`` continues.
    One row per chunk along time means an append never rewrites a chunk that holds an
    already committed row.
 
-2. **Commit record, written last.**  The series rows are written and flushed first; then
-   the checkpoint state; then (after another flush) a tiny commit record.  Readers trust
-   only the commit record: the valid row count is its ``index`` and every series is
-   truncated to it, so a kill between steps leaves at most one ignored trailing row.
+2. **Commit record, written last.**  Rows are appended without a flush; ``commit``
+   flushes them, then writes the checkpoint state, then (after another flush) a tiny
+   commit record.  Readers trust only the commit record: the valid row count is its
+   ``index`` and every series is truncated to it, so a kill loses the rows appended since
+   the last commit and nothing else.  The driver commits at most about once a second (and
+   at every batch's end, before a stop, on a failure), so that checkpoints cost little.
 
 3. **Double-buffered checkpoint.**  Overwriting the one checkpoint in place is not atomic
    (a large write can be torn at a page boundary by SIGKILL).  ``checkpoint/<name>`` has
-   shape ``(2, ...)``: two slots, the new state goes to slot ``index % 2`` (never the
-   committed one), and ``checkpoint/_commit[slot] = [index, attrs_len, check]`` commits
+   shape ``(2, ...)``: two slots, the new state goes to the slot that is not the
+   committed one, and ``checkpoint/_commit[slot] = [index, attrs_len, check]`` commits
    it.  ``check`` is a function of the other two, so a torn commit record is detected and
    the reader falls back to the other (older, intact) slot.  Checkpoint attrs are JSON
    bytes in ``checkpoint/_attrs_json`` (2, capacity), also per slot.  The arrays are
    contiguous and preallocated, so a checkpoint write changes no HDF5 metadata at all.
    After a clean close the convenience attrs ``checkpoint.attrs["index"]`` and
-   ``["attrs"]`` mirror the committed slot (advisory; the commit record is the truth).
+   ``["attrs"]`` mirror the committed slot (advisory; the commit record is the truth),
+   and rows never committed are dropped.
 
 4. **Structure changes leave SWMR briefly.**  SWMR forbids creating objects and
    rewriting attributes, so ``create_run``/``create_solver``/``write_data``/
@@ -60,7 +63,7 @@ import h5py
 import numpy as np
 
 from ..status import NAMES as STATUS_NAMES
-from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, checkpoint_layout,
+from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, checkpoint_layout, committed_slot,
                          mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_row,
                          write_slot)
 from .errors import ArchiveError, ArchiveFull
@@ -127,6 +130,9 @@ class ArchiveWriter:
         self._f: h5py.File | None = None
         self._swmr = False
         self._hot: dict[tuple[str, str], _Hot] = {}
+        # rows appended per solver, committed or not (kept across the reopenings that drop
+        # `_hot`: a structure change between an append and its commit)
+        self._written: dict[tuple[str, str], int] = {}
         self._pending = 0          # bytes the next structure change will add (room check)
         self.scenario_text = ""
         self.resolved: dict = {}
@@ -281,39 +287,46 @@ class ArchiveWriter:
     # ---- appending ----------------------------------------------------------------
 
     def append(self, run: str, solver: str, *, t: float, step: int | None,
-               values: dict[str, np.ndarray], checkpoint: dict[str, np.ndarray],
-               checkpoint_attrs: dict) -> None:
-        """Append one checkpoint row, then the checkpoint state, then commit (see docs)."""
+               values: dict[str, np.ndarray], checkpoint: dict[str, np.ndarray] | None = None,
+               checkpoint_attrs: dict | None = None) -> None:
+        """Append one checkpoint row; with `checkpoint` (the resumable state at this row)
+        also commit it with every row appended before it (`commit`). A row appended without
+        one is read by nobody until a later commit: a kill before that loses it."""
         hot = self._hot_group(run, solver)
         rows = self._validate_values(hot.group, hot.spec, values)
-        n = hot.n
-        arrays = {k: np.ascontiguousarray(v) for k, v in checkpoint.items()}
-        growth = sum(r.nbytes for r in rows.values()) + 16
-        if not checkpoint_fits(hot.layout, arrays, 0):
-            growth += 2 * sum(a.nbytes for a in arrays.values()) + 2 * ATTRS_CAPACITY
-        _ensure_room(self.path, growth)
-        blob = dumps(checkpoint_attrs).encode()
         if hot.discrete and step is None:
             raise ArchiveError(f"{self.path}: {hot.group.name} is discrete: append needs step")
-        # 1. series rows (row n); resize to n+1 explicitly so a failed earlier append
-        #    cannot shift rows.
+        _ensure_room(self.path, sum(r.nbytes for r in rows.values()) + 16)
+        # Resized to row n+1 explicitly, so a failed earlier append cannot shift rows.
+        n = self._written[(run, solver)]
         _append_row(hot.series["t"], n, np.float64(t))
         if hot.discrete:
             _append_row(hot.series["step"], n, np.int64(step))
         for name, row in rows.items():
             _append_row(hot.series[name], n, row)
+        self._written[(run, solver)] = n + 1
+        if checkpoint is not None:
+            self.commit(run, solver, checkpoint=checkpoint, checkpoint_attrs=checkpoint_attrs or {})
+
+    def commit(self, run: str, solver: str, *, checkpoint: dict[str, np.ndarray], checkpoint_attrs: dict) -> None:
+        """Make every row appended so far durable, with `checkpoint`, the resumable state at
+        the last of them: the rows are flushed first, then the state goes to the slot that
+        is not the committed one, then the commit record (see docs)."""
+        hot = self._hot_group(run, solver)
+        arrays = {k: np.ascontiguousarray(v) for k, v in checkpoint.items()}
+        if not checkpoint_fits(hot.layout, arrays, 0):
+            _ensure_room(self.path, 2 * sum(a.nbytes for a in arrays.values()) + 2 * ATTRS_CAPACITY)
+        blob = dumps(checkpoint_attrs).encode()
         self._f.flush()
-        # 2. checkpoint into the slot that is not the committed one.
-        slot = (n + 1) % 2
         if not checkpoint_fits(hot.layout, arrays, len(blob)):
             self._rebuild_checkpoint(run, solver, arrays, len(blob))
             hot = self._hot_group(run, solver)
+        slot = 1 - committed_slot(hot.slots)
         write_slot(hot.slots, slot, arrays, blob)
         self._f.flush()
-        # 3. commit record, last.
-        write_commit(hot.slots, slot, n + 1, len(blob))
+        write_commit(hot.slots, slot, self._written[(run, solver)], len(blob))
         self._f.flush()
-        hot.n = n + 1
+        hot.n = self._written[(run, solver)]
 
     def _hot_group(self, run: str, solver: str) -> _Hot:
         hot = self._hot.get((run, solver))
@@ -325,6 +338,7 @@ class ArchiveWriter:
             cp = g.get("checkpoint")
             hot = _Hot(g, spec, discrete, {k: g[k] for k in names}, n_committed(g),
                        checkpoint_layout(cp), {} if cp is None else dict(cp.items()))
+            self._written.setdefault((run, solver), hot.n)
             self._hot[(run, solver)] = hot
         return hot
 
@@ -429,7 +443,8 @@ class ArchiveWriter:
     # ---- closing ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Mirror commits into advisory attrs, close the file cleanly, release the lock."""
+        """Drop rows never committed, mirror commits into advisory attrs, close the file
+        cleanly, release the lock."""
         if self._lock.fd is None:
             return
         try:
@@ -437,6 +452,7 @@ class ArchiveWriter:
                 self._f.close()
                 try:
                     with h5py.File(self.path, "r+", libver="latest", locking=False) as f:
+                        truncate_to_commits(f)    # rows appended after the last commit
                         mirror_checkpoint_attrs(f)
                 except OSError:
                     # The advisory mirror only; a writer whose earlier write failed (disk

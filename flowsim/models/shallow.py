@@ -9,6 +9,7 @@ trainable state a small dict makes it the ODE state, the GD state and the checkp
 """
 
 import dataclasses
+import functools
 import math
 
 import equinox as eqx
@@ -87,6 +88,22 @@ class ShallowNet(eqx.Module):
         return theta
 
 
+# Jitted, the draws are one program each; drawn eagerly, they were a dozen small programs,
+# each a compilation (or a cache load) at start-up. The numbers are the same.
+@functools.partial(jax.jit, static_argnames=("m", "d", "outputs", "standard", "dtype"))
+def _draw(key, *, m: int, d: int, outputs: int, standard: bool, dtype):
+    kw, ka = jax.random.split(key)
+    if standard:
+        return (jax.random.uniform(kw, (m, d), dtype, -1.0, 1.0),
+                jax.random.uniform(ka, (m, outputs), dtype, -1.0, 1.0) / math.sqrt(m))
+    return jax.random.normal(kw, (m, d), dtype), jax.random.rademacher(ka, (m, outputs), dtype)
+
+
+@jax.jit
+def _keys(seed) -> tuple[jax.Array, jax.Array]:
+    return tuple(jax.random.split(jax.random.PRNGKey(seed)))
+
+
 def init_shallow(key: jax.Array, *, d: int, outputs: int, scale: OutputScale, scaling_kind: str,
                  activation_name: str, init_std: float, train_output: bool, zeroed: bool,
                  init_weights: dict[str, np.ndarray] | None = None,
@@ -99,18 +116,17 @@ def init_shallow(key: jax.Array, *, d: int, outputs: int, scale: OutputScale, sc
     `init_weights` (arrays `W0` (m, d) and `a` (m,) or (m, k)) replaces the draw.
     """
     m = scale.c.shape[0]
-    kw, ka = jax.random.split(key)
     if init_weights is not None:
         W = jnp.asarray(init_weights["W0"], dtype)
         a = jnp.asarray(init_weights["a"], dtype).reshape(m, -1)
         if a.shape[1] != outputs:
             a = jnp.broadcast_to(a[:, :1], (m, outputs))
-    elif scaling_kind == "standard":
-        W = jax.random.uniform(kw, (m, d), dtype, -1.0, 1.0)
-        a = jax.random.uniform(ka, (m, outputs), dtype, -1.0, 1.0) / math.sqrt(m)
     else:
-        W = init_std * jax.random.normal(kw, (m, d), dtype)
-        a = jax.random.rademacher(ka, (m, outputs), dtype)
+        W, a = _draw(key, m=m, d=d, outputs=outputs, standard=scaling_kind == "standard", dtype=jnp.dtype(dtype))
+        if scaling_kind != "standard":
+            # in numpy (one rounding, as before), not in the program: XLA's product there
+            # differed from the eager one in the last bit
+            W = jnp.asarray(np.asarray(W) * np.asarray(init_std, W.dtype))
     params: Params = {"W": W, "a": a} if train_output else {"W": W}
     net = ShallowNet(c=jnp.asarray(scale.c, dtype), a=a, lam=jnp.asarray(scale.lam, dtype),
                      ref=dict(params) if zeroed else None, activation=activation_name,
@@ -172,6 +188,13 @@ def _kappa_n(X: np.ndarray, activation: str) -> float:
     return k if np.isfinite(k) else float("nan")
 
 
+@eqx.filter_jit
+def _loss(problem: Problem, params: Params) -> jax.Array:
+    # one compiled program: evaluated eagerly, the forward pass is a dozen small programs,
+    # each a compilation (or a cache load) at start-up
+    return problem.loss(params)
+
+
 def build_shallow(config: Config, ds: Dataset, seed: int) -> Built:
     """Network, loss and initial weights of one run of `model.kind = "shallow"`."""
     dtype = dtype_of(config)
@@ -180,7 +203,7 @@ def build_shallow(config: Config, ds: Dataset, seed: int) -> Built:
     m = model.width
     scaling = model.scaling
     scale = output_scale(scaling.kind, m, **_scaling_params(scaling, m))
-    model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
+    model_key, solver_key = _keys(seed)
     net, params = init_shallow(model_key, d=d, outputs=ds.y_train.shape[1], scale=scale,
                                scaling_kind=scaling.kind, activation_name=model.activation,
                                init_std=model.init_std, train_output=model.output == "trained",
@@ -191,5 +214,5 @@ def build_shallow(config: Config, ds: Dataset, seed: int) -> Built:
                       rate=scale.rate, loss_kind=config.loss.kind, ntg_points=p)
     init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
             "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model.activation)),
-            "loss0": np.asarray(problem.loss(params))}
+            "loss0": np.asarray(_loss(problem, params))}
     return Built(problem=problem, params=params, dataset=ds, init=init, key=solver_key)

@@ -1,0 +1,212 @@
+"""End to end, as a user runs it: `flowsim run` processes, start-up and the cost of a
+checkpoint; writes bench/results/e2e.md (bench/results/gpu/e2e.md with `--device gpu`).
+
+    python bench/bench_e2e.py [--quick]
+
+1. Two processes on the Caron et al. Fig. 1 problem (n = 100, d = 50, m = 2000, swish,
+   asymmetric γ = α = 0.5, mse, float64, one seed, loss only, 60 log-spaced checkpoints,
+   t_end = 20 000): `flowsim run` with the flow alone (tsit5) and with GD alone (η = 1), the
+   compile cache warm (one untimed run of each first), then interleaved rounds; wall of the
+   whole process, best of the rounds. Target: flow/GD ≤ 0.15.
+2. Where a process's time goes before the first step: imports, `prepare` (data, κ_n,
+   building the runs), creating the archive, and the driver's set-up and first compiled
+   call, timed inside one process.
+3. The fixed cost of a checkpoint: the same run (`run_scenario`: build, solve, observe,
+   archive) with 2 and with 122 checkpoints, in one process (compiled programs warm),
+   (wall₁₂₂ − wall₂)/120 per solver. For the flow this
+   includes the extra step each checkpoint forces (a step ends on every checkpoint time).
+   Target ≤ 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import ROOT, Table, fmt, publish  # noqa: E402
+
+SCENARIO = """name = "fig1-e2e"
+description = "Caron et al. Fig. 1 problem, one seed (bench/bench_e2e.py)"
+seeds = {{ count = 1 }}
+[data]
+kind = "sphere-sine"
+n = 100
+d = 50
+noise = 0.1
+n_test = 100
+[model]
+width = {width}
+activation = "swish"
+init_std = 1.4142135623730951
+scaling = {{ kind = "asymmetric", gamma = 0.5, alpha = 0.5 }}
+[loss]
+kind = "mse"
+[run]
+t_end = {t_end}
+checkpoints = {{ count = 60, spacing = "log" }}
+solvers = ["tsit5"]
+observe = ["loss"]
+"""
+
+# Timestamps of one run's phases, printed by a child process.
+PHASES = """
+import sys, time
+t0 = time.perf_counter()
+marks = []
+def mark(name):
+    marks.append((name, time.perf_counter()))
+import flowsim.cli
+flowsim.cli._compilation_cache()
+import jax, diffrax
+mark("import flowsim, JAX, Diffrax")
+from flowsim import session
+job = session.prepare(sys.argv[1], sys.argv[2:-1], output=sys.argv[-1] + ".h5", overwrite=True)
+mark("prepare: data, kappa_n, build the runs")
+writer = session.open_archive(job)
+mark("create the archive")
+from flowsim import driver
+real = driver.Driver._chunk
+def first(self, *a, **k):
+    out = real(self, *a, **k)
+    if len(marks) == 3:
+        mark("driver set-up and the first compiled call")
+    return out
+driver.Driver._chunk = first
+session.drive(job, writer, progress=False, report=lambda s: None)
+writer.close()
+mark("the rest of the run")
+prev = t0
+for name, t in marks:
+    print(f"{name}\\t{t - prev:.4f}")
+    prev = t
+"""
+
+
+def flowsim_run(scenario: Path, solver: str, out: Path, *extra: str) -> float:
+    """Wall time of one `flowsim run` process."""
+    cmd = [sys.executable, "-m", "flowsim.cli", "run", str(scenario), "-q", "--overwrite", "-o", str(out),
+           "--set", f'run.solvers=["{solver}"]', *extra]
+    tic = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=ROOT, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - tic
+
+
+def solver_wall(path: Path, solver: str) -> tuple[float, int]:
+    import flowsim
+
+    with flowsim.open(path) as a:
+        (run,) = a.runs.values()
+        view = run.solvers[solver]
+        return view.stats["wall_time"], view.n_checkpoints
+
+
+def paper_scale(summary: Table) -> Table:
+    """On a GPU: the paper-scale `caron-fig1` (4 scalings × 5 seeds, exact flow and 50 000 GD
+    steps, NTG at 60 checkpoints) end to end with compilation (an empty compile cache), the
+    flow's share of the solvers' wall, and 5 vmapped seeds against one."""
+    import flowsim
+
+    tb = Table("Paper scale on the GPU: `flowsim run caron-fig1`", ["run", "process wall (s)", "flow solver (s)",
+                                                                    "GD solver (s)", "flow / GD"])
+    walls = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, extra in (("5 seeds (the catalog)", []), ("1 seed", ["--set", "seeds={count=1}"])):
+            out = Path(tmp) / "fig1.h5"
+            env = {**os.environ, "FLOWSIM_CACHE_DIR": ""}     # compilation included
+            tic = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "flowsim.cli", "run", "caron-fig1", "-q", "--overwrite", "-o",
+                            str(out), *extra], check=True, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+            wall = time.perf_counter() - tic
+            with flowsim.open(out) as a:
+                flow = sum(r.solvers["tsit5"].stats["wall_time"] for r in a.runs.values())
+                gd = sum(r.solvers["gd-lr1"].stats["wall_time"] for r in a.runs.values())
+            walls[label] = (wall, flow, gd)
+            tb.add(label, fmt(wall), fmt(flow), fmt(gd), fmt(flow / gd))
+    wall, flow, gd = walls["5 seeds (the catalog)"]
+    summary.add("GPU: paper-scale caron-fig1 end to end, compilation included", f"{wall:.1f} s", "≤ 25 s",
+                "yes" if wall <= 25 else "**no**")
+    summary.add("GPU: flow / GD solver wall at paper scale", fmt(flow / gd), "≤ 0.05",
+                "yes" if flow / gd <= 0.05 else "**no**")
+    one = walls["1 seed"]
+    summary.add("GPU: 5 vmapped seeds / 1 seed (solvers' wall)", fmt((flow + gd) / (one[1] + one[2])), "≤ 1.5",
+                "yes" if (flow + gd) / (one[1] + one[2]) <= 1.5 else "**no**")
+    return tb
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    width, t_end, rounds = (500, 2000.0, 2) if args.quick else (2000, 20000.0, 3)
+    tic0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        scenario = tmp / "fig1.toml"
+        scenario.write_text(SCENARIO.format(width=width, t_end=t_end))
+        solvers = {"flow (tsit5)": "tsit5", "GD (η = 1)": "gd-lr1"}
+        for s in solvers.values():          # fill the compile cache
+            flowsim_run(scenario, s, tmp / f"{s}.h5")
+        walls = {k: [] for k in solvers}
+        for _ in range(rounds):
+            for k, s in solvers.items():
+                walls[k].append(flowsim_run(scenario, s, tmp / f"{s}.h5"))
+        best = {k: min(v) for k, v in walls.items()}
+        inner = {k: solver_wall(tmp / f"{s}.h5", s)[0] for k, s in solvers.items()}
+        flow, gd = best["flow (tsit5)"], best["GD (η = 1)"]
+
+        e2e = Table(f"Two processes, `flowsim run` (n = 100, d = 50, m = {width}, one seed, loss at 60 "
+                    f"checkpoints, t_end = {t_end:g}; compile cache warm; best of {rounds} interleaved rounds)",
+                    ["process", "wall (s)", "solver's own wall (s)", "the rest: start-up, archive (s)"])
+        for k in solvers:
+            e2e.add(k, fmt(best[k]), fmt(inner[k]), fmt(best[k] - inner[k]))
+        summary = Table("End to end", ["what", "measured", "target", "met?"])
+        summary.add("flow process wall / GD process wall", fmt(flow / gd), "≤ 0.15",
+                    "yes" if flow / gd <= 0.15 else "**no**")
+        summary.add("flow solver / GD solver (inside the processes)",
+                    fmt(inner["flow (tsit5)"] / inner["GD (η = 1)"]), "", "")
+
+        phases = Table("Where the flow process's time goes (one process, cache warm)", ["phase", "seconds"])
+        out = subprocess.run([sys.executable, "-c", PHASES, str(scenario), 'run.solvers=["tsit5"]', str(tmp / "ph")],
+                             check=True, cwd=ROOT, capture_output=True, text=True).stdout
+        for line in out.strip().splitlines():
+            name, sec = line.split("\t")
+            phases.add(name, fmt(float(sec)))
+
+        from flowsim.session import run_scenario
+
+        cost = Table("The fixed cost of a checkpoint (one process, programs warm)",
+                     ["solver", "run, 2 checkpoints (s)", "run, 122 checkpoints (s)", "per checkpoint (ms)"])
+        for k, s in solvers.items():
+            w = {}
+            for count in (2, 122, 2, 122):      # the second of each is timed (compiled)
+                path = tmp / f"c{count}.h5"
+                tic = time.perf_counter()
+                run_scenario(scenario, [f'run.solvers=["{s}"]', f'run.checkpoints={{count={count}, spacing="log"}}'],
+                             output=path, overwrite=True, progress=False, report=lambda s: None)
+                w[count] = time.perf_counter() - tic
+            per = (w[122] - w[2]) / 120
+            cost.add(k, fmt(w[2]), fmt(w[122]), fmt(1e3 * per))
+            summary.add(f"{k}: fixed cost per checkpoint", f"{1e3 * per:.2f} ms", "≤ 1 ms",
+                        "yes" if per <= 1e-3 else "**no**")
+
+    import jax
+
+    device = os.environ.get("FLOWSIM_BENCH_DEVICE", "cpu")
+    tables = [summary, e2e, phases, cost]
+    if device == "gpu" and not args.quick:
+        tables.append(paper_scale(summary))
+    text = (f"## bench_e2e — `flowsim run` end to end ({device})\n\nJAX {jax.__version__}, "
+            f"{jax.default_backend()}, {len(jax.devices())} device(s); ratios measured in one run; "
+            f"script took {time.perf_counter() - tic0:.0f} s.\n\n"
+            + "\n".join(t.markdown() for t in tables))
+    publish(text, "e2e", args.quick)
+
+
+if __name__ == "__main__":
+    main()
