@@ -235,9 +235,10 @@ class Driver:
                 size = int(max(1, min(most, 2 * size, CHUNK_WALL // per if per > 0 else most)))
                 i = rows.stop
                 stop = self.should_stop()
-                commit.maybe(state, force=stop or i >= len(times))
+                commit.maybe(state, force=stop)
                 if stop:   # the rows so far are committed: stop here, resumable
                     raise Interrupted(f"stopped after checkpoint {i} of {len(times)} ({name})")
+            commit.maybe(state, force=True)    # the end, or every member has ended
         except BaseException:
             bar.close()      # stopped or failed: the JSON log gets no "finished" record
             commit.rescue()
