@@ -1,7 +1,8 @@
 """flowsim: the exact gradient flow of neural networks, with gradient descent beside it.
 
-Importing flowsim changes no global JAX setting (and imports no JAX): a run turns float64
-on itself (flowsim.precision). It does choose Equinox's runtime-error mode, below."""
+Importing flowsim imports no JAX and changes no JAX setting in code (a run turns float64
+on itself: flowsim.precision). It does set two environment defaults, below: Equinox's
+runtime-error mode and an XLA:CPU scheduler flag."""
 
 import os
 
@@ -14,6 +15,17 @@ import os
 # way. Equinox reads the variable when it is first imported, so a user who imported it
 # before flowsim, or who set EQX_ON_ERROR, keeps their choice.
 os.environ.setdefault("EQX_ON_ERROR", "nan")
+
+# XLA:CPU (jaxlib 0.10) can deadlock a program whose schedule it optimised for concurrency:
+# it never completes and every thread waits. Measured: caron-uci-concrete-quick (GD and the
+# five observables, several checkpoints per compiled `lax.scan`) hung on one of its first
+# chunks in most runs, and a CI run hung on it for 90 minutes; with this scheduler off it
+# finished 5 runs of 5, in 10 s. (Single-threaded Eigen, another reported cure for XLA:CPU
+# hangs, did not help here.) XLA reads the flag when JAX creates its CPU backend, so a user
+# who set it, or who ran JAX before importing flowsim, keeps their choice.
+if "xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = " ".join((os.environ.get("XLA_FLAGS", ""),
+                                        "--xla_cpu_enable_concurrency_optimized_scheduler=false")).strip()
 
 from .version import __version__ as __version__  # noqa: E402
 

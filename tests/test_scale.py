@@ -131,6 +131,22 @@ _SHARDED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("given, expected", [
+    ("", "--xla_cpu_enable_concurrency_optimized_scheduler=false"),
+    ("--xla_force_host_platform_device_count=2",
+     "--xla_force_host_platform_device_count=2 --xla_cpu_enable_concurrency_optimized_scheduler=false"),
+    ("--xla_cpu_enable_concurrency_optimized_scheduler=true", "--xla_cpu_enable_concurrency_optimized_scheduler=true"),
+])
+def test_importing_flowsim_turns_off_the_xla_cpu_scheduler_that_deadlocks_unless_the_user_chose(given, expected):
+    """The process boundary is the point: XLA reads XLA_FLAGS once, when its backend starts
+    (see flowsim/__init__.py for the deadlock the flag avoids)."""
+    env = dict(os.environ, XLA_FLAGS=given)
+    proc = subprocess.run([sys.executable, "-c", "import flowsim, os; print(os.environ['XLA_FLAGS'])"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == expected
+
+
 def _run_with_devices(tmp_path, n, tag):
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={n}", JAX_PLATFORMS="cpu")
     out = tmp_path / f"{tag}.h5"
