@@ -19,7 +19,8 @@ from ..activations import SMOOTH
 from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
 from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
-from .spec import ABSENT, Ctx, toml_value
+from ..integrate.registry import FLOW_METHODS
+from .spec import ABSENT, Ctx, ScenarioError, toml_value
 from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
 from .typed import Config, FlowPreset, Preset, from_dict
 
@@ -67,9 +68,40 @@ def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | 
     if sweep is not None:
         resolved["sweep"] = sweep
     runs = make_runs(points, resolved["seeds"], bool(sweep_axes(sweep)), ctx, sweep)
+    _refuse_filippov_misfits(runs, shown)
     return Scenario(path=abspath, text=text, resolved=resolved,
                     settings=from_dict(Config, resolved), runs=runs, warnings=_kink_warnings(runs, shown),
                     origins=origins)
+
+
+FILIPPOV_ACTIVATIONS = ("relu", "leaky-relu")
+
+
+def _refuse_filippov_misfits(runs: list[RunSpec], shown: str) -> None:
+    """The Filippov integrator knows one network: shallow (on raw or embedded inputs), a
+    piecewise-linear activation, the output layer fixed."""
+    for r in runs:
+        model = r.settings.model
+        for p in r.settings.run.solvers:
+            if not (isinstance(p, FlowPreset) and FLOW_METHODS[p.method].filippov):
+                continue
+            problem = None
+            if p.kind != "flow":
+                problem = (f"{p.name}.kind", p.kind, '"flow" (it integrates the gradient flow itself)')
+            elif model.kind not in ("shallow", "embedded"):
+                problem = ("model.kind", model.kind, '"shallow" or "embedded"')
+            elif model.activation not in FILIPPOV_ACTIVATIONS:
+                problem = ("model.activation", model.activation, " or ".join(map(toml_value, FILIPPOV_ACTIVATIONS)))
+            elif getattr(model, "output", "fixed") != "fixed":
+                problem = ("model.output", model.output, '"fixed"')
+            if problem is not None:
+                key, value, allowed = problem
+                raise ScenarioError(
+                    f"{shown}: solver {toml_value(p.name)} (method \"filippov\") integrates the gradient flow "
+                    f"of shallow ReLU networks with a fixed output layer; `{key}` = {toml_value(value)} is not "
+                    f"one "
+                    f"(allowed: {allowed}); use another flow method, e.g. \"tsit5\"",
+                    file=shown, key=key, value=value, allowed=allowed)
 
 
 def _kink_warnings(runs: list[RunSpec], shown: str) -> tuple[str, ...]:
@@ -81,11 +113,14 @@ def _kink_warnings(runs: list[RunSpec], shown: str) -> tuple[str, ...]:
         if activation is None or activation in SMOOTH or plugins.is_path(activation):
             continue
         for p in r.settings.run.solvers:
-            if isinstance(p, FlowPreset) and p.rtol < KINK_RTOL and p.name not in out:
+            if (isinstance(p, FlowPreset) and p.rtol < KINK_RTOL and not FLOW_METHODS[p.method].filippov
+                    and p.name not in out):
                 out[p.name] = (f"{shown}: `model.activation` = {toml_value(activation)} is not smooth and "
                                f"flow solver {toml_value(p.name)} has rtol = {p.rtol:.0e}: it will crawl "
-                               f"through the kinks; the \"bosh3-relu\" preset (rtol {KINK_RTOL:.0e}) "
-                               "passes them: --set 'run.solvers=[\"bosh3-relu\", ...]'")
+                               f"through the kinks. The \"filippov\" preset follows them exactly (shallow "
+                               f"relu and leaky-relu nets, output layer fixed); \"bosh3-relu\" (rtol "
+                               f"{KINK_RTOL:.0e}) passes any kink approximately: "
+                               "--set 'run.solvers=[\"filippov\", ...]'")
     return tuple(out.values())
 
 

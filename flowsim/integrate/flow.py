@@ -27,6 +27,7 @@ from ..config.typed import FlowPreset
 from ..problem import Params
 from ..problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator
+from .filippov import FilippovIntegrator
 from .registry import FLOW_METHODS
 
 # Vector-field evaluations outside the per-step count: the initial step-size search (2)
@@ -182,11 +183,14 @@ class FlowIntegrator(AbstractIntegrator):
         return steps >= self.max_steps
 
 
-def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> FlowIntegrator:
+def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
     """Build the integrator of a `flow` or `modified-flow` solver preset."""
     if preset.method not in FLOW_METHODS:
         raise ValueError(f"unknown flow method {preset.method!r}; allowed: {', '.join(FLOW_METHODS)}")
     method = FLOW_METHODS[preset.method]
+    if method.filippov:
+        return FilippovIntegrator(rtol=preset.rtol, atol=preset.atol, max_steps=int(preset.max_steps),
+                                  stop_loss=float(stop_loss))
     pid = dfx.PIDController(rtol=preset.rtol, atol=preset.atol, pcoeff=preset.pcoeff,
                             icoeff=preset.icoeff, dtmin=preset.dtmin or None, dtmax=preset.dtmax or None)
     solver_class = getattr(dfx, method.diffrax)

@@ -27,6 +27,9 @@ class FlowMethod:
     # the host copy of a checkpoint); implicit methods add the Krylov basis of their GMRES.
     state_copies: int
     diffrax: str          # the Diffrax solver class (a name, so that this table needs no JAX)
+    # Event-driven through the kinks of a shallow ReLU net (flowsim.integrate.filippov),
+    # rather than a plain Diffrax solve of the raw field.
+    filippov: bool = False
 
 
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
@@ -45,6 +48,8 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
     FlowMethod("bosh3", implicit=False, state_copies=8, diffrax="Bosh3"),
     FlowMethod("ralston", implicit=False, state_copies=6, diffrax="Ralston"),
     FlowMethod("kvaerno5", implicit=True, state_copies=40, diffrax="Kvaerno5"),
+    # Dormand–Prince stages, its dense output's five coefficients, the event point
+    FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", filippov=True),
 )}
 
 DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)

@@ -118,13 +118,15 @@ def test_sigkill_with_a_second_writer_refused_then_resume(tmp_path, cache_dir, i
     proc = start_sub(cache_dir, "run", FAULT, "-o", out, "-q", *QUICK)
     try:
         assert wait_for(lambda: committed(out) >= 2, 240, proc), proc.communicate()
+        # Frozen (SIGSTOP) mid-run, the writer keeps its lock: a run of 40 GD checkpoints
+        # takes a fraction of a second, less than the second writer below takes to start.
+        proc.send_signal(signal.SIGSTOP)
+        assert proc.poll() is None, "the writer finished before it could be stopped; lengthen fault.toml"
         # Two processes on one archive: the second is refused (exit 2), naming the first.
         for mode in ("--resume", "--overwrite"):
             code, _, err = inproc("run", FAULT, "-o", out, "-q", mode, *QUICK)
-            if proc.poll() is None:
-                assert code == 2, err
-                assert f"being written by another flowsim process (pid {proc.pid})" in err
-        assert proc.poll() is None, "the writer finished before it could be killed; lengthen fault.toml"
+            assert code == 2, err
+            assert f"being written by another flowsim process (pid {proc.pid})" in err
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait(timeout=60)

@@ -1,0 +1,381 @@
+"""The exact gradient flow of a shallow ReLU (or leaky-ReLU) network through its kinks: an
+event-driven Filippov integrator (`../shared/RELU-FILIPPOV.md` has the measurements and the
+mathematics; DESIGN.md §1 the network).
+
+With s_ji = w_j·x_i/√d and the output layer fixed, the velocity of w_j is
+
+    ẇ_j = Σ_i b_ji D_ji x_i,   b_ji = −rate c_j (a_j · ∂L/∂f_i)/√d,   D_ji = σ'(s_ji),
+
+and D_ji jumps (between `low` = σ' on the negative side and 1) where s_ji crosses 0.
+
+A *mode* fixes every D: `active` says which side each pair is on, and `slide` lists the
+pairs held on their surface s_ji = 0. Within a mode the field is smooth, so Dormand–Prince
+5(4) steps with error control are accurate to high order; the predictions use the mode's
+D too (f = Σ c a D s), the smooth continuation of each branch past its kink, so that a
+step straddling a kink is still a step of one smooth field. A sliding pair contributes
+whatever keeps it on its surface: w_j's velocity is projected off span{x_i : i slides}
+(the equivalent control; the Filippov convex hull is this one vector here, the field
+being affine in the D's). The control of pair i is δ_ji = −μ_i/b_ji, μ = G⁻¹ X_S u, and
+the pair slides as long as δ_ji stays within [low, 1].
+
+Events, located on the step's dense output (the quartic of the Dormand–Prince step):
+- a crossing: s_ji of a pair off its surface changes sign (sampled at 16 points of the
+  step, then bisected to 2⁻⁴⁰ of the step per pair);
+- an exit: a sliding pair's δ leaves [low, 1] by EXIT_SLACK (regula falsi, Illinois, on
+  the worst δ).
+The step is truncated at the first event (its end value read from the dense output, whose
+error is of the step's order), every pair on a surface at that point is put back on it
+exactly (an orthogonal correction of w_j), and the new mode is resolved node by node by
+an active-set solve over the pairs on surfaces (`_resolve`): a pair slides where both
+sides push into its surface (b_ji < 0 and δ within [low, 1]), otherwise it goes to the
+side its velocity points to. Then stepping restarts (the first stage is evaluated again).
+
+All of it runs in one `lax.while_loop` per segment: no Python per step or per event. A
+node may slide on at most SLOTS surfaces at once (the prototype saw 4); more ends the
+member with status `failed`, saying so. The flow of a trained output layer, smooth
+activations and deeper networks are out of scope: the loader refuses them by name.
+"""
+
+import math
+from typing import ClassVar
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from .. import status
+from ..activations import LEAKY_RELU_SLOPE
+from ..problem import Params, Problem
+from .base import AbstractIntegrator
+
+SLOTS = 8           # surfaces one node may slide on at once
+SAMPLES = 16        # points of a step at which every pair's s_ji is looked at
+BISECTIONS = 40     # halvings of a crossing's bracket (2⁻⁴⁰ of the step)
+EXIT_ITERATIONS = 30
+# An exit is an event once a control is this far outside [low, 1]: far above the round-off
+# in which the event's two computations of δ (on the step, and in `_resolve` after the
+# pairs are put back on their surfaces) differ, so that the resolution always sees the
+# exit it was called for (a control on the bound to round-off would be an exit at every
+# step, and time would stand still), and far below the tolerances' effect on W.
+EXIT_SLACK = 1e-9
+LOW_SLOPE = {"relu": 0.0, "leaky-relu": LEAKY_RELU_SLOPE}   # σ' on the negative side
+EVENT_KINDS = ("crossings", "entries", "exits")
+
+
+class Mode(eqx.Module):
+    active: jax.Array     # (m, n) bool: the side of each pair off its surface (s_ji > 0)
+    slide: jax.Array      # (m, SLOTS) int32: the pairs held on s_ji = 0; n marks an empty slot
+
+
+class FilippovState(eqx.Module):
+    t: jax.Array
+    y: Params
+    mode: Mode
+    h: jax.Array          # the next step's proposal
+    solver_state: object  # Dormand–Prince's first-same-as-last stage
+    jumped: jax.Array     # the mode changed since the last step: its stored stage is stale
+    events: jax.Array     # (3,) crossings, sliding entries, sliding exits since t = 0
+
+
+def low_slope(problem: Problem) -> float:
+    return LOW_SLOPE[problem.net.activation]
+
+
+def _on(slide: jax.Array, n: int) -> jax.Array:
+    """(m, n) mask of the sliding pairs."""
+    return (slide[..., None] == jnp.arange(n)).any(-2)
+
+
+def _compact(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The pairs of `mask` (m, n) as slot lists (m, SLOTS), and whether every node's fit."""
+    n = mask.shape[-1]
+    order = jnp.argsort(~mask, axis=-1, stable=True)[:, :SLOTS]
+    taken = jnp.take_along_axis(mask, order, axis=-1)
+    return jnp.where(taken, order, n).astype(jnp.int32), mask.sum(-1) <= SLOTS
+
+
+def _basis(X: jax.Array, slide: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The sliding pairs' inputs (m, SLOTS, d), their Gram matrices (identity rows for empty
+    slots) and which slots are filled."""
+    n = X.shape[0]
+    valid = slide < n
+    Xs = jnp.where(valid[..., None], X[jnp.minimum(slide, n - 1)], 0.0)
+    G = Xs @ jnp.swapaxes(Xs, -1, -2) + jnp.eye(SLOTS, dtype=X.dtype) * ~valid[..., None, :]
+    return Xs, G, valid
+
+
+def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """b (m, n) with ẇ_j = Σ_i b_ji D_ji x_i, and the mode's D."""
+    net, X = problem.net, problem.X
+    root_d = math.sqrt(X.shape[-1])
+    D = jnp.where(active, 1.0, low_slope(problem)).astype(W.dtype)
+    ca = net.c[:, None] * net.a                       # (m, k)
+    pred = (ca.T @ (D * (W @ X.T / root_d))).T       # (n, k): the mode's branch of f
+    if net.ref is not None:
+        pred = pred - net._raw(net.ref, X)
+    g = jax.grad(lambda p: problem.loss_function()(p, problem.y))(pred)
+    return -problem.rate * (ca @ g.T) / root_d, D
+
+
+def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[jax.Array, jax.Array]:
+    """The mode's velocity of W and the sliding pairs' controls δ (m, SLOTS; an empty slot
+    gets a value inside [low, 1])."""
+    X = problem.X
+    b, D = _response(problem, W, mode.active)
+    u = (b * jnp.where(_on(mode.slide, X.shape[0]), 0.0, D)) @ X
+    Xs, G, valid = _basis(X, mode.slide)
+    mu = jnp.linalg.solve(G, (Xs @ u[..., None]))[..., 0]
+    bs = jnp.take_along_axis(b, jnp.minimum(mode.slide, X.shape[0] - 1), axis=-1)
+    inside = 0.5 * (1.0 + low_slope(problem))
+    delta = jnp.where(valid & (bs != 0), -mu / jnp.where(bs != 0, bs, 1.0), jnp.where(valid, jnp.inf, inside))
+    return u - jnp.einsum("mkd,mk->md", Xs, mu), delta
+
+
+def _field(t, y: Params, args) -> Params:
+    problem, mode = args
+    return {"W": velocity_and_control(problem, y["W"], mode)[0]}
+
+
+def _exit_excess(delta: jax.Array, low: float) -> jax.Array:
+    """How far the worst sliding pair's control is outside [low, 1], less EXIT_SLACK (> 0:
+    an exit)."""
+    return jnp.max(jnp.maximum(low - delta, delta - 1.0)) - EXIT_SLACK
+
+
+def _horner(coeffs: jax.Array, theta) -> jax.Array:
+    out = coeffs[0]
+    for c in coeffs[1:]:
+        out = out * theta + c
+    return out
+
+
+def _first_crossing(sc: jax.Array, sign: jax.Array, free: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The first θ in (0, 1] at which a free pair's sign·s(θ) goes below 0 (sc: (5, m, n)
+    coefficients of s(θ)), and each pair's own crossing θ (2 where it has none)."""
+    grid = jnp.arange(1, SAMPLES + 1, dtype=sc.dtype) / SAMPLES
+    e = sign * _horner(sc, grid[:, None, None])                  # (SAMPLES, m, n)
+    neg = (e < 0) & free
+    hit = neg.any(0)
+    first = jnp.argmax(neg, axis=0)
+    lo, hi = first / SAMPLES, (first + 1) / SAMPLES
+
+    def halve(_, bracket):
+        lo, hi = bracket
+        mid = 0.5 * (lo + hi)
+        ahead = sign * _horner(sc, mid) >= 0
+        return jnp.where(ahead, mid, lo), jnp.where(ahead, hi, mid)
+
+    lo, hi = jax.lax.cond(hit.any(), lambda b: jax.lax.fori_loop(0, BISECTIONS, halve, b), lambda b: b, (lo, hi))
+    roots = jnp.where(hit, hi, 2.0)
+    return roots.min(), roots
+
+
+def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, leaving: jax.Array):
+    """The mode after an event at W: every pair on a surface (sliding, or `touching` it now)
+    is put back on it exactly and assigned to slide, go up (D = 1) or go down (D = low) by
+    an active-set iteration per node on ṡ_Z(δ) = q + A δ, until every pair is consistent
+    (sliding: δ within [low, 1]; up: ṡ ≥ 0; down: ṡ ≤ 0). `leaving` (m, SLOTS, aligned with
+    `mode.slide`: 0 stays, 1 leaves down, 2 leaves up) are the sliders whose exit is the
+    event: they leave whatever the solve here says, because where b_ji is tiny (a fitted
+    point) δ = −μ/b is too sensitive for two computations of it to agree on the bound.
+    Returns the corrected W, the new mode, the event counts (3,) and whether every node's
+    surfaces fit in its slots."""
+    X = problem.X
+    n = X.shape[0]
+    low = low_slope(problem)
+    was = _on(mode.slide, n)
+    slots, fit = _compact(was | touching)
+    Xz, G, valid = _basis(X, slots)
+    # back onto the surfaces: w_j minus its component along span{x_i : i on a surface}
+    W = W - jnp.einsum("mkd,mk->md", Xz, jnp.linalg.solve(G, Xz @ W[..., None])[..., 0])
+    b, D = _response(problem, W, mode.active)
+    idx = jnp.minimum(slots, n - 1)
+    q = jnp.einsum("mkd,md->mk", Xz, (b * jnp.where(was | touching, 0.0, D)) @ X)
+    bz = jnp.where(valid, jnp.take_along_axis(b, idx, axis=-1), 0.0)
+    A = G * bz[..., None, :]
+    scale = jnp.abs(q) + jnp.abs(A).sum(-1) + jnp.finfo(W.dtype).tiny
+    # 0: down, 1: slide, 2: up; a touching pair starts on the side it comes from
+    sides = jnp.where(jnp.take_along_axis(mode.active, idx, axis=-1), 2, 0)
+    r = jnp.where(jnp.take_along_axis(was, idx, axis=-1), 1, sides)
+    rows = jnp.arange(W.shape[0])[:, None]
+    exits = jnp.zeros(was.shape, jnp.int32).at[rows, mode.slide].set(leaving, mode="drop")
+    frozen = jnp.take_along_axis(exits, idx, axis=-1) > 0
+    r = jnp.where(frozen, 2 * (jnp.take_along_axis(exits, idx, axis=-1) == 2), r)
+    r = jnp.where(valid, r, 0)
+
+    def controls(r):
+        sliding = (r == 1) & valid
+        fixed = jnp.where(r == 2, 1.0, low) * (valid & ~sliding)
+        both = sliding[..., :, None] & sliding[..., None, :]
+        As = jnp.where(both, A, jnp.eye(SLOTS, dtype=A.dtype))
+        rhs = jnp.where(sliding, -(q + jnp.einsum("mkl,ml->mk", A, fixed)), 0.0)
+        delta = jnp.where(sliding, jnp.linalg.solve(As, rhs[..., None])[..., 0], fixed)
+        return delta, q + jnp.einsum("mkl,ml->mk", A, delta), sliding
+
+    def fix(_, r):
+        delta, sdot, sliding = controls(r)
+        out = jnp.where(sliding, jnp.maximum(low - delta, delta - 1.0), 0.0)
+        wrong = jnp.where(valid & (r == 2), -sdot, jnp.where(valid & (r == 0), sdot, 0.0)) / scale
+        wrong = jnp.where(frozen, 0.0, wrong)
+        wrong = jnp.where(wrong > 1e-12, wrong, 0.0)
+        k_out, k_wrong = jnp.argmax(out, -1), jnp.argmax(wrong, -1)
+        any_out, any_wrong = out.max(-1) > 0, wrong.max(-1) > 0
+        k = jnp.where(any_out, k_out, k_wrong)
+        pick = lambda x: jnp.take_along_axis(x, k[:, None], axis=-1)[:, 0]  # noqa: E731
+        # a slider out of its range leaves to the side of the bound it passed; a pair
+        # moving against its side slides if both sides push into the surface (b < 0)
+        # and crosses otherwise
+        to = jnp.where(any_out, jnp.where(pick(delta) > 1.0, 2, 0),
+                       jnp.where(pick(bz) < 0, 1, jnp.where(pick(r) == 2, 0, 2)))
+        change = any_out | any_wrong
+        return jnp.where(change[:, None] & (jnp.arange(SLOTS) == k[:, None]), to[:, None], r)
+
+    r = jax.lax.fori_loop(0, 4 * SLOTS, fix, r)
+    # A touching pair is one the mode's own continuation carries across its surface; left
+    # on its side, it grazes (ṡ = 0 to within the solve's resolution, s'' across): it crosses.
+    # Left where it was, the next step would find the same crossing at once, forever.
+    grazing = jnp.take_along_axis(touching, idx, axis=-1) & valid & (r == sides)
+    r = jnp.where(grazing, 2 - sides, r)
+    sliding = (r == 1) & valid
+    # (empty slots hold index n, out of range: their writes are dropped)
+    active = mode.active.at[rows, slots].set(jnp.where(sliding, jnp.take_along_axis(mode.active, idx, axis=-1),
+                                                       r == 2), mode="drop")
+    now = jnp.zeros_like(was).at[rows, slots].set(sliding, mode="drop")
+    new_slide, _ = _compact(now)
+    off = ~was & ~now
+    events = jnp.stack([(off & (active != mode.active)).sum(), (now & ~was).sum(), (was & ~now).sum()])
+    return W, Mode(active=active, slide=new_slide), events, fit.all()
+
+
+def initial_mode(problem: Problem, W: jax.Array) -> Mode:
+    n = problem.X.shape[0]
+    return Mode(active=W @ problem.X.T > 0, slide=jnp.full((W.shape[0], SLOTS), n, jnp.int32))
+
+
+class FilippovIntegrator(AbstractIntegrator):
+    """Advances a `FilippovState` to a later time (see the module's docstring)."""
+
+    rtol: float = eqx.field(static=True)
+    atol: float = eqx.field(static=True)
+    max_steps: int = eqx.field(static=True)
+    stop_loss: float = eqx.field(static=True)
+
+    discrete: ClassVar[bool] = False
+    certificate_series: ClassVar[tuple[str, ...]] = ("active_pairs", "sliding_pairs", *EVENT_KINDS)
+    solver: ClassVar[dfx.Dopri5] = dfx.Dopri5()
+    term: ClassVar[dfx.ODETerm] = dfx.ODETerm(_field)
+
+    def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FilippovState:
+        W = params["W"]
+        t0 = jnp.asarray(0.0, W.dtype)
+        mode = initial_mode(problem, W)
+        v = _field(t0, params, (problem, mode))["W"]
+        # Hairer & Wanner's first guess: a step that moves W by 1 % of its size
+        size = lambda x: jnp.sqrt(jnp.mean(jnp.square(x / (self.atol + self.rtol * jnp.abs(W)))))  # noqa: E731
+        h = jnp.where(size(v) > 0, 0.01 * size(W) / jnp.maximum(size(v), 1e-300), 1.0)
+        return FilippovState(t=t0, y=params, mode=mode, h=h.astype(W.dtype),
+                             solver_state=self.solver.init(self.term, t0, t0 + h, params, (problem, mode)),
+                             jumped=jnp.asarray(True), events=jnp.zeros(3, jnp.int64))
+
+    def advance(self, problem: Problem, state: FilippovState, t_next) -> tuple[FilippovState, dict]:
+        low = low_slope(problem)
+        X = problem.X
+        t_next = jnp.asarray(t_next, state.t.dtype)
+
+        def err_norm(y0, y1, y_err):
+            scale = self.atol + self.rtol * jnp.maximum(jnp.abs(y0["W"]), jnp.abs(y1["W"]))
+            return jnp.sqrt(jnp.mean(jnp.square(y_err["W"] / scale)))
+
+        def cond(c):
+            s, stats, code = c
+            return (s.t < t_next) & (code == status.RUNNING) & (stats[0] < self.max_steps)
+
+        def body(c):
+            s, stats, code = c
+            h = jnp.minimum(s.h, t_next - s.t)
+            t1 = jnp.where(h == t_next - s.t, t_next, s.t + h)
+            args = (problem, s.mode)
+            y1, y_err, dense, sstate, _ = self.solver.step(self.term, s.t, t1, s.y, args, s.solver_state, s.jumped)
+            err = err_norm(s.y, y1, y_err)
+            ok = jnp.isfinite(err) & (err <= 1.0)
+            factor = jnp.clip(0.9 * jnp.where(err > 0, err, 1e-10) ** -0.2, 0.2, 10.0)
+            proposal = jnp.where(ok & (h < s.h), jnp.minimum(h * factor, s.h), h * factor)
+            # events on the accepted step
+            coeffs = self.solver.interpolation_cls(t0=s.t, t1=t1, **dense).coeffs["W"]
+            sc = coeffs @ X.T                                    # s_ji(θ)·√d, quartic in θ
+            free = ~_on(s.mode.slide, X.shape[0])
+            theta_cross, roots = _first_crossing(sc, jnp.where(s.mode.active, 1.0, -1.0), free)
+            excess = lambda th: _exit_excess(velocity_and_control(problem, _horner(coeffs, th), s.mode)[1], low)  # noqa: E731
+            e1 = excess(1.0)
+
+            def illinois(bracket):
+                def step(c):
+                    a, fa, b, fb, side, k = c
+                    m = jnp.clip(b - fb * (b - a) / (fb - fa), a + 1e-3 * (b - a), b - 1e-3 * (b - a))
+                    fm = excess(m)
+                    up = fm > 0
+                    fa = jnp.where(up & (side > 0), 0.5 * fa, fa)
+                    fb = jnp.where(~up & (side < 0), 0.5 * fb, fb)
+                    return (jnp.where(up, a, m), jnp.where(up, fa, fm), jnp.where(up, m, b), jnp.where(up, fm, fb),
+                            jnp.where(up, 1, -1), k + 1)
+
+                def going(c):
+                    a, _, b, _, _, k = c
+                    return (k < EXIT_ITERATIONS) & (b - a > 1e-13)
+
+                return jax.lax.while_loop(going, step, bracket)
+
+            f0 = excess(0.0)
+            exit_found = ok & (e1 > 0) & (f0 <= 0)
+            _, _, theta_exit, _, _, iters = illinois((0.0 * e1, jnp.minimum(f0, 0.0), 1.0 + 0.0 * e1, e1,
+                                                      jnp.asarray(0), jnp.where(exit_found, 0, EXIT_ITERATIONS)))
+            theta_exit = jnp.where(exit_found, theta_exit, jnp.where(ok & (f0 > 0), 0.0, 2.0))
+            theta = jnp.minimum(theta_cross, theta_exit)
+            event = ok & (theta <= 1.0)
+            theta = jnp.minimum(theta, 1.0)
+            touching = free & (roots <= theta + 2.0 ** -(BISECTIONS - 2))
+            Wstar = _horner(coeffs, theta)
+            delta = velocity_and_control(problem, Wstar, s.mode)[1]
+            leaving = jnp.where(delta > 1.0 + EXIT_SLACK, 2, jnp.where(delta < low - EXIT_SLACK, 1, 0))
+            Wnew, mode, events, fit = _resolve(problem, Wstar, s.mode, touching & event, leaving * event)
+            t_event = s.t + theta * (t1 - s.t)
+            new = FilippovState(
+                t=jnp.where(event, t_event, jnp.where(ok, t1, s.t)),
+                y={"W": jnp.where(event, Wnew, jnp.where(ok, y1["W"], s.y["W"]))},
+                mode=jax.tree.map(lambda a, b: jnp.where(event, a, b), mode, s.mode),
+                h=jnp.where(ok, proposal, h * factor),
+                solver_state=jax.tree.map(lambda a, b: jnp.where(ok & ~event, a, b), sstate, s.solver_state),
+                jumped=event | (s.jumped & ~ok),
+                events=s.events + jnp.where(event, events, 0))
+            finite = jnp.isfinite(err) | ok
+            code = jnp.where(event & ~fit, status.FAILED, jnp.where(finite, code, status.NONFINITE))
+            if self.stop_loss > 0:
+                code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), status.STOPPED, code)
+            evals = 6 + s.jumped + 2 + jnp.where(exit_found, iters, 0) + 2 * event
+            stats = stats + jnp.stack([1, ok, ~ok, evals]).astype(stats.dtype)
+            return new, stats, code
+
+        stats0 = jnp.zeros(4, jnp.int64)
+        new, stats, code = jax.lax.while_loop(cond, body, (state, stats0, jnp.asarray(status.RUNNING)))
+        code = jnp.where(code != status.RUNNING, code,
+                         jnp.where(new.t < t_next, status.MAX_STEPS, status.DONE))
+        return new, {"steps": stats[0], "accepted": stats[1], "rejected": stats[2], "vf_evals": stats[3],
+                     "status": code}
+
+    def time(self, state: FilippovState) -> jax.Array:
+        return state.t
+
+    def params(self, state: FilippovState) -> Params:
+        return state.y
+
+    def step(self, state: FilippovState) -> None:
+        return None
+
+    def certificate(self, problem: Problem, state: FilippovState) -> dict[str, jax.Array]:
+        on = _on(state.mode.slide, problem.X.shape[0])
+        counts = {"active_pairs": (state.mode.active & ~on).sum(), "sliding_pairs": on.sum()}
+        return counts | dict(zip(EVENT_KINDS, state.events))
+
+    def out_of_steps(self, steps: int) -> bool:
+        return steps >= self.max_steps
