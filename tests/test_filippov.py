@@ -55,7 +55,7 @@ def sliding(request):
 
 def test_off_the_kinks_the_field_is_autodiffs_velocity():
     problem, p0 = make_problem(activation="relu", m=30)
-    v, _ = velocity_and_control(problem, p0["W"], initial_mode(problem, p0["W"]))
+    v = velocity_and_control(problem, p0["W"], initial_mode(problem, p0["W"]))[0]
     np.testing.assert_allclose(v, problem.velocity(p0)["W"], rtol=1e-12, atol=1e-14)
 
 
@@ -80,7 +80,7 @@ def test_sliding_pairs_stay_on_their_surfaces(sliding):
     on = _on(state.mode.slide, problem.X.shape[0])
     s = state.y["W"] @ problem.X.T
     assert float(jnp.abs(jnp.where(on, s, 0)).max()) <= 1e-14 * float(jnp.abs(s).max())
-    v, delta = velocity_and_control(problem, state.y["W"], state.mode)
+    v, delta, _ = velocity_and_control(problem, state.y["W"], state.mode)
     assert float(jnp.abs(jnp.where(on, v @ problem.X.T, 0)).max()) <= 1e-13 * float(jnp.abs(v @ problem.X.T).max())
     valid = state.mode.slide < problem.X.shape[0]
     low = low_slope(problem)
@@ -104,7 +104,7 @@ def test_the_sliding_velocity_is_the_minimum_norm_element_of_the_filippov_hull(s
     n = X.shape[0]
     on = np.asarray(_on(state.mode.slide, n))
     b, D = (np.asarray(a) for a in _response(problem, W, state.mode.active))
-    v, _ = velocity_and_control(problem, W, state.mode)
+    v = velocity_and_control(problem, W, state.mode)[0]
     checked = 0
     for j in np.flatnonzero(on.any(1)):
         u = (b[j] * np.where(on[j], 0.0, D[j])) @ X       # the pairs off their surfaces

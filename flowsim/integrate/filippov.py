@@ -61,6 +61,7 @@ EXIT_ITERATIONS = 30
 EXIT_SLACK = 1e-9
 LOW_SLOPE = {"relu": 0.0, "leaky-relu": LEAKY_RELU_SLOPE}   # σ' on the negative side
 EVENT_KINDS = ("crossings", "entries", "exits")
+_TINY = 1e-300
 
 
 class Mode(eqx.Module):
@@ -118,9 +119,10 @@ def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Ar
     return -problem.rate * (ca @ g.T) / root_d, D
 
 
-def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[jax.Array, jax.Array]:
-    """The mode's velocity of W and the sliding pairs' controls δ (m, SLOTS; an empty slot
-    gets a value inside [low, 1])."""
+def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The mode's velocity of W, the sliding pairs' controls δ (m, SLOTS; an empty slot gets
+    a value inside [low, 1]) and each slider's weight: the force it can exert, |b_ji|‖x_i‖,
+    against its node's free velocity ‖u_j‖ (see `_violation`)."""
     X = problem.X
     b, D = _response(problem, W, mode.active)
     u = (b * jnp.where(_on(mode.slide, X.shape[0]), 0.0, D)) @ X
@@ -129,7 +131,8 @@ def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[ja
     bs = jnp.take_along_axis(b, jnp.minimum(mode.slide, X.shape[0] - 1), axis=-1)
     inside = 0.5 * (1.0 + low_slope(problem))
     delta = jnp.where(valid & (bs != 0), -mu / jnp.where(bs != 0, bs, 1.0), jnp.where(valid, jnp.inf, inside))
-    return u - jnp.einsum("mkd,mk->md", Xs, mu), delta
+    weight = jnp.abs(bs) * jnp.linalg.norm(Xs, axis=-1) / (jnp.linalg.norm(u, axis=-1, keepdims=True) + _TINY)
+    return u - jnp.einsum("mkd,mk->md", Xs, mu), delta, weight
 
 
 def _field(t, y: Params, args) -> Params:
@@ -137,10 +140,17 @@ def _field(t, y: Params, args) -> Params:
     return {"W": velocity_and_control(problem, y["W"], mode)[0]}
 
 
-def _exit_excess(delta: jax.Array, low: float) -> jax.Array:
-    """How far the worst sliding pair's control is outside [low, 1], less EXIT_SLACK (> 0:
-    an exit)."""
-    return jnp.max(jnp.maximum(low - delta, delta - 1.0)) - EXIT_SLACK
+def _violation(delta: jax.Array, weight: jax.Array, low: float) -> jax.Array:
+    """How far each slider's control is outside [low, 1] (≤ 0: inside), weighted by the
+    force the slider can exert relative to its node's velocity (at most 1). When a fitted
+    point's residual nears 0, b_ji → 0 and δ = −μ/b is round-off over round-off: such a
+    slider holds its node with a force too small to matter, and its δ must not make events."""
+    return jnp.maximum(low - delta, delta - 1.0) * jnp.minimum(weight, 1.0)
+
+
+def _exit_excess(delta: jax.Array, weight: jax.Array, low: float) -> jax.Array:
+    """The worst slider's violation less EXIT_SLACK (> 0: an exit)."""
+    return jnp.max(_violation(delta, weight, low)) - EXIT_SLACK
 
 
 def _horner(coeffs: jax.Array, theta) -> jax.Array:
@@ -160,13 +170,15 @@ def _first_crossing(sc: jax.Array, sign: jax.Array, free: jax.Array) -> tuple[ja
     first = jnp.argmax(neg, axis=0)
     lo, hi = first / SAMPLES, (first + 1) / SAMPLES
 
-    def halve(_, bracket):
-        lo, hi = bracket
+    def halve(c):
+        k, lo, hi = c
         mid = 0.5 * (lo + hi)
         ahead = sign * _horner(sc, mid) >= 0
-        return jnp.where(ahead, mid, lo), jnp.where(ahead, hi, mid)
+        return k + 1, jnp.where(ahead, mid, lo), jnp.where(ahead, hi, mid)
 
-    lo, hi = jax.lax.cond(hit.any(), lambda b: jax.lax.fori_loop(0, BISECTIONS, halve, b), lambda b: b, (lo, hi))
+    # a while loop, not a cond: under vmap a cond runs both branches, this runs no halving
+    # when no member of the batch has a crossing
+    _, lo, hi = jax.lax.while_loop(lambda c: hit.any() & (c[0] < BISECTIONS), halve, (0, lo, hi))
     roots = jnp.where(hit, hi, 2.0)
     return roots.min(), roots
 
@@ -191,9 +203,11 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     W = W - jnp.einsum("mkd,mk->md", Xz, jnp.linalg.solve(G, Xz @ W[..., None])[..., 0])
     b, D = _response(problem, W, mode.active)
     idx = jnp.minimum(slots, n - 1)
-    q = jnp.einsum("mkd,md->mk", Xz, (b * jnp.where(was | touching, 0.0, D)) @ X)
+    u = (b * jnp.where(was | touching, 0.0, D)) @ X
+    q = jnp.einsum("mkd,md->mk", Xz, u)
     bz = jnp.where(valid, jnp.take_along_axis(b, idx, axis=-1), 0.0)
     A = G * bz[..., None, :]
+    weight = jnp.abs(bz) * jnp.linalg.norm(Xz, axis=-1) / (jnp.linalg.norm(u, axis=-1, keepdims=True) + _TINY)
     scale = jnp.abs(q) + jnp.abs(A).sum(-1) + jnp.finfo(W.dtype).tiny
     # 0: down, 1: slide, 2: up; a touching pair starts on the side it comes from
     sides = jnp.where(jnp.take_along_axis(mode.active, idx, axis=-1), 2, 0)
@@ -213,9 +227,10 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
         delta = jnp.where(sliding, jnp.linalg.solve(As, rhs[..., None])[..., 0], fixed)
         return delta, q + jnp.einsum("mkl,ml->mk", A, delta), sliding
 
-    def fix(_, r):
+    def fix(r):
         delta, sdot, sliding = controls(r)
-        out = jnp.where(sliding, jnp.maximum(low - delta, delta - 1.0), 0.0)
+        # (half the exit's slack: a slider the event did not name leaves only if it is out)
+        out = jnp.where(sliding, _violation(delta, weight, low) - 0.5 * EXIT_SLACK, 0.0)
         wrong = jnp.where(valid & (r == 2), -sdot, jnp.where(valid & (r == 0), sdot, 0.0)) / scale
         wrong = jnp.where(frozen, 0.0, wrong)
         wrong = jnp.where(wrong > 1e-12, wrong, 0.0)
@@ -229,14 +244,19 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
         to = jnp.where(any_out, jnp.where(pick(delta) > 1.0, 2, 0),
                        jnp.where(pick(bz) < 0, 1, jnp.where(pick(r) == 2, 0, 2)))
         change = any_out | any_wrong
-        return jnp.where(change[:, None] & (jnp.arange(SLOTS) == k[:, None]), to[:, None], r)
+        return jnp.where(change[:, None] & (jnp.arange(SLOTS) == k[:, None]), to[:, None], r), change.any()
 
-    r = jax.lax.fori_loop(0, 4 * SLOTS, fix, r)
-    # A touching pair is one the mode's own continuation carries across its surface; left
-    # on its side, it grazes (ṡ = 0 to within the solve's resolution, s'' across): it crosses.
-    # Left where it was, the next step would find the same crossing at once, forever.
+    # until no node changes (usually after 0 to 2 rounds; at most 4·SLOTS)
+    _, r, _ = jax.lax.while_loop(lambda c: c[2] & (c[0] < 4 * SLOTS),
+                                 lambda c: (c[0] + 1, *fix(c[1])), (0, r, jnp.asarray(True)))
+    # A touching pair is one the mode's own continuation carries across its surface. Left on
+    # its side by the solve, it grazes (ṡ = 0 to within the solve's resolution): left there,
+    # the next step would find the same crossing at once, and flipped, it may graze back, in
+    # either case forever. It is held on its surface instead; holding it takes next to no
+    # force, and as soon as it would take more than EXIT_SLACK of its node's, it exits (an
+    # event) to the side that force points to.
     grazing = jnp.take_along_axis(touching, idx, axis=-1) & valid & (r == sides)
-    r = jnp.where(grazing, 2 - sides, r)
+    r = jnp.where(grazing, 1, r)
     sliding = (r == 1) & valid
     # (empty slots hold index n, out of range: their writes are dropped)
     active = mode.active.at[rows, slots].set(jnp.where(sliding, jnp.take_along_axis(mode.active, idx, axis=-1),
@@ -278,6 +298,10 @@ class FilippovIntegrator(AbstractIntegrator):
                              solver_state=self.solver.init(self.term, t0, t0 + h, params, (problem, mode)),
                              jumped=jnp.asarray(True), events=jnp.zeros(3, jnp.int64))
 
+    @property
+    def init_evals(self) -> int:
+        return 1          # the first step's size is guessed from the velocity at t = 0
+
     def advance(self, problem: Problem, state: FilippovState, t_next) -> tuple[FilippovState, dict]:
         low = low_slope(problem)
         X = problem.X
@@ -306,7 +330,7 @@ class FilippovIntegrator(AbstractIntegrator):
             sc = coeffs @ X.T                                    # s_ji(θ)·√d, quartic in θ
             free = ~_on(s.mode.slide, X.shape[0])
             theta_cross, roots = _first_crossing(sc, jnp.where(s.mode.active, 1.0, -1.0), free)
-            excess = lambda th: _exit_excess(velocity_and_control(problem, _horner(coeffs, th), s.mode)[1], low)  # noqa: E731
+            excess = lambda th: _exit_excess(*velocity_and_control(problem, _horner(coeffs, th), s.mode)[1:], low)  # noqa: E731
             e1 = excess(1.0)
 
             def illinois(bracket):
@@ -336,8 +360,8 @@ class FilippovIntegrator(AbstractIntegrator):
             theta = jnp.minimum(theta, 1.0)
             touching = free & (roots <= theta + 2.0 ** -(BISECTIONS - 2))
             Wstar = _horner(coeffs, theta)
-            delta = velocity_and_control(problem, Wstar, s.mode)[1]
-            leaving = jnp.where(delta > 1.0 + EXIT_SLACK, 2, jnp.where(delta < low - EXIT_SLACK, 1, 0))
+            _, delta, weight = velocity_and_control(problem, Wstar, s.mode)
+            leaving = jnp.where(_violation(delta, weight, low) > EXIT_SLACK, jnp.where(delta > 1.0, 2, 1), 0)
             Wnew, mode, events, fit = _resolve(problem, Wstar, s.mode, touching & event, leaving * event)
             t_event = s.t + theta * (t1 - s.t)
             new = FilippovState(
@@ -352,7 +376,9 @@ class FilippovIntegrator(AbstractIntegrator):
             code = jnp.where(event & ~fit, status.FAILED, jnp.where(finite, code, status.NONFINITE))
             if self.stop_loss > 0:
                 code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), status.STOPPED, code)
-            evals = 6 + s.jumped + 2 + jnp.where(exit_found, iters, 0) + 2 * event
+            # the stages, the exit test at both ends, the event point's controls and its
+            # resolution (computed on every step: a branch would run both sides under vmap)
+            evals = 6 + s.jumped + 2 + 2 + jnp.where(exit_found, iters, 0)
             stats = stats + jnp.stack([1, ok, ~ok, evals]).astype(stats.dtype)
             return new, stats, code
 
