@@ -15,7 +15,7 @@ from flowsim import batch, checkpoint, status
 from flowsim.config import ScenarioError, load_scenario, load_solver
 from flowsim.integrate.descent import make_descent_integrator
 from flowsim.integrate.filippov import (
-    FilippovIntegrator, _on, _response, initial_mode, low_slope, velocity_and_control,
+    FilippovIntegrator, _on, _response, initial_mode, low_slope, projected_ntg, velocity_and_control,
 )
 from flowsim.integrate.flow import make_flow_integrator
 from flowsim.config import Preset, from_dict
@@ -210,3 +210,24 @@ def test_a_scenario_runs_its_flow_leg_through_the_kinks_and_records_the_events(t
             assert loss[-1] < loss[0]
             # GD at step 0.1 and the exact flow at matched times: close (measured ≤ 0.4 %)
             assert abs(np.asarray(gd["loss"])[-1] / loss[-1] - 1) < 0.02
+
+
+def test_the_projected_ntg_is_the_jacobian_of_the_modes_flow(sliding):
+    """Off any surface it is the closed-form NTG; with sliders it is J P Jᵀ, J the autodiff
+    Jacobian of the mode's predictions and P the projection off each node's sliding normals."""
+    problem, p0, _, state = sliding
+    n, d = problem.X.shape
+    plain = projected_ntg(problem, p0["W"], initial_mode(problem, p0["W"]))
+    np.testing.assert_allclose(plain, problem.net.ntg(p0, problem.X), rtol=1e-12, atol=1e-14)
+    W, mode = state.y["W"], state.mode
+    D = jnp.where(mode.active, 1.0, low_slope(problem))
+    ca = problem.net.c * problem.net.a[:, 0]
+    J = jax.jacobian(lambda w: (ca @ (D * (w @ problem.X.T))) / np.sqrt(d))(W)        # (n, m, d)
+    on = np.asarray(_on(mode.slide, n))
+    P = []
+    for j in range(W.shape[0]):
+        Xs = np.asarray(problem.X)[on[j]]
+        P.append(np.eye(d) - (Xs.T @ np.linalg.solve(Xs @ Xs.T, Xs) if len(Xs) else 0.0))
+    expected = np.einsum("imd,mde,kme->ik", np.asarray(J), np.stack(P), np.asarray(J))
+    np.testing.assert_allclose(projected_ntg(problem, W, mode), expected, rtol=1e-10, atol=1e-12)
+    assert on.any()

@@ -67,6 +67,9 @@ _TINY = 1e-300
 class Mode(eqx.Module):
     active: jax.Array     # (m, n) bool: the side of each pair off its surface (s_ji > 0)
     slide: jax.Array      # (m, SLOTS) int32: the pairs held on s_ji = 0; n marks an empty slot
+    # (m, SLOTS, SLOTS) the sliders' inverse Gram matrices (identity rows for empty slots),
+    # made with the mode: every evaluation then projects with products, not a solve
+    gram_inv: jax.Array
 
 
 class FilippovState(eqx.Module):
@@ -126,8 +129,8 @@ def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[ja
     X = problem.X
     b, D = _response(problem, W, mode.active)
     u = (b * jnp.where(_on(mode.slide, X.shape[0]), 0.0, D)) @ X
-    Xs, G, valid = _basis(X, mode.slide)
-    mu = jnp.linalg.solve(G, (Xs @ u[..., None]))[..., 0]
+    Xs, _, valid = _basis(X, mode.slide)
+    mu = jnp.einsum("mkl,mld,md->mk", mode.gram_inv, Xs, u)
     bs = jnp.take_along_axis(b, jnp.minimum(mode.slide, X.shape[0] - 1), axis=-1)
     inside = 0.5 * (1.0 + low_slope(problem))
     delta = jnp.where(valid & (bs != 0), -mu / jnp.where(bs != 0, bs, 1.0), jnp.where(valid, jnp.inf, inside))
@@ -265,12 +268,32 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     new_slide, _ = _compact(now)
     off = ~was & ~now
     events = jnp.stack([(off & (active != mode.active)).sum(), (now & ~was).sum(), (was & ~now).sum()])
-    return W, Mode(active=active, slide=new_slide), events, fit.all()
+    return W, make_mode(X, active, new_slide), events, fit.all()
+
+
+def projected_ntg(problem: Problem, W: jax.Array, mode: Mode) -> jax.Array:
+    """The NTG (first output, every training point) of the mode's flow: the Jacobian of the
+    predictions with each w_j's directions restricted to the complement of its sliding
+    surfaces' normals, Θ = Σ_j (c_j a_j)² D_j D_jᵀ ⊙ X P_j Xᵀ/d. While pairs slide, its λ_min
+    (not the plain NTG's) bounds the rate of the residual (Caron et al.'s bound)."""
+    X = problem.X
+    d = X.shape[-1]
+    net = problem.net
+    weight = (net.c * net.a[:, 0]) ** 2
+    D = jnp.where(mode.active, 1.0, low_slope(problem)).astype(W.dtype)
+    plain = ((D.T * weight) @ D) * (X @ X.T)
+    Xs, _, _ = _basis(X, mode.slide)
+    E = D[..., None] * (X @ jnp.swapaxes(Xs, -1, -2)) * jnp.sqrt(weight)[:, None, None]    # (m, n, SLOTS)
+    return (plain - jnp.einsum("mis,mst,mkt->ik", E, mode.gram_inv, E)) / d
 
 
 def initial_mode(problem: Problem, W: jax.Array) -> Mode:
     n = problem.X.shape[0]
-    return Mode(active=W @ problem.X.T > 0, slide=jnp.full((W.shape[0], SLOTS), n, jnp.int32))
+    return make_mode(problem.X, W @ problem.X.T > 0, jnp.full((W.shape[0], SLOTS), n, jnp.int32))
+
+
+def make_mode(X: jax.Array, active: jax.Array, slide: jax.Array) -> Mode:
+    return Mode(active=active, slide=slide, gram_inv=jnp.linalg.inv(_basis(X, slide)[1]))
 
 
 class FilippovIntegrator(AbstractIntegrator):
@@ -282,7 +305,8 @@ class FilippovIntegrator(AbstractIntegrator):
     stop_loss: float = eqx.field(static=True)
 
     discrete: ClassVar[bool] = False
-    certificate_series: ClassVar[tuple[str, ...]] = ("active_pairs", "sliding_pairs", *EVENT_KINDS)
+    certificate_series: ClassVar[tuple[str, ...]] = ("active_pairs", "sliding_pairs", *EVENT_KINDS,
+                                                     "projected_ntg_eig_min")
     solver: ClassVar[dfx.Dopri5] = dfx.Dopri5()
     term: ClassVar[dfx.ODETerm] = dfx.ODETerm(_field)
 
@@ -401,7 +425,8 @@ class FilippovIntegrator(AbstractIntegrator):
     def certificate(self, problem: Problem, state: FilippovState) -> dict[str, jax.Array]:
         on = _on(state.mode.slide, problem.X.shape[0])
         counts = {"active_pairs": (state.mode.active & ~on).sum(), "sliding_pairs": on.sum()}
-        return counts | dict(zip(EVENT_KINDS, state.events))
+        eig = jnp.linalg.eigvalsh(projected_ntg(problem, state.y["W"], state.mode))[0]
+        return counts | dict(zip(EVENT_KINDS, state.events)) | {"projected_ntg_eig_min": eig}
 
     def out_of_steps(self, steps: int) -> bool:
         return steps >= self.max_steps
