@@ -21,8 +21,8 @@ the pair slides as long as δ_ji stays within [low, 1].
 Events, located on the step's dense output (the quartic of the Dormand–Prince step):
 - a crossing: s_ji of a pair off its surface changes sign (sampled at 16 points of the
   step, then bisected to 2⁻⁴⁰ of the step per pair);
-- an exit: a sliding pair's δ leaves [low, 1] by EXIT_SLACK (regula falsi, Illinois, on
-  the worst δ).
+- an exit: a sliding pair's δ leaves [low, 1] by EXIT_SLACK, weighted by the force the
+  pair can exert (`_violation`; regula falsi, Illinois, on the worst one).
 The step is truncated at the first event (its end value read from the dense output, whose
 error is of the step's order), every pair on a surface at that point is put back on it
 exactly (an orthogonal correction of w_j), and the new mode is resolved node by node by
@@ -32,7 +32,7 @@ side its velocity points to. Then stepping restarts (the first stage is evaluate
 
 All of it runs in one `lax.while_loop` per segment: no Python per step or per event. A
 node may slide on at most SLOTS surfaces at once (the prototype saw 4); more ends the
-member with status `failed`, saying so. The flow of a trained output layer, smooth
+member with status `failed`. The flow of a trained output layer, smooth
 activations and deeper networks are out of scope: the loader refuses them by name.
 """
 
