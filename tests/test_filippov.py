@@ -184,8 +184,8 @@ def test_the_loader_refuses_filippov_for_a_network_it_does_not_integrate():
         load_scenario(tiny, ["model.activation=relu", "model.output=trained", 'run.solvers=["filippov"]'])
     assert err.value.key == "model.output"
     with pytest.raises(ScenarioError) as err:
-        load_scenario(tiny, ["model.activation=relu",
-                             'run.solvers=[{name = "m", kind = "modified-flow", method = "filippov", learning_rate = 0.1}]'])
+        modified = '{name = "m", kind = "modified-flow", method = "filippov", learning_rate = 0.1}'
+        load_scenario(tiny, ["model.activation=relu", f"run.solvers=[{modified}]"])
     assert err.value.key == "m.kind" and "modified-flow" in str(err.value)
     sc = load_scenario(tiny, ["model.activation=relu", 'run.solvers=["filippov", "gd-lr1"]'])
     assert sc.warnings == ()

@@ -110,7 +110,8 @@ MEANING = {
                    "order), gd, momentum, sgd",
     "solver.name": "the preset's name in the archive (an inline table's own; a file's is its stem)",
     "solver.description": "one line shown by `flowsim list`",
-    "solver.method": "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free)",
+    "solver.method": ("the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), "
+                      "or filippov: event-driven through ReLU kinks"),
     "solver.rtol": "relative tolerance of the adaptive step control",
     "solver.atol": "absolute tolerance of the adaptive step control",
     "solver.dtmin": "smallest step allowed (0 = none)",

@@ -354,7 +354,10 @@ class FilippovIntegrator(AbstractIntegrator):
             sc = coeffs @ X.T                                    # s_ji(θ)·√d, quartic in θ
             free = ~_on(s.mode.slide, X.shape[0])
             theta_cross, roots = _first_crossing(sc, jnp.where(s.mode.active, 1.0, -1.0), free)
-            excess = lambda th: _exit_excess(*velocity_and_control(problem, _horner(coeffs, th), s.mode)[1:], low)  # noqa: E731
+
+            def excess(th):
+                return _exit_excess(*velocity_and_control(problem, _horner(coeffs, th), s.mode)[1:], low)
+
             e1 = excess(1.0)
 
             def illinois(bracket):
