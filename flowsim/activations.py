@@ -35,6 +35,9 @@ class Activation:
     # σ' continuous: κ_n uses Gauss–Hermite quadrature. The others are piecewise linear
     # (relu, leaky-relu), whose κ_n has the arc-cosine closed form.
     smooth: bool
+    # σ' on the negative side of a piecewise-linear activation (σ' is 1 on the positive
+    # side): what the Filippov integrator needs to know of it. None for the others.
+    low_slope: float | None = None
     derivative: Elementwise = field(init=False)   # elementwise σ' (σ'(0) = 0 for relu, as JAX defines it)
 
     def __post_init__(self):
@@ -42,8 +45,9 @@ class Activation:
 
 
 ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
-    Activation("relu", jax.nn.relu, smooth=False),
-    Activation("leaky-relu", lambda z: jax.nn.leaky_relu(z, LEAKY_RELU_SLOPE), smooth=False),
+    Activation("relu", jax.nn.relu, smooth=False, low_slope=0.0),
+    Activation("leaky-relu", lambda z: jax.nn.leaky_relu(z, LEAKY_RELU_SLOPE), smooth=False,
+               low_slope=LEAKY_RELU_SLOPE),
     Activation("swish", jax.nn.swish, smooth=True),
     Activation("tanh", jnp.tanh, smooth=True),
     Activation("sigmoid", jax.nn.sigmoid, smooth=True),
@@ -54,6 +58,8 @@ ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
 
 # The names whose κ_n needs quadrature (flowsim.theory picks its method by this set).
 SMOOTH = frozenset(name for name, a in ACTIVATIONS.items() if a.smooth)
+# The piecewise-linear ones, with σ' on the negative side (flowsim.integrate.filippov).
+PIECEWISE_LINEAR = {name: a.low_slope for name, a in ACTIVATIONS.items() if a.low_slope is not None}
 
 
 @functools.cache

@@ -161,25 +161,24 @@ def test_every_observable_is_stored_and_plotted(tmp_path, capsys, monkeypatch):
 
 
 def _presets():
+    """(an inline preset of every kind and flow method, the --set its network needs)."""
     for kind, entry in SOLVER_KINDS.items():
         if entry.discrete:
             extra = {"sgd": ", batch_size = 2"}.get(kind, "")
-            yield f'{{name = "x", kind = "{kind}", learning_rate = 0.1{extra}}}'
+            yield f'{{name = "x", kind = "{kind}", learning_rate = 0.1{extra}}}', ()
         else:
             eta = ", learning_rate = 0.1" if kind == "modified-flow" else ""
             for method, entry in FLOW_METHODS.items():
                 if entry.filippov and kind != "flow":
                     continue     # refused: tests/test_filippov.py
                 # the Filippov integrator takes shallow ReLU nets only (the loader refuses others)
-                extra = ' model.activation = "relu"' if entry.filippov else ""
-                yield f'{{name = "x", kind = "{kind}", method = "{method}"{eta}}}{extra}'
+                network = ("model.activation=relu",) if entry.filippov else ()
+                yield f'{{name = "x", kind = "{kind}", method = "{method}"{eta}}}', network
 
 
-@pytest.mark.parametrize("preset", list(_presets()))
-def test_every_solver_kind_and_flow_method_validates_and_is_estimated(preset):
-    preset, _, activation = preset.partition(" model.")
-    more = [f"model.{activation}"] if activation else []
-    cfg = load_scenario(QUICKSTART, [*SMALL, *more, f"run.solvers=[{preset}]"]).runs[0].settings
+@pytest.mark.parametrize("preset, network", list(_presets()))
+def test_every_solver_kind_and_flow_method_validates_and_is_estimated(preset, network):
+    cfg = load_scenario(QUICKSTART, [*SMALL, *network, f"run.solvers=[{preset}]"]).runs[0].settings
     (solver,) = cfg.run.solvers
     est = estimate(cfg)
     assert est["copies"] == state_copies(solver) > 0

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import plugins
-from ..activations import SMOOTH
+from ..activations import PIECEWISE_LINEAR, SMOOTH
 from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
 from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
@@ -74,9 +74,6 @@ def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | 
                     origins=origins)
 
 
-FILIPPOV_ACTIVATIONS = ("relu", "leaky-relu")
-
-
 def _refuse_filippov_misfits(runs: list[RunSpec], shown: str) -> None:
     """The Filippov integrator knows one network: shallow (on raw or embedded inputs), a
     piecewise-linear activation, the output layer fixed."""
@@ -90,8 +87,8 @@ def _refuse_filippov_misfits(runs: list[RunSpec], shown: str) -> None:
                 problem = (f"{p.name}.kind", p.kind, '"flow" (it integrates the gradient flow itself)')
             elif model.kind not in ("shallow", "embedded"):
                 problem = ("model.kind", model.kind, '"shallow" or "embedded"')
-            elif model.activation not in FILIPPOV_ACTIVATIONS:
-                problem = ("model.activation", model.activation, " or ".join(map(toml_value, FILIPPOV_ACTIVATIONS)))
+            elif model.activation not in PIECEWISE_LINEAR:
+                problem = ("model.activation", model.activation, " or ".join(map(toml_value, PIECEWISE_LINEAR)))
             elif getattr(model, "output", "fixed") != "fixed":
                 problem = ("model.output", model.output, '"fixed"')
             if problem is not None:
@@ -99,8 +96,7 @@ def _refuse_filippov_misfits(runs: list[RunSpec], shown: str) -> None:
                 raise ScenarioError(
                     f"{shown}: solver {toml_value(p.name)} (method \"filippov\") integrates the gradient flow "
                     f"of shallow ReLU networks with a fixed output layer; `{key}` = {toml_value(value)} is not "
-                    f"one "
-                    f"(allowed: {allowed}); use another flow method, e.g. \"tsit5\"",
+                    f"one (allowed: {allowed}); use another flow method, e.g. \"tsit5\"",
                     file=shown, key=key, value=value, allowed=allowed)
 
 

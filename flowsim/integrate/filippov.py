@@ -45,7 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import status
-from ..activations import LEAKY_RELU_SLOPE
+from ..activations import PIECEWISE_LINEAR
 from ..problem import Params, Problem
 from .base import AbstractIntegrator
 
@@ -59,7 +59,6 @@ EXIT_ITERATIONS = 30
 # exit it was called for (a control on the bound to round-off would be an exit at every
 # step, and time would stand still), and far below the tolerances' effect on W.
 EXIT_SLACK = 1e-9
-LOW_SLOPE = {"relu": 0.0, "leaky-relu": LEAKY_RELU_SLOPE}   # σ' on the negative side
 EVENT_KINDS = ("crossings", "entries", "exits")
 _TINY = 1e-300
 
@@ -83,7 +82,19 @@ class FilippovState(eqx.Module):
 
 
 def low_slope(problem: Problem) -> float:
-    return LOW_SLOPE[problem.net.activation]
+    """σ' on the negative side of the network's activation."""
+    return PIECEWISE_LINEAR[problem.net.activation]
+
+
+def _slopes(problem: Problem, active: jax.Array, dtype) -> jax.Array:
+    """The mode's D: σ' of each pair on its side."""
+    return jnp.where(active, 1.0, low_slope(problem)).astype(dtype)
+
+
+def _slider_weight(bs: jax.Array, Xs: jax.Array, u: jax.Array) -> jax.Array:
+    """The force each slider can exert, |b_ji|‖x_i‖, against its node's free velocity ‖u_j‖
+    (see `_violation`)."""
+    return jnp.abs(bs) * jnp.linalg.norm(Xs, axis=-1) / (jnp.linalg.norm(u, axis=-1, keepdims=True) + _TINY)
 
 
 def _on(slide: jax.Array, n: int) -> jax.Array:
@@ -113,7 +124,7 @@ def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Ar
     """b (m, n) with ẇ_j = Σ_i b_ji D_ji x_i, and the mode's D."""
     net, X = problem.net, problem.X
     root_d = math.sqrt(X.shape[-1])
-    D = jnp.where(active, 1.0, low_slope(problem)).astype(W.dtype)
+    D = _slopes(problem, active, W.dtype)
     ca = net.c[:, None] * net.a                       # (m, k)
     pred = (ca.T @ (D * (W @ X.T / root_d))).T       # (n, k): the mode's branch of f
     if net.ref is not None:
@@ -124,8 +135,7 @@ def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Ar
 
 def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[jax.Array, jax.Array, jax.Array]:
     """The mode's velocity of W, the sliding pairs' controls δ (m, SLOTS; an empty slot gets
-    a value inside [low, 1]) and each slider's weight: the force it can exert, |b_ji|‖x_i‖,
-    against its node's free velocity ‖u_j‖ (see `_violation`)."""
+    a value inside [low, 1]) and each slider's weight (`_slider_weight`)."""
     X = problem.X
     b, D = _response(problem, W, mode.active)
     u = (b * jnp.where(_on(mode.slide, X.shape[0]), 0.0, D)) @ X
@@ -134,8 +144,7 @@ def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[ja
     bs = jnp.take_along_axis(b, jnp.minimum(mode.slide, X.shape[0] - 1), axis=-1)
     inside = 0.5 * (1.0 + low_slope(problem))
     delta = jnp.where(valid & (bs != 0), -mu / jnp.where(bs != 0, bs, 1.0), jnp.where(valid, jnp.inf, inside))
-    weight = jnp.abs(bs) * jnp.linalg.norm(Xs, axis=-1) / (jnp.linalg.norm(u, axis=-1, keepdims=True) + _TINY)
-    return u - jnp.einsum("mkd,mk->md", Xs, mu), delta, weight
+    return u - jnp.einsum("mkd,mk->md", Xs, mu), delta, _slider_weight(bs, Xs, u)
 
 
 def _field(t, y: Params, args) -> Params:
@@ -210,7 +219,7 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     q = jnp.einsum("mkd,md->mk", Xz, u)
     bz = jnp.where(valid, jnp.take_along_axis(b, idx, axis=-1), 0.0)
     A = G * bz[..., None, :]
-    weight = jnp.abs(bz) * jnp.linalg.norm(Xz, axis=-1) / (jnp.linalg.norm(u, axis=-1, keepdims=True) + _TINY)
+    weight = _slider_weight(bz, Xz, u)
     scale = jnp.abs(q) + jnp.abs(A).sum(-1) + jnp.finfo(W.dtype).tiny
     # 0: down, 1: slide, 2: up; a touching pair starts on the side it comes from
     sides = jnp.where(jnp.take_along_axis(mode.active, idx, axis=-1), 2, 0)
@@ -280,7 +289,7 @@ def projected_ntg(problem: Problem, W: jax.Array, mode: Mode) -> jax.Array:
     d = X.shape[-1]
     net = problem.net
     weight = (net.c * net.a[:, 0]) ** 2
-    D = jnp.where(mode.active, 1.0, low_slope(problem)).astype(W.dtype)
+    D = _slopes(problem, mode.active, W.dtype)
     plain = ((D.T * weight) @ D) * (X @ X.T)
     Xs, _, _ = _basis(X, mode.slide)
     E = D[..., None] * (X @ jnp.swapaxes(Xs, -1, -2)) * jnp.sqrt(weight)[:, None, None]    # (m, n, SLOTS)
