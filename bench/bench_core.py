@@ -182,7 +182,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
                 if code == status.DONE:
                     break
                 if code != status.MAX_STEPS or not chunk_steps:
-                    raise RuntimeError(f"flow {spec.method} ended with status {code}")
+                    raise RuntimeError(f"flow {spec.method} ended with status {status.name(code)} at t = {float(state.t):.6g}")
                 if elapsed > budget_s:
                     break
             if elapsed > budget_s and k < segments:

@@ -9,11 +9,12 @@ NAMES = ("running", "done", "max_steps", "nonfinite", "stopped", "diverged", "fa
 ADVICE = {
     "done": "",
     "max_steps": "the flow solver hit `max_steps`; raise it in the solver preset or loosen rtol "
-                 "(with a non-smooth activation such as relu, use the \"bosh3-relu\" preset)",
+                 "(with relu or leaky-relu, use the \"filippov\" preset where it applies, else \"bosh3-relu\")",
     "nonfinite": "the state or vector field became non-finite; check the data and the step size",
     "stopped": "stopped by the scenario's `run.stop_loss` event",
     "diverged": "the loss grew past `divergence_factor` × its initial value or became non-finite",
-    "failed": "the solver failed; see the message",
+    "failed": "the solver could not go on: with `filippov`, a node met more kink surfaces at once than "
+              "it can hold (SLOTS in flowsim/integrate/filippov.py); with a Diffrax solver, its step size collapsed",
 }
 
 
