@@ -10,7 +10,9 @@ and D_ji jumps (between `low` = σ' on the negative side and 1) where s_ji cross
 
 A *mode* fixes every D: `active` says which side each pair is on, and `slide` lists the
 pairs held on their surface s_ji = 0. Within a mode the field is smooth, so Dormand–Prince
-5(4) steps with error control are accurate to high order; the predictions use the mode's
+5(4) steps with error control are accurate to high order (the error is held to the
+tolerances in W and, relative to its size, in the loss gradient, which near a minimum W's
+tolerances alone leave unresolved); the predictions use the mode's
 D too (f = Σ c a D s), the smooth continuation of each branch past its kink, so that a
 step straddling a kink is still a step of one smooth field. A sliding pair contributes
 whatever keeps it on its surface: w_j's velocity is projected off span{x_i : i slides}
@@ -20,7 +22,8 @@ the pair slides as long as δ_ji stays within [low, 1].
 
 Events, located on the step's dense output (the quartic of the Dormand–Prince step):
 - a crossing: s_ji of a pair off its surface changes sign (sampled at 16 points of the
-  step, then located to 2⁻⁴⁰ of the step per pair by safeguarded Newton);
+  step, then the first located to 2⁻⁴⁰ of the step by safeguarded Newton on the lowest
+  of the crossing pairs);
 - an exit: a sliding pair's δ leaves [low, 1] by the exit slack, weighted by the force the
   pair can exert (`_violation`; regula falsi, Illinois, on the worst one).
 The step is truncated at the first event (its end value read from the dense output, whose
