@@ -77,9 +77,8 @@ def _bench(name: str, quick: bool, worst: dict) -> Table:
             tb.add(label, solver, fmt(err), f"{tot['steps']} ({tot['rejected']})", tot["vf_evals"], events,
                    f"{tot['wall']:.2f} s", fmt(tot["wall"] / gd_wall))
             if solver == "filippov":
-                key = name
-                worst["err"][key] = max(worst["err"].get(key, 0.0), err)
-                worst["ratio"][key] = max(worst["ratio"].get(key, 0.0), tot["wall"] / gd_wall)
+                worst["err"][name] = max(worst["err"].get(name, 0.0), err)
+                worst["ratio"][name] = max(worst["ratio"].get(name, 0.0), tot["wall"] / gd_wall)
         print(name, label, "done", flush=True)
     return tb
 

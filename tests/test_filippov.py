@@ -33,6 +33,13 @@ def _integrator(rtol=1e-8):
     return FilippovIntegrator(rtol=rtol, atol=rtol * 1e-2, max_steps=100_000, stop_loss=0.0)
 
 
+def _gd(problem, params, eta, T):
+    """GD at step η to time T (its final state)."""
+    integ = make_descent_integrator(_typed({"kind": "gd", "learning_rate": float(eta)}))
+    state, _ = eqx.filter_jit(integ.advance)(problem, integ.init(problem, params, jax.random.PRNGKey(0)), jnp.asarray(T))
+    return state
+
+
 def _flow(problem, params, times, rtol=1e-8):
     integ = _integrator(rtol)
     advance = eqx.filter_jit(integ.advance)
@@ -150,9 +157,7 @@ def test_gd_converges_to_the_filippov_flow_at_order_one():
     etas = 0.4 / 2.0 ** np.arange(6)
     errors = []
     for eta in etas:
-        gd = make_descent_integrator(_typed({"kind": "gd", "learning_rate": float(eta)}))
-        s, _ = eqx.filter_jit(gd.advance)(problem, gd.init(problem, p0, jax.random.PRNGKey(0)), jnp.asarray(T))
-        errors.append(rel_err(s.y["W"] - p0["W"], flow.y["W"] - p0["W"]))
+        errors.append(rel_err(_gd(problem, p0, eta, T).y["W"] - p0["W"], flow.y["W"] - p0["W"]))
     # each kink adds an O(η) term erratic in η (RELU-FILIPPOV.md): the order is a fit's slope
     order = np.polyfit(np.log(etas), np.log(errors), 1)[0]
     assert 0.8 < order < 1.25 and errors[-1] < errors[0] / 16, (errors, order)
@@ -249,11 +254,7 @@ def test_near_the_minimum_the_loss_is_resolved_and_sliders_do_not_chatter():
     # GD's η-ladder approaches the flow's loss from below at order 1 (kinks make the order
     # erratic, so no extrapolation, only a bracket: the flow lies past GD's finest step by at
     # most twice the last halving's change)
-    gd = []
-    for eta in (1.0, 0.5, 0.25):
-        integ = make_descent_integrator(_typed({"kind": "gd", "learning_rate": eta}))
-        s, _ = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), jnp.asarray(2000.0))
-        gd.append(float(problem.loss(s.y)))
+    gd = [float(problem.loss(_gd(problem, p0, eta, 2000.0).y)) for eta in (1.0, 0.5, 0.25)]
     assert gd[0] < gd[1] < gd[2] < losses[1e-11] < gd[2] + 2 * (gd[2] - gd[1]), (losses, gd)
     # on to round-off, with no event once the loss is below 1e-18, in a few hundred steps
     integ, state = runs[1e-8]
