@@ -29,10 +29,6 @@ def _typed(preset) -> Preset:
     return from_dict(Preset, load_solver({"name": "test"} | preset))
 
 
-def _integrator(rtol=1e-8):
-    return FilippovIntegrator(rtol=rtol, atol=rtol * 1e-2, max_steps=100_000, stop_loss=0.0)
-
-
 def _gd(problem, params, eta, T):
     """GD at step η to time T (its final state)."""
     integ = make_descent_integrator(_typed({"kind": "gd", "learning_rate": float(eta)}))
@@ -40,13 +36,19 @@ def _gd(problem, params, eta, T):
     return state
 
 
-def _flow(problem, params, times, rtol=1e-8):
-    integ = _integrator(rtol)
+def _integrator(rtol=1e-8, slots=8):
+    return FilippovIntegrator(rtol=rtol, atol=rtol * 1e-2, max_steps=100_000, stop_loss=0.0, slots=slots)
+
+
+def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE):
+    integ = _integrator(rtol, slots)
     advance = eqx.filter_jit(integ.advance)
     state = integ.init(problem, params)
     for t in times:
         state, stats = advance(problem, state, jnp.asarray(t))
-        assert int(stats["status"]) == status.DONE
+        if int(stats["status"]) != status.DONE:
+            break
+    assert int(stats["status"]) == expect, status.name(stats["status"])
     return integ, state
 
 
@@ -62,7 +64,7 @@ def sliding(request):
 
 def test_off_the_kinks_the_field_is_autodiffs_velocity():
     problem, p0 = make_problem(activation="relu", m=30)
-    v = velocity_and_control(problem, p0["W"], initial_mode(problem, p0["W"]))[0]
+    v = velocity_and_control(problem, p0["W"], initial_mode(problem, p0["W"], 8))[0]
     np.testing.assert_allclose(v, problem.velocity(p0)["W"], rtol=1e-12, atol=1e-14)
 
 
@@ -77,7 +79,7 @@ def test_the_jump_identity_across_one_kink_against_autodiff(activation):
     eps = 1e-7
     up, down = on.at[j].add(eps * X[i]), on.at[j].add(-eps * X[i])
     jump = problem.velocity({"W": up})["W"] - problem.velocity({"W": down})["W"]
-    b, _, _ = _response(problem, on, initial_mode(problem, up).active)
+    b, _, _ = _response(problem, on, initial_mode(problem, up, 8).active)
     np.testing.assert_allclose(jump[j], b[j, i] * (1 - low_slope(problem)) * X[i], rtol=1e-5, atol=1e-12)
     assert float(jnp.abs(jnp.delete(jump, j, axis=0)).max()) < 1e-5 * float(jnp.abs(jump[j]).max())
 
@@ -147,6 +149,18 @@ def test_a_window_without_kinks_agrees_with_tsit5_at_rtol_1e_12():
     tsit5 = make_flow_integrator(_typed({"kind": "flow", "method": "tsit5", "rtol": 1e-12, "atol": 1e-14}))
     tight, _ = eqx.filter_jit(tsit5.advance)(problem, tsit5.init(problem, p0), jnp.asarray(window))
     assert rel_err(W - p0["W"], tight.y["W"] - p0["W"]) < 1e-10
+
+
+def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing_else():
+    """The fixture's problem slides on 4 surfaces of one node at once (relu): 3 slots end the
+    run with status `failed`; 8 and 12 slots give the same events and the same W."""
+    problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
+    _, short = _flow(problem, p0, [400.0], slots=3, expect=status.FAILED)
+    assert 0.0 < float(short.t) < 400.0
+    (_, eight), (_, twelve) = (_flow(problem, p0, [400.0], slots=k) for k in (8, 12))
+    assert int(_on(twelve.mode.slide, 20).sum(-1).max()) <= 8
+    assert np.array_equal(eight.events, twelve.events) and int(eight.events.sum()) > 100
+    assert rel_err(eight.y["W"], twelve.y["W"]) < 1e-12
 
 
 def test_gd_converges_to_the_filippov_flow_at_order_one():
@@ -222,7 +236,7 @@ def test_the_projected_ntg_is_the_jacobian_of_the_modes_flow(sliding):
     Jacobian of the mode's predictions and P the projection off each node's sliding normals."""
     problem, p0, _, state = sliding
     n, d = problem.X.shape
-    plain = projected_ntg(problem, p0["W"], initial_mode(problem, p0["W"]))
+    plain = projected_ntg(problem, p0["W"], initial_mode(problem, p0["W"], 8))
     np.testing.assert_allclose(plain, problem.net.ntg(p0, problem.X), rtol=1e-12, atol=1e-14)
     W, mode = state.y["W"], state.mode
     D = jnp.where(mode.active, 1.0, low_slope(problem))
@@ -277,7 +291,7 @@ def test_the_energy_identity_holds_through_every_event():
 
     problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
     T = 300.0
-    one = FilippovIntegrator(rtol=1e-10, atol=1e-12, max_steps=1, stop_loss=0.0)
+    one = FilippovIntegrator(rtol=1e-10, atol=1e-12, max_steps=1, stop_loss=0.0, slots=8)
     advance = eqx.filter_jit(one.advance)
     nodes, weights = np.polynomial.legendre.leggauss(8)
 

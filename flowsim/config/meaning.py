@@ -126,6 +126,9 @@ MEANING = {
     "solver.krylov_max_steps": "GMRES iterations per linear solve",
     "solver.pcoeff": "proportional coefficient of the PID step control (0 = integral control only)",
     "solver.icoeff": "integral coefficient of the PID step control",
+    "solver.slots": "filippov: kink surfaces one node may slide on at once; a node that meets more "
+                    "ends the run with status `failed` (a larger value goes on, at a cost growing as "
+                    "slots² per node)",
     "solver.reference": "a tighter flow preset solved beside this one: the archive then holds this "
                         "flow's global-error estimate (`flow_error`)",
     "solver.learning_rate": "the step η (modified-flow: the GD step whose modified equation it solves)",

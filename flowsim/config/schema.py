@@ -457,6 +457,8 @@ _FLOW_KEYS: dict[str, Spec] = {
     # stiff problems; the defaults (0, 1) are plain integral control.
     "pcoeff": Float(lo=0.0, default=0.0),
     "icoeff": Float(lo=0.0, lo_open=True, default=1.0),
+    # filippov: kink surfaces one node may slide on at once (the state holds m × slots²)
+    "slots": Int(lo=1, default=8),
     # A second, tighter flow solved beside this one: the archive then holds this flow's
     # global-error estimate at every checkpoint (series `flow_error`).
     "reference": Custom(fn=lambda v, k, c: _check_reference(v, k, c),

@@ -363,6 +363,7 @@ class FlowPreset:
     krylov_max_steps: int
     pcoeff: float
     icoeff: float
+    slots: int
     reference: FlowPreset | None = field(default=None, metadata=_NONE_IS_EMPTY)
 
     def __post_init__(self):

@@ -34,8 +34,9 @@ sides push into its surface (b_ji < 0 and δ within [low, 1]), otherwise it goes
 side its velocity points to. Then stepping restarts (the first stage is evaluated again).
 
 All of it runs in one `lax.while_loop` per segment: no Python per step or per event. A
-node may slide on at most SLOTS surfaces at once (the prototype saw 4); more ends the
-member with status `failed`. The flow of a trained output layer, smooth
+node may slide on at most `slots` surfaces at once (the preset's key, 8 by default; the
+prototype saw 4): more ends the member with status `failed`, and a larger `slots` goes on
+(its cost per step grows as slots² per node). The flow of a trained output layer, smooth
 activations and deeper networks are out of scope: the loader refuses them by name.
 """
 
@@ -52,7 +53,6 @@ from ..activations import PIECEWISE_LINEAR
 from ..problem import Params, Problem
 from .base import AbstractIntegrator
 
-SLOTS = 8           # surfaces one node may slide on at once
 SAMPLES = 16        # points of a step at which every pair's s_ji is looked at
 ROOT_TOL = 2.0 ** -40   # a crossing's θ is located to this fraction of the step
 EXIT_ITERATIONS = 30
@@ -69,8 +69,8 @@ _TINY = 1e-300
 
 class Mode(eqx.Module):
     active: jax.Array     # (m, n) bool: the side of each pair off its surface (s_ji > 0)
-    slide: jax.Array      # (m, SLOTS) int32: the pairs held on s_ji = 0; n marks an empty slot
-    # (m, SLOTS, SLOTS) the sliders' inverse Gram matrices (identity rows for empty slots),
+    slide: jax.Array      # (m, slots) int32: the pairs held on s_ji = 0; n marks an empty slot
+    # (m, slots, slots) the sliders' inverse Gram matrices (identity rows for empty slots),
     # made with the mode: every evaluation then projects with products, not a solve
     gram_inv: jax.Array
 
@@ -113,23 +113,23 @@ def _on(slide: jax.Array, n: int) -> jax.Array:
     return (slide[..., None] == jnp.arange(n)).any(-2)
 
 
-def _compact(mask: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The pairs of `mask` (m, n) as slot lists (m, SLOTS), and whether every node's fit."""
+def _compact(mask: jax.Array, slots: int) -> tuple[jax.Array, jax.Array]:
+    """The pairs of `mask` (m, n) as slot lists (m, slots), and whether every node's fit."""
     n = mask.shape[-1]
     rank = jnp.cumsum(mask, axis=-1) - 1                      # of each pair among its node's
-    hit = mask[:, None, :] & (rank[:, None, :] == jnp.arange(SLOTS)[:, None])   # (m, SLOTS, n)
+    hit = mask[:, None, :] & (rank[:, None, :] == jnp.arange(slots)[:, None])   # (m, slots, n)
     # (one pair per filled slot: its index by a sum, as argmax is a slow reduction on CPU)
     index = jnp.sum(jnp.where(hit, jnp.arange(n), 0), axis=-1)
-    return jnp.where(hit.any(-1), index, n).astype(jnp.int32), mask.sum(-1) <= SLOTS
+    return jnp.where(hit.any(-1), index, n).astype(jnp.int32), mask.sum(-1) <= slots
 
 
 def _basis(X: jax.Array, slide: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """The sliding pairs' inputs (m, SLOTS, d), their Gram matrices (identity rows for empty
+    """The sliding pairs' inputs (m, slots, d), their Gram matrices (identity rows for empty
     slots) and which slots are filled."""
     n = X.shape[0]
     valid = slide < n
     Xs = jnp.where(valid[..., None], X[jnp.minimum(slide, n - 1)], 0.0)
-    G = Xs @ jnp.swapaxes(Xs, -1, -2) + jnp.eye(SLOTS, dtype=X.dtype) * ~valid[..., None, :]
+    G = Xs @ jnp.swapaxes(Xs, -1, -2) + jnp.eye(slide.shape[-1], dtype=X.dtype) * ~valid[..., None, :]
     return Xs, G, valid
 
 
@@ -185,7 +185,7 @@ def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Ar
 
 
 def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[jax.Array, ...]:
-    """The mode's velocity of W, the sliding pairs' controls δ (m, SLOTS; an empty slot gets
+    """The mode's velocity of W, the sliding pairs' controls δ (m, slots; an empty slot gets
     a value inside [low, 1]), each slider's weight (`_slider_weight`) and the exit slack
     (`_exit_slack`)."""
     X = problem.X
@@ -276,7 +276,7 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     """The mode after an event at W: every pair on a surface (sliding, or `touching` it now)
     is put back on it exactly and assigned to slide, go up (D = 1) or go down (D = low) by
     an active-set iteration per node on ṡ_Z(δ) = q + A δ, until every pair is consistent
-    (sliding: δ within [low, 1]; up: ṡ ≥ 0; down: ṡ ≤ 0). `leaving` (m, SLOTS, aligned with
+    (sliding: δ within [low, 1]; up: ṡ ≥ 0; down: ṡ ≤ 0). `leaving` (m, slots, aligned with
     `mode.slide`: 0 stays, 1 leaves down, 2 leaves up) are the sliders whose exit is the
     event: they leave whatever the solve here says, because where b_ji is tiny (a fitted
     point) δ = −μ/b is too sensitive for two computations of it to agree on the bound.
@@ -286,7 +286,8 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     n = X.shape[0]
     low = low_slope(problem)
     was = _on(mode.slide, n)
-    slots, fit = _compact(was | touching)
+    k_slots = mode.slide.shape[-1]
+    slots, fit = _compact(was | touching, k_slots)
     Xz, G, valid = _basis(X, slots)
     # back onto the surfaces: w_j minus its component along span{x_i : i on a surface}
     W = W - jnp.einsum("mkd,mk->md", Xz, _spd_solve(G, Xz @ W[..., None])[..., 0])
@@ -313,7 +314,7 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
         fixed = jnp.where(r == 2, 1.0, low) * (valid & ~sliding)
         # A_SS δ_S = rhs with A = G diag(b): solved as G_SS (b δ)_S = rhs, G_SS being SPD
         both = sliding[..., :, None] & sliding[..., None, :]
-        Gs = jnp.where(both, G, jnp.eye(SLOTS, dtype=G.dtype))
+        Gs = jnp.where(both, G, jnp.eye(k_slots, dtype=G.dtype))
         rhs = jnp.where(sliding, -(q + jnp.einsum("mkl,ml->mk", A, fixed)), 0.0)
         bdelta = _spd_solve(Gs, rhs[..., None])[..., 0]
         delta = jnp.where(sliding, jnp.where(bz != 0, bdelta / jnp.where(bz != 0, bz, 1.0), jnp.inf), fixed)
@@ -336,10 +337,10 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
         to = jnp.where(any_out, jnp.where(pick(delta) > 1.0, 2, 0),
                        jnp.where(pick(bz) < 0, 1, jnp.where(pick(r) == 2, 0, 2)))
         change = any_out | any_wrong
-        return jnp.where(change[:, None] & (jnp.arange(SLOTS) == k[:, None]), to[:, None], r), _whole(jnp.any, change[:, None])
+        return jnp.where(change[:, None] & (jnp.arange(k_slots) == k[:, None]), to[:, None], r), _whole(jnp.any, change[:, None])
 
-    # until no node changes (usually after 0 to 2 rounds; at most 4·SLOTS)
-    _, r, _ = jax.lax.while_loop(lambda c: c[2] & (c[0] < 4 * SLOTS),
+    # until no node changes (usually after 0 to 2 rounds; at most 4·slots)
+    _, r, _ = jax.lax.while_loop(lambda c: c[2] & (c[0] < 4 * k_slots),
                                  lambda c: (c[0] + 1, *fix(c[1])), (0, r, jnp.asarray(True)))
     # A touching pair is one the mode's own continuation carries across its surface. Left on
     # its side by the solve, it grazes (ṡ = 0 to within the solve's resolution): left there,
@@ -354,7 +355,7 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     active = mode.active.at[rows, slots].set(jnp.where(sliding, jnp.take_along_axis(mode.active, idx, axis=-1),
                                                        r == 2), mode="drop")
     now = jnp.zeros_like(was).at[rows, slots].set(sliding, mode="drop")
-    new_slide, _ = _compact(now)
+    new_slide, _ = _compact(now, k_slots)
     off = ~was & ~now
     events = jnp.stack([_whole(jnp.sum, off & (active != mode.active)), _whole(jnp.sum, now & ~was),
                         _whole(jnp.sum, was & ~now)])
@@ -373,18 +374,18 @@ def projected_ntg(problem: Problem, W: jax.Array, mode: Mode) -> jax.Array:
     D = _slopes(problem, mode.active, W.dtype)
     plain = ((D.T * weight) @ D) * (X @ X.T)
     Xs, _, _ = _basis(X, mode.slide)
-    E = D[..., None] * (X @ jnp.swapaxes(Xs, -1, -2)) * jnp.sqrt(weight)[:, None, None]    # (m, n, SLOTS)
+    E = D[..., None] * (X @ jnp.swapaxes(Xs, -1, -2)) * jnp.sqrt(weight)[:, None, None]    # (m, n, slots)
     return (plain - jnp.einsum("mis,mst,mkt->ik", E, mode.gram_inv, E)) / d
 
 
-def initial_mode(problem: Problem, W: jax.Array) -> Mode:
+def initial_mode(problem: Problem, W: jax.Array, slots: int) -> Mode:
     n = problem.X.shape[0]
-    return make_mode(problem.X, W @ problem.X.T > 0, jnp.full((W.shape[0], SLOTS), n, jnp.int32))
+    return make_mode(problem.X, W @ problem.X.T > 0, jnp.full((W.shape[0], slots), n, jnp.int32))
 
 
 def make_mode(X: jax.Array, active: jax.Array, slide: jax.Array) -> Mode:
     G = _basis(X, slide)[1]
-    return Mode(active=active, slide=slide, gram_inv=_spd_solve(G, jnp.broadcast_to(jnp.eye(SLOTS, dtype=X.dtype), G.shape)))
+    return Mode(active=active, slide=slide, gram_inv=_spd_solve(G, jnp.broadcast_to(jnp.eye(slide.shape[-1], dtype=X.dtype), G.shape)))
 
 
 class FilippovIntegrator(AbstractIntegrator):
@@ -394,6 +395,7 @@ class FilippovIntegrator(AbstractIntegrator):
     atol: float = eqx.field(static=True)
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
+    slots: int = eqx.field(static=True)
 
     discrete: ClassVar[bool] = False
     certificate_series: ClassVar[tuple[str, ...]] = ("active_pairs", "sliding_pairs", *EVENT_KINDS,
@@ -404,7 +406,7 @@ class FilippovIntegrator(AbstractIntegrator):
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FilippovState:
         W = params["W"]
         t0 = jnp.asarray(0.0, W.dtype)
-        mode = initial_mode(problem, W)
+        mode = initial_mode(problem, W, self.slots)
         v = _field(t0, params, (problem, mode))["W"]
         # Hairer & Wanner's first guess: a step that moves W by 1 % of its size
         size = lambda x: jnp.sqrt(jnp.mean(jnp.square(x / (self.atol + self.rtol * jnp.abs(W)))))  # noqa: E731

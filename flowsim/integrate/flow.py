@@ -190,7 +190,7 @@ def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> Abstr
     method = FLOW_METHODS[preset.method]
     if method.filippov:
         return FilippovIntegrator(rtol=preset.rtol, atol=preset.atol, max_steps=int(preset.max_steps),
-                                  stop_loss=float(stop_loss))
+                                  stop_loss=float(stop_loss), slots=preset.slots)
     pid = dfx.PIDController(rtol=preset.rtol, atol=preset.atol, pcoeff=preset.pcoeff,
                             icoeff=preset.icoeff, dtmin=preset.dtmin or None, dtmax=preset.dtmax or None)
     solver_class = getattr(dfx, method.diffrax)
