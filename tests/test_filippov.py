@@ -12,6 +12,7 @@ import pytest
 from conftest import make_problem, rel_err
 
 from flowsim import batch, checkpoint, status
+from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, load_solver
 from flowsim.integrate.descent import make_descent_integrator
 from flowsim.integrate.filippov import (
@@ -133,6 +134,22 @@ def test_a_tolerance_ladder_converges_with_identical_events():
     W = {rtol: s.y["W"] - p0["W"] for rtol, (_, s) in runs.items()}
     err6, err8 = rel_err(W[1e-6], W[1e-11]), rel_err(W[1e-8], W[1e-11])
     assert err8 < 1e-6 and err8 < err6, (err6, err8)
+
+
+@pytest.mark.slow
+def test_on_a_chen_point_the_ladder_agrees_through_the_exits_of_fitted_points():
+    """chen-exp2-quick (quadratic embedding, n = 50) to t = 30: sliders of points whose
+    residual changes sign exit within a step (δ through a pole) and others exit slowly
+    (δ flat against the bound): both were located a step late or missed, and rtol 1e-8 and
+    1e-12 ended 9e-6 apart with different exit counts (measured before `_first_pole` and
+    `_first_exit`)."""
+    sc = load_scenario(ROOT / "scenarios" / "chen-exp2-quick.toml")
+    run = next(r for r in sc.runs if r.settings.model.embedding == "quadratic" and r.settings.data.n == 50)
+    built = build_run(run.settings, run.seed)
+    problem, p0 = built.problem, built.params
+    (_, loose), (_, tight) = (_flow(problem, p0, [30.0], rtol) for rtol in (1e-8, 1e-12))
+    assert np.array_equal(loose.events, tight.events) and int(tight.events[2]) > 300, (loose.events, tight.events)
+    assert rel_err(loose.y["W"] - p0["W"], tight.y["W"] - p0["W"]) < 1e-7
 
 
 def test_a_window_without_kinks_agrees_with_tsit5_at_rtol_1e_12():
