@@ -282,9 +282,8 @@ def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
     if net.ref is not None:
         pred = pred - net._raw(net.ref, problem.X)
     g = jax.vmap(jax.grad(lambda p: problem.loss_function()(p, problem.y)))(pred)       # (SAMPLES + 1, n, k)
-    idx = jnp.minimum(mode.slide, n - 1)
-    b = jnp.einsum("smik,mk->smi", g[:, idx], ca)      # −b up to a positive factor: (SAMPLES + 1, m, slots)
-    flipped = (b[1:] * b[0] < 0) & (mode.slide < n)
+    b = jnp.einsum("snk,mk->smn", g, ca)      # −b up to a positive factor: (SAMPLES + 1, m, n)
+    flipped = (b[1:] * b[0] < 0) & _on(mode.slide, n)
     first = _whole(jnp.min, jnp.where(flipped, jnp.arange(1, SAMPLES + 1)[:, None, None], SAMPLES).min(0))
     return first / SAMPLES
 
@@ -536,9 +535,16 @@ class FilippovIntegrator(AbstractIntegrator):
             theta = jnp.minimum(theta, 1.0)
             touching = _crossed(sc, sign, free, theta)
             Wstar = _horner(coeffs, theta)
-            _, delta, weight, slack = velocity_and_control(problem, Wstar, s.mode)
-            leaving = jnp.where(_violation(delta, weight, low) > slack, jnp.where(delta > 1.0, 2, 1), 0)
-            Wnew, mode, events, fit = _resolve(problem, Wstar, s.mode, touching & event, leaving * event)
+
+            def resolution(c):
+                _, delta, weight, slack = velocity_and_control(problem, Wstar, s.mode)
+                leaving = jnp.where(_violation(delta, weight, low) > slack, jnp.where(delta > 1.0, 2, 1), 0)
+                return False, *_resolve(problem, Wstar, s.mode, touching, leaving)
+
+            # once on a step with an event, else not at all (a while loop, not a cond: under
+            # vmap it runs while any member has an event, where a cond would always run)
+            _, Wnew, mode, events, fit = jax.lax.while_loop(
+                lambda c: c[0], resolution, (event, Wstar, s.mode, jnp.zeros(3, s.events.dtype), jnp.asarray(True)))
             t_event = s.t + theta * (t1 - s.t)
             new = FilippovState(
                 t=jnp.where(event, t_event, jnp.where(ok, t1, s.t)),
@@ -553,8 +559,8 @@ class FilippovIntegrator(AbstractIntegrator):
             if self.stop_loss > 0:
                 code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), status.STOPPED, code)
             # the stages, the exit test at both ends, the event point's controls and its
-            # resolution (computed on every step: a branch would run both sides under vmap)
-            evals = 6 + s.jumped + 2 + 2 + iters
+            # resolution
+            evals = 6 + s.jumped + 2 + 2 * event + iters
             stats = stats + jnp.stack([1, ok, ~ok, evals]).astype(stats.dtype)
             return new, stats, code
 
