@@ -1,7 +1,8 @@
 """The Filippov integrator (flowsim/integrate/filippov.py) against its oracles: autodiff off
 the kinks and the jump identity across one; sliding pairs held on their surfaces; the
 sliding velocity as the minimum-norm element of the Filippov hull (a box QP solved
-independently); a tolerance ladder with identical events; Tsit5 at rtol 1e-12 on a window
+independently); within a mode, the exact linear flow of the residual by eigh of the
+projected NTG (squared loss); a tolerance ladder with identical events; Tsit5 at rtol 1e-12 on a window
 without kinks; GD's η-ladder at order 1; resume bit for bit; the loader's refusals."""
 
 import equinox as eqx
@@ -95,6 +96,31 @@ def test_sliding_pairs_stay_on_their_surfaces(sliding):
     valid = state.mode.slide < problem.X.shape[0]
     low = low_slope(problem)
     assert bool(jnp.all(jnp.where(valid, (delta >= low - 1e-9) & (delta <= 1 + 1e-9), True)))
+
+
+def test_within_a_mode_the_residual_is_the_exact_linear_flow_of_the_projected_ntg(sliding):
+    """Squared loss: within a mode (sides and sliders fixed) the predictions are linear in W
+    and the sliders' projections constant, so the residual r = f − y solves
+    ṙ = −rate Θ_P H r exactly (H = 2/n: the loss's Hessian in f). Its solution by eigh of the
+    projected NTG, r(t) = V exp(−rate H Λ t) Vᵀ r(0), is a second implementation, held
+    against the integrator's r (the network's own forward pass) over a window without events."""
+    problem, _, integ, state = sliding
+    assert int(_on(state.mode.slide, problem.X.shape[0]).sum()) >= 3
+    advance = eqx.filter_jit(integ.advance)
+    t0, window = float(state.t), None
+    for dt in np.geomspace(1e-2, 50.0, 40):     # the longest window before the next event
+        later, _ = advance(problem, state, jnp.asarray(t0 + dt))
+        if not np.array_equal(later.events, state.events):
+            break
+        window, end = dt, later
+    assert window is not None and window >= 0.1, window
+    residual = lambda s: problem.net(s.y, problem.X)[:, 0] - problem.y[:, 0]     # noqa: E731
+    r0, r1 = residual(state), residual(end)
+    H = jax.hessian(lambda f: problem.loss_function()(f[:, None], problem.y))(problem.net(state.y, problem.X)[:, 0])
+    np.testing.assert_allclose(H, H[0, 0] * np.eye(len(H)), atol=1e-15)
+    lam, V = np.linalg.eigh(np.asarray(projected_ntg(problem, state.y["W"], state.mode)))
+    exact = V @ (np.exp(-problem.rate * float(H[0, 0]) * lam * window) * (V.T @ np.asarray(r0)))
+    assert rel_err(r1 - r0, exact - r0) < 1e-8, (rel_err(r1 - r0, exact - r0), window)
 
 
 def _box_min_norm(u, Xz, b, low, iters=20000):
