@@ -2,17 +2,21 @@
 the kinks and the jump identity across one; sliding pairs held on their surfaces; the
 sliding velocity as the minimum-norm element of the Filippov hull (a box QP solved
 independently); within a mode, the exact linear flow of the residual by eigh of the
-projected NTG (squared loss); a tolerance ladder with identical events; Tsit5 at rtol 1e-12 on a window
-without kinks; GD's η-ladder at order 1; resume bit for bit; the loader's refusals."""
+projected NTG (squared loss); a tolerance ladder with identical events; Tsit5 at rtol 1e-12
+on a window without kinks, and a Diffrax Event restart loop on a window with crossings;
+GD's η-ladder at order 1; the energy identity; resume bit for bit; the loader's refusals."""
 
+import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optimistix as optx
 import pytest
 from conftest import make_problem, rel_err
 
 from flowsim import batch, checkpoint, status
+from flowsim.activations import PIECEWISE_LINEAR
 from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, load_solver
 from flowsim.integrate.descent import make_descent_integrator
@@ -204,6 +208,48 @@ def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing
     assert int(_on(twelve.mode.slide, 20).sum(-1).max()) <= 8
     assert np.array_equal(eight.events, twelve.events) and int(eight.events.sum()) > 100
     assert rel_err(eight.y["W"], twelve.y["W"]) < 1e-12
+
+
+def _event_restart_flow(problem, params, T):
+    """The flow by Diffrax alone, up to T, through crossings only (no sliding): Tsit5 at
+    rtol 1e-12 on the mode's field (σ' fixed per pair; autodiff of the loss through the
+    mode's predictions, linear in W), ended by a `diffrax.Event` on the lowest sign·s_ji
+    (located by Newton), the crossing pair's side flipped, and the solve restarted. The
+    pair that just crossed is left out of the event until the next one (it starts on its
+    surface). Returns W(T) and the number of crossings."""
+    net, X = problem.net, problem.X
+    ca, low = net.c[:, None] * net.a, PIECEWISE_LINEAR[net.activation]
+
+    def field(t, W, args):
+        active, _ = args
+        f = lambda W: (ca.T @ (jnp.where(active, 1.0, low) * (W @ X.T))).T / np.sqrt(X.shape[1])  # noqa: E731
+        return -problem.rate * jax.grad(lambda W: problem.loss_function()(f(W), problem.y))(W)
+
+    def lowest(t, y, args, **kwargs):
+        active, left_out = args
+        return jnp.min(jnp.where(left_out, jnp.inf, jnp.where(active, 1.0, -1.0) * (y @ X.T)))
+
+    event = dfx.Event(lowest, root_finder=optx.Newton(rtol=1e-14, atol=1e-14))
+    W, t, crossings = params["W"], 0.0, 0
+    active, left_out = W @ X.T > 0, jnp.zeros((W.shape[0], X.shape[0]), bool)
+    while t < T:
+        sol = dfx.diffeqsolve(dfx.ODETerm(field), dfx.Tsit5(), t, T, 1e-3, W, args=(active, left_out), event=event,
+                              stepsize_controller=dfx.PIDController(rtol=1e-12, atol=1e-14), max_steps=100_000)
+        t, W = float(sol.ts[-1]), sol.ys[-1]
+        if sol.result == dfx.RESULTS.event_occurred:
+            sign_s = jnp.where(left_out, jnp.inf, jnp.where(active, 1.0, -1.0) * (W @ X.T))
+            left_out = sign_s == jnp.min(sign_s)
+            active, crossings = active ^ left_out, crossings + 1
+    return W, crossings
+
+
+def test_a_window_with_crossings_agrees_with_a_diffrax_event_restart_loop():
+    problem, p0 = make_problem(activation="relu", m=30)
+    T = 0.15                       # 5 crossings, the first sliding entry at t ≈ 0.17
+    _, state = _flow(problem, p0, [T], rtol=1e-11)
+    W, crossings = _event_restart_flow(problem, p0, T)
+    assert np.array_equal(state.events, [crossings, 0, 0]) and crossings >= 5, (state.events, crossings)
+    assert rel_err(state.y["W"] - p0["W"], W - p0["W"]) < 1e-10
 
 
 def test_gd_converges_to_the_filippov_flow_at_order_one():
