@@ -115,12 +115,13 @@ def _on(slide: jax.Array, n: int) -> jax.Array:
 
 def _compact(mask: jax.Array, slots: int) -> tuple[jax.Array, jax.Array]:
     """The pairs of `mask` (m, n) as slot lists (m, slots), and whether every node's fit."""
-    n = mask.shape[-1]
-    rank = jnp.cumsum(mask, axis=-1) - 1                      # of each pair among its node's
-    hit = mask[:, None, :] & (rank[:, None, :] == jnp.arange(slots)[:, None])   # (m, slots, n)
-    # (one pair per filled slot: its index by a sum, as argmax is a slow reduction on CPU)
-    index = jnp.sum(jnp.where(hit, jnp.arange(n), 0), axis=-1)
-    return jnp.where(hit.any(-1), index, n).astype(jnp.int32), mask.sum(-1) <= slots
+    m, n = mask.shape
+    # each pair's rank among its node's, written to that slot (the others, and pairs past
+    # the last slot, out of range: dropped); a scatter, as argsort and argmax are slow on CPU
+    rank = jnp.where(mask, jnp.cumsum(mask, axis=-1) - 1, slots)
+    pairs = jnp.broadcast_to(jnp.arange(n, dtype=jnp.int32), (m, n))
+    index = jnp.full((m, slots), n, jnp.int32).at[jnp.arange(m)[:, None], rank].set(pairs, mode="drop")
+    return index, mask.sum(-1) <= slots
 
 
 def _basis(X: jax.Array, slide: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
