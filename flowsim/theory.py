@@ -22,7 +22,6 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-import scipy.special
 
 from flowsim import activations
 from flowsim.activations import LEAKY_RELU_SLOPE, SMOOTH
@@ -106,14 +105,18 @@ def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48)
     L21 = np.divide(C, L11[:, None], out=np.zeros_like(C), where=L11[:, None] > 0)
     L22 = np.sqrt(np.maximum(np.diag(C)[None, :] - L21**2, 0.0))
     z, w = gauss_hermite_rule(quad_points)
-    rows = max(1, _QUADRATURE_BLOCK // (n * quad_points**2))
+    rows = min(n, max(1, _QUADRATURE_BLOCK // (n * quad_points**2)))
+    # every block the same shape (the last padded with zero-variance rows, dropped after):
+    # one compiled program, where a shorter last block would trace and compile a second
+    pad = -n % rows
+    L11, L21, L22 = (np.concatenate([A, np.zeros((pad, *A.shape[1:]))]) for A in (L11, L21, L22))
     blocks = [
         _quadrature_block(
             sigma_prime, L11[i : i + rows], L21[i : i + rows], L22[i : i + rows], z, w
         )
-        for i in range(0, n, rows)
+        for i in range(0, n + pad, rows)
     ]
-    return np.asarray(jnp.concatenate(blocks))
+    return np.asarray(jnp.concatenate(blocks))[:n]
 
 
 @functools.lru_cache
@@ -168,6 +171,8 @@ def caron_loss_bound(t, L0: float, gamma: float, kappa: float) -> np.ndarray:
 
 def zeta(s: float) -> float:
     """Riemann ζ(s) = Σ_{j≥1} j^{−s} for real s > 1 (`scipy.special.zeta`)."""
+    import scipy.special    # here, not at the top: 0.1 s of every run's start-up otherwise
+
     if not s > 1:
         raise ValueError(f"zeta needs s > 1, got {s!r}")
     return float(scipy.special.zeta(s))
