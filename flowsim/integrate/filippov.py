@@ -25,7 +25,9 @@ Events, located on the step's dense output (the quartic of the Dormand–Prince 
   step, then the first located to 2⁻⁴⁰ of the step by safeguarded Newton on the lowest
   of the crossing pairs);
 - an exit: a sliding pair's δ leaves [low, 1] by the exit slack, weighted by the force the
-  pair can exert (`_violation`; a safeguarded secant on the worst one, `_first_exit`).
+  pair can exert (`_violation`; a safeguarded secant on the worst one, `_first_exit`),
+  looked for up to the step's end or, where a slider's b_ji changes sign within the step
+  (δ through a pole, `_first_pole`), up to the first sample after it.
 The step is truncated at the first event (its end value read from the dense output, whose
 error is of the step's order), every pair on a surface at that point is put back on it
 exactly (an orthogonal correction of w_j), and the new mode is resolved node by node by
