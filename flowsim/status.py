@@ -14,9 +14,8 @@ ADVICE = {
     "stopped": "stopped by the scenario's `run.stop_loss` event",
     "diverged": "the loss grew past `divergence_factor` × its initial value or became non-finite",
     "failed": "the solver could not go on: with `filippov`, a node met more kink surfaces at once than "
-              "its preset's `slots`; raise it with an inline preset in run.solvers, e.g. "
-              "{ name = \"filippov16\", kind = \"flow\", method = \"filippov\", slots = 16 }; with a "
-              "Diffrax solver, its step size collapsed",
+              "its preset's `slots` (use the preset \"filippov16\", or an inline one with more `slots`); "
+              "with a Diffrax solver, its step size collapsed",
 }
 
 
