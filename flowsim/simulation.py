@@ -27,6 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .integrate.registry import FLOW_METHODS
 from .losses import LOSSES
 from .observe import OBSERVABLES
 
@@ -218,6 +219,11 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     resolved = _settings(name=name, seeds=seeds, dtype=dtype, n=n, d=d, n_test=X_test.shape[0], t_end=t_end,
                          checkpoints=checkpoints, solvers=solvers, observe=observe, ntg_points=ntg_points,
                          stop_loss=stop_loss)
+    for preset in resolved["run"]["solvers"]:
+        if "method" in preset and FLOW_METHODS[preset["method"]].filippov:
+            raise _bad("solvers", solvers, f"names {preset['name']!r} (method \"filippov\"), which integrates "
+                       "only the shallow ReLU networks of a scenario's [model]",
+                       "flow methods for any model, e.g. \"tsit5\" (\"bosh3-relu\" through ReLU kinks)")
     loss_kind, loss_fn, loss_name = _loss(loss, k, n, jdtype)
     models, source = _instances(model, resolved["seeds"], jdtype)
     splits = []

@@ -295,6 +295,10 @@ def test_the_loader_refuses_filippov_for_a_network_it_does_not_integrate():
         modified = '{name = "m", kind = "modified-flow", method = "filippov", learning_rate = 0.1}'
         load_scenario(tiny, ["model.activation=relu", f"run.solvers=[{modified}]"])
     assert err.value.key == "m.kind" and "modified-flow" in str(err.value)
+    with pytest.raises(ScenarioError) as err:
+        inline = '{name = "f5", kind = "flow", method = "filippov", rtol = 1e-5}'
+        load_scenario(tiny, ["model.activation=relu", 'dtype="float32"', f"run.solvers=[{inline}]"])
+    assert err.value.key == "dtype" and "float64" in str(err.value)
     sc = load_scenario(tiny, ["model.activation=relu", 'run.solvers=["filippov", "gd-lr1"]'])
     assert sc.warnings == ()
 

@@ -161,6 +161,7 @@ def _call(tmp_path, **over):
     (dict(data=(np.ones((4, D)), np.ones((5, K)))), "data", "X of shape (n, d)"),
     (dict(data=(np.full((4, D), np.nan), np.ones((4, K)))), "data", "finite"),
     (dict(solvers=["tsit6"]), "solvers", "tsit5"),
+    (dict(solvers=["filippov", "gd-lr0.1"]), "solvers", "flow methods for any model"),
     (dict(t_end=-1.0), "t_end", ""),
     (dict(checkpoints={"count": 0}), "checkpoints", ""),
     (dict(observe=["importance"]), "observe", "weight_change"),

@@ -10,7 +10,7 @@ MEANING = {
     "seeds": "the runs' seeds (initial weights; data too with `data.seed = \"run\"`); "
              "`{count = N, start = S}` is shorthand for S … S+N−1",
     "dtype": "floating-point precision of data, weights and solvers; float32 needs flow presets with "
-             "rtol ≥ 1e-5",
+             "rtol ≥ 1e-5, and not the filippov method (float64 only)",
     # ---- [data]
     "data.kind": "the dataset: a synthetic generator, a shipped dataset, or your own csv/npz file",
     "data.seed": "seed of the data's random draws and splits, shared by every run; \"run\": each run's "

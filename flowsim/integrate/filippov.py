@@ -288,7 +288,7 @@ def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
     b = jnp.einsum("snk,mk->smn", g, ca)      # −b up to a positive factor: (SAMPLES + 1, m, n)
     flipped = (b[1:] * b[0] < 0) & _on(mode.slide, n)
     first = _whole(jnp.min, jnp.where(flipped, jnp.arange(1, SAMPLES + 1)[:, None, None], SAMPLES).min(0))
-    return first / SAMPLES
+    return (first / SAMPLES).astype(sc.dtype)
 
 
 def _first_crossing(sc: jax.Array, sign: jax.Array, free: jax.Array) -> jax.Array:
@@ -316,7 +316,7 @@ def _first_crossing(sc: jax.Array, sign: jax.Array, free: jax.Array) -> jax.Arra
         x_new = jnp.where((dfx != 0) & (guess > lo) & (guess < hi), guess, 0.5 * (lo + hi))
         return k + 1, lo, hi, x_new, jnp.abs(x_new - x)
 
-    lo, hi = first / SAMPLES, (first + 1) / SAMPLES
+    lo, hi = (first / SAMPLES).astype(sc.dtype), ((first + 1) / SAMPLES).astype(sc.dtype)
     # a while loop, not a cond: under vmap a cond runs both branches, this runs no iteration
     # when no member of the batch has a crossing
     _, _, hi, x, _ = jax.lax.while_loop(lambda c: crossing & (c[4] > ROOT_TOL) & (c[0] < 60), newton,
