@@ -182,6 +182,21 @@ def test_on_a_chen_point_the_ladder_agrees_through_the_exits_of_fitted_points():
     assert rel_err(loose.y["W"] - p0["W"], tight.y["W"] - p0["W"]) < 1e-7
 
 
+@pytest.mark.slow
+def test_cross_entropy_with_three_outputs():
+    """Any catalog loss and output count: softmax cross-entropy on soft targets, k = 3. The
+    field is autodiff's velocity off the kinks; rtol 1e-8 and 1e-11 give the same events
+    (measured 46 / 7 / 3 by t = 200) and weights 2.8e-9 apart."""
+    problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="cross-entropy",
+                               init_std=1.4, outputs=3)
+    problem = eqx.tree_at(lambda p: p.y, problem, jax.nn.softmax(3 * problem.y, axis=-1))
+    v = velocity_and_control(problem, p0["W"], initial_mode(problem, p0["W"], 8))[0]
+    np.testing.assert_allclose(v, problem.velocity(p0)["W"], rtol=1e-12, atol=1e-14)
+    (_, loose), (_, tight) = (_flow(problem, p0, [20.0, 200.0], rtol) for rtol in (1e-8, 1e-11))
+    assert np.array_equal(loose.events, tight.events) and int(tight.events.sum()) >= 30, (loose.events, tight.events)
+    assert rel_err(loose.y["W"] - p0["W"], tight.y["W"] - p0["W"]) < 1e-7
+
+
 def test_a_window_without_kinks_agrees_with_tsit5_at_rtol_1e_12():
     problem, p0 = make_problem(activation="relu", m=30)
     integ = _integrator(1e-10)
