@@ -41,7 +41,7 @@ class DescentIntegrator(AbstractIntegrator):
     beta: jax.Array
     divergence_factor: jax.Array
     batch_size: int = eqx.field(static=True)        # 0: full batch (a shape, so static)
-    # β > 0 (heavy ball): GD and SGD skip the velocity buffer, two passes over W per step
+    # the heavy-ball kind; GD and SGD skip the velocity buffer (two passes over W per step)
     momentum: bool = eqx.field(static=True, default=False)
 
     discrete: ClassVar[bool] = True
