@@ -16,6 +16,7 @@ not pay for them.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import sys
@@ -116,6 +117,22 @@ def _is_extension(old: dict, new: dict) -> bool:
     return later and same_otherwise
 
 
+def _in_current_schema(resolved: dict, path: Path) -> dict:
+    """An archive's resolved scenario checked again by this flowsim's schema: keys added
+    since it was written get their defaults (a new key's default is the behaviour before
+    it, e.g. `slots` = 8 of the Filippov integrator), so that an upgrade alone does not
+    read as a change of scenario. As stored where this schema refuses it."""
+    from .config.schema import SCENARIO
+    from .config.spec import Ctx
+
+    try:
+        again = SCENARIO.check(copy.deepcopy(resolved), "", Ctx(file=str(path), base_dir=path.parent,
+                                                                stem=path.stem))
+    except ValueError:
+        return resolved
+    return json.loads(json.dumps(again))
+
+
 def _open(job: Job):
     from .archive import ArchiveWriter
     from .config import differences
@@ -129,8 +146,9 @@ def _open(job: Job):
                                       provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
                                       dtype=sc.settings.dtype, overwrite=job.overwrite)
     now = json.loads(json.dumps(sc.resolved))
-    changed = differences(writer.resolved, now) if job.resume else []
-    if changed and _is_extension(writer.resolved, now):
+    stored = _in_current_schema(writer.resolved, job.out) if job.resume else now
+    changed = differences(stored, now)
+    if changed and _is_extension(stored, now):
         writer.extend_horizon(now)     # `--resume --set run.t_end=T`: the same runs, further
     elif changed:
         writer.close()

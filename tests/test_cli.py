@@ -221,6 +221,28 @@ def test_existing_archive_is_refused_overwritten_only_on_request_and_locked(tmp_
     assert archive.open(out).runs["p0-seed0"].init["W0"].shape == (30, 4)
 
 
+@pytest.mark.slow
+def test_an_archive_written_before_a_key_was_added_resumes(tmp_path, capsys):
+    """A key that a newer flowsim adds with its default (here every flow preset's `slots`)
+    is no change of scenario: an archive whose stored resolved form lacks it resumes and
+    extends its horizon; a real change is still refused."""
+    from flowsim.archive.format import dumps, loads
+
+    out = tmp_path / "tiny.h5"
+    one = ["--set", "seeds=[0]", "--set", 'run.solvers=["tsit5"]']
+    assert main(["run", str(TINY), "-o", str(out), "-q", *one, "--set", "run.t_end=5.0"]) == 0
+    with h5py.File(out, "r+") as f:         # as an earlier flowsim wrote it
+        resolved = loads(f.attrs["scenario_resolved"])
+        for preset in resolved["run"]["solvers"]:
+            del preset["slots"]
+        f.attrs["scenario_resolved"] = dumps(resolved)
+    assert main(["run", str(TINY), "-o", str(out), "-q", "--resume", *one, "--set", "run.t_end=8.0"]) == 0
+    assert archive.open(out).runs["p0-seed0"].solvers["tsit5"].t[-1] == 8.0
+    assert main(["run", str(TINY), "-o", str(out), "-q", "--resume", *one, "--set", "run.t_end=8.0",
+                 "--set", "model.width=30"]) == 2
+    assert "different scenario" in capsys.readouterr().err
+
+
 def _arrays(path: Path) -> dict:
     """Every dataset of an archive, except wall-clock ones, as numpy arrays."""
     out = {}
