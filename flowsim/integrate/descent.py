@@ -42,7 +42,7 @@ class DescentIntegrator(AbstractIntegrator):
     divergence_factor: jax.Array
     batch_size: int = eqx.field(static=True)        # 0: full batch (a shape, so static)
     # the heavy-ball kind; GD and SGD skip the velocity buffer (two passes over W per step)
-    momentum: bool = eqx.field(static=True, default=False)
+    momentum: bool = eqx.field(static=True)
 
     discrete: ClassVar[bool] = True
     certificate_series: ClassVar[tuple[str, ...]] = ()

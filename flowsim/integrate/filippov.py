@@ -152,11 +152,16 @@ def _spd_solve(G: jax.Array, B: jax.Array) -> jax.Array:
     return B
 
 
+def _output_layer(problem: Problem) -> jax.Array:
+    """c_j a_j (m, k): the fixed output layer with its scaling."""
+    return problem.net.c[:, None] * problem.net.a
+
+
 def _branch(problem: Problem, W: jax.Array, D: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The mode's branch of the network before its sum over nodes: c_j a_j (m, k) and
     D_ji s_ji (m, n). Linear in W."""
-    net, X = problem.net, problem.X
-    return net.c[:, None] * net.a, D * (W @ X.T / math.sqrt(X.shape[-1]))
+    X = problem.X
+    return _output_layer(problem), D * (W @ X.T / math.sqrt(X.shape[-1]))
 
 
 def _predictions(problem: Problem, W: jax.Array, D: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -170,10 +175,15 @@ def _predictions(problem: Problem, W: jax.Array, D: jax.Array) -> tuple[jax.Arra
     return pred, jnp.finfo(W.dtype).eps * spread
 
 
+def _loss_grad(problem: Problem):
+    """∂L/∂f as a function of the predictions f (n, k)."""
+    return jax.grad(lambda p: problem.loss_function()(p, problem.y))
+
+
 def _loss_gradient(problem: Problem, pred: jax.Array):
     """∂L/∂f at `pred`, and its linearisation there (pred's round-off and the step's error
     both reach the gradient through it)."""
-    return jax.linearize(jax.grad(lambda p: problem.loss_function()(p, problem.y)), pred)
+    return jax.linearize(_loss_grad(problem), pred)
 
 
 def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -183,8 +193,7 @@ def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Ar
     pred, roundoff = _predictions(problem, W, D)
     g, linear = _loss_gradient(problem, pred)
     noise = jnp.linalg.norm(linear(roundoff)) / (jnp.linalg.norm(g) + _TINY)
-    ca = problem.net.c[:, None] * problem.net.a
-    return -problem.rate * (ca @ g.T) / math.sqrt(problem.X.shape[-1]), D, noise
+    return -problem.rate * (_output_layer(problem) @ g.T) / math.sqrt(problem.X.shape[-1]), D, noise
 
 
 def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[jax.Array, ...]:
@@ -277,14 +286,14 @@ def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
     0.47, and the run drifted 1e-4 from the exact flow). Cheap: the predictions are quartic
     in θ within the step, their coefficients products of sc (5, m, n) with the output layer."""
     net, n = problem.net, problem.X.shape[0]
-    ca = net.c[:, None] * net.a
+    ca = _output_layer(problem)
     D = _slopes(problem, mode.active, sc.dtype)
     coeffs = jnp.einsum("pmn,mk->pnk", D * sc, ca) / math.sqrt(problem.X.shape[-1])     # f(θ): (5, n, k)
     grid = jnp.arange(SAMPLES + 1, dtype=sc.dtype) / SAMPLES
     pred = _horner(coeffs, grid[:, None, None])
     if net.ref is not None:
         pred = pred - net._raw(net.ref, problem.X)
-    g = jax.vmap(jax.grad(lambda p: problem.loss_function()(p, problem.y)))(pred)       # (SAMPLES + 1, n, k)
+    g = jax.vmap(_loss_grad(problem))(pred)       # (SAMPLES + 1, n, k)
     b = jnp.einsum("snk,mk->smn", g, ca)      # −b up to a positive factor: (SAMPLES + 1, m, n)
     flipped = (b[1:] * b[0] < 0) & _on(mode.slide, n)
     first = _whole(jnp.min, jnp.where(flipped, jnp.arange(1, SAMPLES + 1)[:, None, None], SAMPLES).min(0))
