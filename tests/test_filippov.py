@@ -21,7 +21,7 @@ from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, load_solver
 from flowsim.integrate.descent import make_descent_integrator
 from flowsim.integrate.filippov import (
-    FilippovIntegrator, _on, _response, initial_mode, low_slope, projected_ntg, velocity_and_control,
+    FilippovIntegrator, _on, _preactivations, _response, initial_mode, low_slope, projected_ntg, velocity_and_control,
 )
 from flowsim.integrate.flow import make_flow_integrator
 from flowsim.config import Preset, from_dict
@@ -85,7 +85,7 @@ def test_the_jump_identity_across_one_kink_against_autodiff(activation):
     eps = 1e-7
     up, down = on.at[j].add(eps * X[i]), on.at[j].add(-eps * X[i])
     jump = problem.velocity({"W": up})["W"] - problem.velocity({"W": down})["W"]
-    b, _, _ = _response(problem, on, initial_mode(problem, up, 8).active)
+    b, _, _ = _response(problem, _preactivations(problem, on), initial_mode(problem, up, 8).active)
     np.testing.assert_allclose(jump[j], b[j, i] * (1 - low_slope(problem)) * X[i], rtol=1e-5, atol=1e-12)
     assert float(jnp.abs(jnp.delete(jump, j, axis=0)).max()) < 1e-5 * float(jnp.abs(jump[j]).max())
 
@@ -143,7 +143,7 @@ def test_the_sliding_velocity_is_the_minimum_norm_element_of_the_filippov_hull(s
     W = state.y["W"]
     n = X.shape[0]
     on = np.asarray(_on(state.mode.slide, n))
-    b, D = (np.asarray(a) for a in _response(problem, W, state.mode.active)[:2])
+    b, D = (np.asarray(a) for a in _response(problem, _preactivations(problem, W), state.mode.active)[:2])
     v = velocity_and_control(problem, W, state.mode)[0]
     checked = 0
     for j in np.flatnonzero(on.any(1)):

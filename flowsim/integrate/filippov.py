@@ -131,9 +131,13 @@ def _basis(X: jax.Array, slide: jax.Array) -> tuple[jax.Array, jax.Array, jax.Ar
     slots) and which slots are filled."""
     n = X.shape[0]
     valid = slide < n
-    Xs = jnp.where(valid[..., None], X[jnp.minimum(slide, n - 1)], 0.0)
-    G = Xs @ jnp.swapaxes(Xs, -1, -2) + jnp.eye(slide.shape[-1], dtype=X.dtype) * ~valid[..., None, :]
-    return Xs, G, valid
+    idx = jnp.minimum(slide, n - 1)
+    Xs = jnp.where(valid[..., None], X[idx], 0.0)
+    # the entries of X Xᵀ, where Xs Xsᵀ would be m small products (slow on CPU: 130 µs for
+    # 128 Gram matrices of 8 × 8 from 100 dimensions; the gather, 5 µs)
+    both = valid[..., :, None] & valid[..., None, :]
+    G = jnp.where(both, (X @ X.T)[idx[..., :, None], idx[..., None, :]], 0.0)
+    return Xs, G + jnp.eye(slide.shape[-1], dtype=X.dtype) * ~valid[..., None, :], valid
 
 
 def _spd_solve(G: jax.Array, B: jax.Array) -> jax.Array:
@@ -157,22 +161,22 @@ def _output_layer(problem: Problem) -> jax.Array:
     return problem.net.c[:, None] * problem.net.a
 
 
-def _branch(problem: Problem, W: jax.Array, D: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The mode's branch of the network before its sum over nodes: c_j a_j (m, k) and
-    D_ji s_ji (m, n). Linear in W."""
+def _preactivations(problem: Problem, W: jax.Array) -> jax.Array:
+    """s_ji = w_j·x_i/√d (m, n)."""
     X = problem.X
-    return _output_layer(problem), D * (W @ X.T / math.sqrt(X.shape[-1]))
+    return W @ X.T / math.sqrt(X.shape[-1])
 
 
-def _predictions(problem: Problem, W: jax.Array, D: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """The mode's branch of f on the training points (n, k), f = Σ_j c_j a_j D_j s_j, and the
-    size of its round-off (first order: ε times the sum of what the sums cancel)."""
-    ca, terms = _branch(problem, W, D)
+def _predictions(problem: Problem, S: jax.Array, D: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The mode's branch of f on the training points (n, k), f = Σ_j c_j a_j D_j s_j (S: the
+    preactivations s), and the size of its round-off (first order: ε times the sum of what
+    the sums cancel)."""
+    ca, terms = _output_layer(problem), D * S
     pred, spread = (ca.T @ terms).T, (jnp.abs(ca).T @ jnp.abs(terms)).T
     if problem.net.ref is not None:
         ref = problem.net._raw(problem.net.ref, problem.X)
         pred, spread = pred - ref, spread + jnp.abs(ref)
-    return pred, jnp.finfo(W.dtype).eps * spread
+    return pred, jnp.finfo(S.dtype).eps * spread
 
 
 def _loss_grad(problem: Problem):
@@ -186,11 +190,11 @@ def _loss_gradient(problem: Problem, pred: jax.Array):
     return jax.linearize(_loss_grad(problem), pred)
 
 
-def _response(problem: Problem, W: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """b (m, n) with ẇ_j = Σ_i b_ji D_ji x_i, the mode's D, and the relative round-off of b
-    (`_exit_slack`)."""
-    D = _slopes(problem, active, W.dtype)
-    pred, roundoff = _predictions(problem, W, D)
+def _response(problem: Problem, S: jax.Array, active: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """b (m, n) with ẇ_j = Σ_i b_ji D_ji x_i at the preactivations S, the mode's D, and the
+    relative round-off of b (`_exit_slack`)."""
+    D = _slopes(problem, active, S.dtype)
+    pred, roundoff = _predictions(problem, S, D)
     g, linear = _loss_gradient(problem, pred)
     noise = jnp.linalg.norm(linear(roundoff)) / (jnp.linalg.norm(g) + _TINY)
     return -problem.rate * (_output_layer(problem) @ g.T) / math.sqrt(problem.X.shape[-1]), D, noise
@@ -200,8 +204,15 @@ def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[ja
     """The mode's velocity of W, the sliding pairs' controls δ (m, slots; an empty slot gets
     a value inside [low, 1]), each slider's weight (`_slider_weight`) and the exit slack
     (`_exit_slack`)."""
+    return _velocity_and_control_at(problem, _preactivations(problem, W), mode)
+
+
+def _velocity_and_control_at(problem: Problem, S: jax.Array, mode: Mode) -> tuple[jax.Array, ...]:
+    """`velocity_and_control` at the preactivations S: none of it needs W itself, and
+    within a step S is a quartic in θ whose coefficients the event search has (one product
+    with X fewer per evaluation: a fifth of the flops of an exit's search on chen-exp2-quick)."""
     X = problem.X
-    b, D, noise = _response(problem, W, mode.active)
+    b, D, noise = _response(problem, S, mode.active)
     u = (b * jnp.where(_on(mode.slide, X.shape[0]), 0.0, D)) @ X
     Xs, _, valid = _basis(X, mode.slide)
     mu = jnp.einsum("mkl,mld,md->mk", mode.gram_inv, Xs, u)
@@ -276,6 +287,23 @@ def _horner(coeffs: jax.Array, theta) -> jax.Array:
     return out
 
 
+def _at_samples(coeffs: jax.Array, start: int) -> jax.Array:
+    """A polynomial in θ (coefficients (p, ...), highest first) at θ = start/SAMPLES, ...,
+    1: one product with the samples' powers, where Horner's rule per sample would be
+    fused into every consumer and evaluated again in each."""
+    grid = jnp.arange(start, SAMPLES + 1, dtype=coeffs.dtype) / SAMPLES
+    powers = grid[:, None] ** jnp.arange(coeffs.shape[0] - 1, -1, -1, dtype=coeffs.dtype)
+    return jnp.tensordot(powers, coeffs, 1)
+
+
+def _first_sample(flags: jax.Array) -> jax.Array:
+    """The first k at which any of `flags` (SAMPLES, ...) is set; SAMPLES where none is. Per
+    sample first, then over the samples (argmax and argmin are slow on CPU: 18 µs for 4 000
+    pairs)."""
+    per_sample = flags.reshape(SAMPLES, -1, flags.shape[-1]).any(1).any(-1)
+    return jnp.min(jnp.where(per_sample, jnp.arange(SAMPLES, dtype=jnp.int32), SAMPLES))
+
+
 def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
     """The first of the step's sample points (θ = 1/SAMPLES, ..., 1) at which some slider's
     b_ji has the opposite sign to its value at θ = 0; 1 where none has. Where b_ji passes
@@ -289,27 +317,22 @@ def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
     ca = _output_layer(problem)
     D = _slopes(problem, mode.active, sc.dtype)
     coeffs = jnp.einsum("pmn,mk->pnk", D * sc, ca) / math.sqrt(problem.X.shape[-1])     # f(θ): (5, n, k)
-    grid = jnp.arange(SAMPLES + 1, dtype=sc.dtype) / SAMPLES
-    pred = _horner(coeffs, grid[:, None, None])
+    pred = _at_samples(coeffs, 0)                  # (SAMPLES + 1, n, k), θ = 0 first
     if net.ref is not None:
         pred = pred - net._raw(net.ref, problem.X)
-    g = jax.vmap(_loss_grad(problem))(pred)       # (SAMPLES + 1, n, k)
+    g = jax.vmap(_loss_grad(problem))(pred)
     b = jnp.einsum("snk,mk->smn", g, ca)      # −b up to a positive factor: (SAMPLES + 1, m, n)
-    flipped = (b[1:] * b[0] < 0) & _on(mode.slide, n)
-    first = _whole(jnp.min, jnp.where(flipped, jnp.arange(1, SAMPLES + 1)[:, None, None], SAMPLES).min(0))
-    return (first / SAMPLES).astype(sc.dtype)
+    first = _first_sample((b[1:] * b[0] < 0) & _on(mode.slide, n))
+    return (jnp.minimum(first + 1, SAMPLES) / SAMPLES).astype(sc.dtype)
 
 
 def _first_crossing(sc: jax.Array, sign: jax.Array, free: jax.Array) -> jax.Array:
     """The first θ in (0, 1] at which a free pair's sign·s(θ) goes below 0 (sc: (5, m, n)
     coefficients of s(θ)); 2 where there is none."""
-    grid = jnp.arange(1, SAMPLES + 1, dtype=sc.dtype) / SAMPLES
-    neg = (sign * _horner(sc, grid[:, None, None]) < 0) & free              # (SAMPLES, m, n)
+    neg = (sign * _at_samples(sc, 1) < 0) & free              # (SAMPLES, m, n)
     hit = neg.any(0)
     crossing = _whole(jnp.any, hit)
-    # (the first sample interval with a crossing; min and max here, as argmin and argmax
-    # are slow on CPU: 18 µs for 4 000 pairs)
-    first = _whole(jnp.min, jnp.where(neg, jnp.arange(SAMPLES)[:, None, None], SAMPLES).min(0))
+    first = _first_sample(neg)          # the first sample interval with a crossing
     dsc = sc[:-1] * jnp.arange(sc.shape[0] - 1, 0, -1, dtype=sc.dtype)[:, None, None]
 
     def newton(c):
@@ -359,7 +382,7 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     Xz, G, valid = _basis(X, slots)
     # back onto the surfaces: w_j minus its component along span{x_i : i on a surface}
     W = W - jnp.einsum("mkd,mk->md", Xz, _spd_solve(G, Xz @ W[..., None])[..., 0])
-    b, D, noise = _response(problem, W, mode.active)
+    b, D, noise = _response(problem, _preactivations(problem, W), mode.active)
     slack = _exit_slack(noise)
     idx = jnp.minimum(slots, n - 1)
     u = (b * jnp.where(was | touching, 0.0, D)) @ X
@@ -501,9 +524,9 @@ class FilippovIntegrator(AbstractIntegrator):
             # rtol 1e-8, the step's error in it was 1e3 times its size): the loss decayed at
             # a wrong rate and the sliders' controls, ratios of its entries, were noise.
             D = _slopes(problem, mode.active, y1["W"].dtype)
-            pred, roundoff = _predictions(problem, y1["W"], D)
+            pred, roundoff = _predictions(problem, _preactivations(problem, y1["W"]), D)
             g, linear = _loss_gradient(problem, pred)
-            ca, terms = _branch(problem, y_err["W"], D)
+            ca, terms = _output_layer(problem), D * _preactivations(problem, y_err["W"])
             err_g = (jnp.linalg.norm(linear((ca.T @ terms).T))
                      / (self.rtol * jnp.linalg.norm(g) + jnp.linalg.norm(linear(roundoff)) + _TINY))
             return jnp.maximum(err_w, err_g)
@@ -524,13 +547,14 @@ class FilippovIntegrator(AbstractIntegrator):
             proposal = jnp.where(ok & (h < s.h), jnp.minimum(h * factor, s.h), h * factor)
             # events on the accepted step
             coeffs = self.solver.interpolation_cls(t0=s.t, t1=t1, **dense).coeffs["W"]
+            root_d = math.sqrt(X.shape[-1])
             sc = coeffs @ X.T                                    # s_ji(θ)·√d, quartic in θ
             free = ~_on(s.mode.slide, X.shape[0])
             sign = jnp.where(s.mode.active, 1.0, -1.0)
             theta_cross = _first_crossing(sc, sign, free)
 
             def excess(th):
-                return _exit_excess(*velocity_and_control(problem, _horner(coeffs, th), s.mode)[1:], low)
+                return _exit_excess(*_velocity_and_control_at(problem, _horner(sc, th) / root_d, s.mode)[1:], low)
 
             # the exits are looked for up to the step's end or, where a slider's b changes sign
             # within the step, up to the first sample after (`_first_pole`); the step ends
@@ -549,7 +573,7 @@ class FilippovIntegrator(AbstractIntegrator):
             Wstar = _horner(coeffs, theta)
 
             def resolution(c):
-                _, delta, weight, slack = velocity_and_control(problem, Wstar, s.mode)
+                _, delta, weight, slack = _velocity_and_control_at(problem, _horner(sc, theta) / root_d, s.mode)
                 leaving = jnp.where(_violation(delta, weight, low) > slack, jnp.where(delta > 1.0, 2, 1), 0)
                 return False, *_resolve(problem, Wstar, s.mode, touching, leaving)
 
