@@ -209,8 +209,8 @@ def velocity_and_control(problem: Problem, W: jax.Array, mode: Mode) -> tuple[ja
 
 def _velocity_and_control_at(problem: Problem, S: jax.Array, mode: Mode) -> tuple[jax.Array, ...]:
     """`velocity_and_control` at the preactivations S: none of it needs W itself, and
-    within a step S is a quartic in θ whose coefficients the event search has (one product
-    with X fewer per evaluation: a fifth of the flops of an exit's search on chen-exp2-quick)."""
+    within a step S is a quartic in θ whose coefficients the event search has, so that each
+    evaluation of the exit search makes one product with X, not two."""
     X = problem.X
     b, D, noise = _response(problem, S, mode.active)
     u = (b * jnp.where(_on(mode.slide, X.shape[0]), 0.0, D)) @ X
