@@ -23,6 +23,12 @@ def restore(template, i: int, arrays: dict[str, np.ndarray]):
     new = []
     for j, x in enumerate(leaves):
         x = np.array(x)
-        x[i] = np.reshape(arrays[f"leaf{j:03d}"], x.shape[1:])  # the archive stores 0-d as (1,)
+        stored = arrays[f"leaf{j:03d}"]
+        if stored.size != int(np.prod(x.shape[1:])):
+            # e.g. an archive from a flowsim whose `filippov` held more slots per node
+            raise ArchiveError(f"checkpoint array {j} has shape {stored.shape}, the solver's state needs "
+                               f"{x.shape[1:]}: the archive's state was written by another version of this "
+                               "solver; run it again without --resume")
+        x[i] = np.reshape(stored, x.shape[1:])  # the archive stores 0-d as (1,)
         new.append(x)
     return eqx.combine(jax.tree.unflatten(treedef, new), static)

@@ -16,6 +16,7 @@ import pytest
 from conftest import make_problem, rel_err
 
 from flowsim import batch, checkpoint, status
+from flowsim.archive import ArchiveError
 from flowsim.activations import PIECEWISE_LINEAR
 from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, load_solver
@@ -215,14 +216,16 @@ def test_a_window_without_kinks_agrees_with_tsit5_at_rtol_1e_12():
 
 def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing_else():
     """The fixture's problem slides on 4 surfaces of one node at once (relu): 3 slots end the
-    run with status `failed`; 8 and 12 slots give the same events and the same W."""
+    run with status `failed`; 4 slots and 12 (held to d = 5: no node slides on more surfaces
+    than the inputs' dimension) give the same events and the same W."""
     problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
     _, short = _flow(problem, p0, [400.0], slots=3, expect=status.FAILED)
     assert 0.0 < float(short.t) < 400.0
-    (_, eight), (_, twelve) = (_flow(problem, p0, [400.0], slots=k) for k in (8, 12))
-    assert int(_on(twelve.mode.slide, 20).sum(-1).max()) <= 8
-    assert np.array_equal(eight.events, twelve.events) and int(eight.events.sum()) > 100
-    assert rel_err(eight.y["W"], twelve.y["W"]) < 1e-12
+    (_, four), (_, twelve) = (_flow(problem, p0, [400.0], slots=k) for k in (4, 12))
+    assert four.mode.slide.shape[-1] == 4 and twelve.mode.slide.shape[-1] == 5
+    assert int(_on(twelve.mode.slide, 20).sum(-1).max()) <= 4
+    assert np.array_equal(four.events, twelve.events) and int(four.events.sum()) > 100
+    assert rel_err(four.y["W"], twelve.y["W"]) < 1e-12
 
 
 def _event_restart_flow(problem, params, T):
@@ -296,6 +299,19 @@ def test_two_seeds_resume_bit_identically_from_their_checkpoint_arrays():
     assert np.array_equal(a.y["W"][1], b.y["W"][1]) and np.array_equal(a.events[1], b.events[1])
     _, one = _flow(*pairs[1], [20.0, 60.0])
     assert rel_err(a.y["W"][1], one.y["W"]) < 1e-12       # the batch is the member alone
+
+
+def test_a_checkpoint_with_other_slots_is_refused_by_name_not_reshaped():
+    """A state stored with 4 slots per node does not fit one with 3 (an archive from a
+    flowsim whose `filippov` held more slots): restore says so, in an ArchiveError."""
+    problem, p0 = make_problem(activation="relu", m=30, gamma=0.0, alpha=0.4, loss="mse")
+    problems, params = batch.stack_problems([problem]), batch.stack([p0])
+    keys = batch.stack([jax.random.PRNGKey(0)])
+    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[0],
+                                               batch.init(_integrator(slots=4), problems, params, keys)))
+    fewer = jax.tree.map(np.asarray, batch.init(_integrator(slots=3), problems, params, keys))
+    with pytest.raises(ArchiveError, match=r"needs \(30, 3\).*without --resume"):
+        checkpoint.restore(fewer, 0, stored)
 
 
 def test_the_loader_refuses_filippov_for_a_network_it_does_not_integrate():

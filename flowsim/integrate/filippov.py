@@ -37,8 +37,8 @@ side its velocity points to. Then stepping restarts (the first stage is evaluate
 
 All of it runs in one `lax.while_loop` per segment: no Python per step or per event. A
 node may slide on at most `slots` surfaces at once (the preset's key, 8 by default; the
-prototype saw 4): more ends the member with status `failed`, and a larger `slots` goes on
-(its cost per step grows as slots² per node). The flow of a trained output layer, smooth
+prototype saw 4; never more than min(n, d), see `initial_mode`): more ends the member with
+status `failed`, and a larger `slots` goes on (its cost per step grows as slots² per node). The flow of a trained output layer, smooth
 activations and deeper networks are out of scope: the loader refuses them by name.
 """
 
@@ -470,7 +470,12 @@ def projected_ntg(problem: Problem, W: jax.Array, mode: Mode) -> jax.Array:
 
 
 def initial_mode(problem: Problem, W: jax.Array, slots: int) -> Mode:
+    """The mode of W off every surface, with room for `slots` sliders per node, or min(n, d)
+    where that is fewer: a node's sliding surfaces have linearly independent normals x_i
+    (their Gram matrix is solved), so further slots would stay empty, and each costs time
+    (chen-exp2-quick's d = 10 points under `filippov16` run with 10)."""
     n = problem.X.shape[0]
+    slots = min(slots, *problem.X.shape)
     return make_mode(problem.X, W @ problem.X.T > 0, jnp.full((W.shape[0], slots), n, jnp.int32))
 
 
