@@ -251,8 +251,15 @@ def cmd_inspect(args) -> int:
         if a.writer_pid is not None:
             print(f"  being written by pid {a.writer_pid}")
         interrupted = False
+        wanted = [p.get("name") for p in resolved.get("run", {}).get("solvers", []) if isinstance(p, dict)] \
+            if isinstance(resolved, dict) else []
         for name, run in a.runs.items():
             print(f"  run {name}: seed {run.seed}" + (f", {run.label}" if run.label else ""))
+            # a run whose solvers were not all begun, no writer live: killed before it got to them
+            never = [s for s in wanted if s not in run.solvers] if a.writer_pid is None else []
+            if never:
+                interrupted = True
+                print(f"    not started: {', '.join(never)}")
             for sname, sv in run.solvers.items():
                 t = sv.t
                 reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"

@@ -123,6 +123,27 @@ def test_list_inspect_and_plot(quickstart, tmp_path, capsys):
     assert any(f.endswith(".pdf") for f in files)
 
 
+def test_inspect_calls_a_run_whose_solvers_were_never_begun_interrupted(tmp_path, capsys):
+    """Killed between creating a sweep point's runs and beginning their solvers, an archive
+    has a run without its solver groups and nothing left `running`: inspect still says it
+    was interrupted and how to resume, and `--resume` completes it."""
+    out = tmp_path / "tiny.h5"
+    one = ["--set", "seeds=[0]", "--set", 'run.solvers=["gd-lr1"]']
+    assert main(["run", str(TINY), "-o", str(out), "-q", *one]) == 0
+    with h5py.File(out, "r+") as f:
+        run = sorted(f["runs"])[-1]
+        del f["runs"][run]["gd-lr1"]
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "not started: gd-lr1" in shown and "interrupted: resume with" in shown
+    assert main(["run", str(TINY), "-o", str(out), "-q", "--resume", *one]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    shown = capsys.readouterr().out
+    assert "not started" not in shown and "interrupted" not in shown
+
+
 # ---------------------------------------------------------------- bad input: exit 2, nothing written
 
 VALID = TINY.read_text()
