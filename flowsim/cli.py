@@ -251,12 +251,10 @@ def cmd_inspect(args) -> int:
         if a.writer_pid is not None:
             print(f"  being written by pid {a.writer_pid}")
         interrupted = False
-        wanted = [p.get("name") for p in resolved.get("run", {}).get("solvers", []) if isinstance(p, dict)] \
-            if isinstance(resolved, dict) else []
         for name, run in a.runs.items():
             print(f"  run {name}: seed {run.seed}" + (f", {run.label}" if run.label else ""))
-            # a run whose solvers were not all begun, no writer live: killed before it got to them
-            never = [s for s in wanted if s not in run.solvers] if a.writer_pid is None else []
+            # solvers not begun and no writer live: killed before it got to them
+            never = run.unbegun if a.writer_pid is None else []
             if never:
                 interrupted = True
                 print(f"    not started: {', '.join(never)}")

@@ -133,6 +133,8 @@ def test_inspect_calls_a_run_whose_solvers_were_never_begun_interrupted(tmp_path
     with h5py.File(out, "r+") as f:
         run = sorted(f["runs"])[-1]
         del f["runs"][run]["gd-lr1"]
+    with archive.open(out) as a:
+        assert a.runs[run].unbegun == ["gd-lr1"] and all(not r.unbegun for k, r in a.runs.items() if k != run)
     capsys.readouterr()
     assert main(["inspect", str(out)]) == 0
     shown = capsys.readouterr().out

@@ -95,6 +95,15 @@ class RunView:
         return {k: SolverView(v, live=self._archive.writer_pid is not None) for k, v in self._g.items()
                 if isinstance(v, h5py.Group) and "series_spec" in v.attrs}
 
+    @property
+    def unbegun(self) -> list[str]:
+        """The scenario's solvers this run has no group for yet (a writer killed between
+        creating the run and beginning them leaves such a run, and nothing `running`)."""
+        resolved = self._archive.attrs.get("scenario_resolved")
+        presets = resolved.get("run", {}).get("solvers", []) if isinstance(resolved, dict) else []
+        have = self.solvers
+        return [p["name"] for p in presets if isinstance(p, dict) and p.get("name") not in have]
+
     def __repr__(self) -> str:
         return f"<RunView {self.name!r} seed={self.seed} point={self.point}>"
 

@@ -53,10 +53,8 @@ def _begun_unfinished(path) -> bool:
     live)."""
     try:
         with A.open(path) as a:
-            wanted = {p["name"] for p in a.attrs["scenario_resolved"]["run"]["solvers"]}
-            runs = list(a.runs.values())
-            return any(s.status == "running" for r in runs for s in r.solvers.values()) or \
-                any(set(r.solvers) != wanted for r in runs)
+            return any(r.unbegun or any(s.status == "running" for s in r.solvers.values())
+                       for r in a.runs.values())
     except (A.ArchiveError, OSError, KeyError, RuntimeError, ValueError):   # caught mid change
         return False
 
