@@ -38,8 +38,9 @@ side its velocity points to. Then stepping restarts (the first stage is evaluate
 All of it runs in one `lax.while_loop` per segment: no Python per step or per event. A
 node may slide on at most `slots` surfaces at once (the preset's key, 8 by default; the
 prototype saw 4; never more than min(n, d), see `initial_mode`): more ends the member with
-status `failed`, and a larger `slots` goes on (its cost per step grows as slots² per node). The flow of a trained output layer, smooth
-activations and deeper networks are out of scope: the loader refuses them by name.
+status `failed`, and a larger `slots` goes on (its cost per step grows as slots² per node).
+The flow of a trained output layer, smooth activations and deeper networks are out of
+scope: the loader refuses them by name.
 """
 
 import math
@@ -320,9 +321,10 @@ def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
     pred = _at_samples(coeffs, 0)                  # (SAMPLES + 1, n, k), θ = 0 first
     if net.ref is not None:
         pred = pred - net._raw(net.ref, problem.X)
-    g = jax.vmap(_loss_grad(problem))(pred)
-    b = jnp.einsum("snk,mk->smn", g, ca)      # −b up to a positive factor: (SAMPLES + 1, m, n)
-    first = _first_sample((b[1:] * b[0] < 0) & _on(mode.slide, n))
+    g = jax.vmap(_loss_grad(problem))(pred)       # (SAMPLES + 1, n, k)
+    # the sliders' only: −b up to a positive factor, (SAMPLES + 1, m, slots)
+    b = jnp.einsum("smik,mk->smi", g[:, jnp.minimum(mode.slide, n - 1)], ca)
+    first = _first_sample((b[1:] * b[0] < 0) & (mode.slide < n))
     return (jnp.minimum(first + 1, SAMPLES) / SAMPLES).astype(sc.dtype)
 
 
