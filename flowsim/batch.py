@@ -65,14 +65,15 @@ def init(integ: AbstractIntegrator, problems: Problems, params: Params, keys: ja
 
 
 @eqx.filter_jit
-def advance(integ: AbstractIntegrator, problems: Problems, state: State, t: jax.Array):
-    """Every member advanced to its own target time `t[i]`: (state, statistics)."""
-    return eqx.filter_vmap(integ.advance, in_axes=(problems.axes, 0, 0))(problems.tree, state, t)
+def advance(integ: AbstractIntegrator, problems: Problems, state: State, t: jax.Array, horizon=None):
+    """Every member advanced to its own target time `t[i]` (`horizon`: see
+    `AbstractIntegrator.advance`): (state, statistics)."""
+    return eqx.filter_vmap(integ.advance, in_axes=(problems.axes, 0, 0, None))(problems.tree, state, t, horizon)
 
 
 @eqx.filter_jit
 def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: jax.Array, moving: jax.Array,
-          real: jax.Array, steps: jax.Array, refs: Reference | None, names: tuple[str, ...]):
+          real: jax.Array, steps: jax.Array, refs: Reference | None, names: tuple[str, ...], horizon: jax.Array):
     """Several checkpoints in one compiled call: every member advanced through its column of
     `targets` (K × members, nondecreasing), observed at each (observables and certificate
     series), in a `lax.scan`. One dispatch and one transfer per chunk instead of per checkpoint:
@@ -85,7 +86,8 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
     chunk, for the step budget (`out_of_steps`), which is checked after every checkpoint.
     `real[k]` (one for all members): False for the padding of a short chunk, which is
     neither advanced nor observed (a `lax.cond` on an unbatched flag stays a branch under
-    vmap), so a chunk of one checkpoint costs one checkpoint.
+    vmap), so a chunk of one checkpoint costs one checkpoint. `horizon`: the run's last
+    checkpoint time (see `AbstractIntegrator.advance`).
 
     Returns the state at the end of the chunk and, stacked along a leading K axis per member,
     each checkpoint's statistics (with its status), time, step and values."""
@@ -95,7 +97,7 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
             s, code, taken = carry
             t, go = xs
             go = go & (code == status.DONE)
-            new, seg = integ.advance(problem, s, jnp.where(go, t, integ.time(s)))
+            new, seg = integ.advance(problem, s, jnp.where(go, t, integ.time(s)), horizon)
             taken = taken + seg["steps"]
             ended = jnp.where(seg["status"] != status.DONE, seg["status"],
                               jnp.where(jnp.asarray(integ.out_of_steps(taken)), status.MAX_STEPS, status.DONE))

@@ -158,7 +158,9 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) 
     forward/backward intermediates (≈ 4·n·m; m the sum of an MLP's widths), the NTG work
     (2·p·m + 3·p²; an MLP's Jacobian p·P) and the data (stacked twice).
     Disk: every checkpoint row of every observed series plus the double-buffered
-    checkpoint, per seed and solver, uncompressed."""
+    checkpoint (the weights and at most one more parameter-sized array: a first-same-as-last
+    evaluation, a velocity; twice that for a flow with its reference), per seed and solver,
+    uncompressed."""
     item = 4 if config.dtype == "float32" else 8
     model = config.model
     p = min(int(config.run.ntg_points), n)
@@ -173,18 +175,18 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) 
         params = m * d + (m if trained else 0)
         ntg_work, row_m, row_d = 2 * p * m, m, d
     solvers = config.run.solvers
-    copies = 0
+    copies = stored = 0
     for s in solvers:
-        c = state_copies(s)
         paired = isinstance(s, FlowPreset) and s.reference is not None
-        copies = max(copies, c * (2 if paired else 1))
+        copies = max(copies, state_copies(s) * (2 if paired else 1))
+        stored = max(stored, 2 * (2 if paired else 1))
     data = (n + n_test) * (d + 1)
     memory = item * seeds * (copies * params + 4 * n * m + ntg_work + 3 * p * p + 2 * data)
     rows = len(config.run.checkpoint_times()) + 1
     row = 0
     for name in config.run.observe:
         row += OBSERVABLES[name].row_size(row_m, p, row_d)
-    disk = item * seeds * len(solvers) * (2 * rows * row + 2 * copies * params) + item * data
+    disk = item * seeds * len(solvers) * (2 * rows * row + 2 * stored * params) + item * data
     return {"memory": float(memory), "disk": float(disk), "params": float(params), "copies": float(copies)}
 
 

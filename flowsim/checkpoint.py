@@ -1,5 +1,6 @@
 """A member's integrator state as named arrays (what the archive stores under
-`checkpoint/`) and back. Only the array leaves are stored: the static parts of a state are
+`checkpoint/`) and back. Only the array leaves are stored, and not those of a `Scratch`
+part (which the integrator computes again): the static parts and the scratch of a state are
 rebuilt by initialising the same integrator, which gives the template to restore into."""
 
 import equinox as eqx
@@ -7,28 +8,40 @@ import jax
 import numpy as np
 
 from .archive import ArchiveError
+from .integrate.base import Scratch
+
+
+def _is_scratch(x) -> bool:
+    return isinstance(x, Scratch)
+
+
+def stored(state):
+    """The part of a state that a checkpoint holds: its `Scratch` parts left out (None)."""
+    return jax.tree.map(lambda x: None if _is_scratch(x) else x, state, is_leaf=_is_scratch)
 
 
 def as_arrays(state) -> dict[str, np.ndarray]:
     """A member's state as named arrays, `leaf000`, `leaf001`, … in pytree order."""
-    return {f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(eqx.filter(state, eqx.is_array)))}
+    leaves = jax.tree.leaves(eqx.filter(stored(state), eqx.is_array))
+    return {f"leaf{i:03d}": np.asarray(x) for i, x in enumerate(leaves)}
 
 
 def restore(template, i: int, arrays: dict[str, np.ndarray]):
-    """Put one member's stored arrays into row i of the batched `template` state (numpy)."""
-    dynamic, static = eqx.partition(template, eqx.is_array)
-    leaves, treedef = jax.tree.flatten(dynamic)
-    if len(arrays) != len(leaves):
-        raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(leaves)}")
-    new = []
-    for j, x in enumerate(leaves):
-        x = np.array(x)
-        stored = arrays[f"leaf{j:03d}"]
-        if stored.size != int(np.prod(x.shape[1:])):
+    """Put one member's stored arrays into row i of the batched `template` state (numpy);
+    its scratch stays the template's."""
+    leaves, treedef = jax.tree.flatten(template, is_leaf=_is_scratch)
+    slots = [j for j, x in enumerate(leaves) if eqx.is_array(x)]
+    if len(arrays) != len(slots):
+        raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(slots)}")
+    new = list(leaves)
+    for j, slot in enumerate(slots):
+        x = np.array(leaves[slot])
+        saved = arrays[f"leaf{j:03d}"]
+        if saved.size != int(np.prod(x.shape[1:])):
             # e.g. an archive from a flowsim whose `filippov` held more slots per node
-            raise ArchiveError(f"checkpoint array {j} has shape {stored.shape}, the solver's state needs "
+            raise ArchiveError(f"checkpoint array {j} has shape {saved.shape}, the solver's state needs "
                                f"{x.shape[1:]}: the archive's state was written by another version of this "
                                "solver; run it again without --resume")
-        x[i] = np.reshape(stored, x.shape[1:])  # the archive stores 0-d as (1,)
-        new.append(x)
-    return eqx.combine(jax.tree.unflatten(treedef, new), static)
+        x[i] = np.reshape(saved, x.shape[1:])  # the archive stores 0-d as (1,)
+        new[slot] = x
+    return jax.tree.unflatten(treedef, new)

@@ -101,7 +101,7 @@ class _Commits:
             self.now(state)
 
     def now(self, state) -> None:
-        host = to_host(state)     # the large transfer, once per commit, not per checkpoint
+        host = to_host(checkpoint.stored(state))   # the large transfer, once per commit, not per checkpoint
         for j in sorted(self.dirty):
             m = self.members[j]
             self.writer.commit(m.run.name, self.solver,
@@ -270,7 +270,8 @@ class Driver:
         tic = time.perf_counter()
 
         def work():
-            new, out = batch.chunk(integ, problems, state, targets, moving, k < len(rows), steps, refs, names)
+            new, out = batch.chunk(integ, problems, state, targets, moving, k < len(rows), steps, refs, names,
+                                   np.asarray(times[-1], here.dtype))
             # one transfer to numpy per chunk; slicing members in JAX would dispatch (and
             # compile) a small kernel per leaf
             return new, to_host(out)

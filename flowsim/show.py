@@ -81,7 +81,7 @@ def _times(ts) -> str:
 
 
 def grids(sc: Scenario) -> list[str]:
-    out = ["checkpoint grids (times from t = 0; a flow also stops at every discrete solver's times):"]
+    out = ["checkpoint grids (times from t = 0; a flow is also observed at every discrete solver's times):"]
     found: dict[str, dict[tuple, list[str]]] = {}     # solver -> grid -> the sweep points with it
     kinds = {}
     for r in sc.runs:

@@ -268,7 +268,7 @@ def test_fig1_quick_claims(tmp_path, name):
     for p in range(4):   # the flow and GD (η = 1) agree wherever the loss is above 1e-6 L0
         for f, g in zip(pts[(p, flow)], pts[(p, "gd-lr1")]):
             ig, jf = match_times(g["t"], f["t"])
-            assert len(ig) == len(g["t"])   # the flow stops at every GD checkpoint
+            assert len(ig) == len(g["t"])   # the flow is observed at every GD checkpoint
             lf, lg = f["series"]["loss"][jf], g["series"]["loss"][ig]
             seen = lg > 1e-6 * g["init"]["loss0"]
             assert np.max(np.abs(lf[seen] - lg[seen]) / lg[seen]) < 0.1

@@ -60,7 +60,7 @@ checkpoints = { times = [0.5, 1.0, 2.0, 4.0, 8.0] }
 observe = ["loss", "ntg", "weight_change", "weights"]
 solvers = [
   { name = "exact", kind = "flow", method = "dopri8", rtol = 1e-12, atol = 1e-14 },
-  { name = "loose", kind = "flow", method = "bosh3", rtol = 0.3, atol = 0.3, reference = { name = "ref", kind = "flow", method = "dopri8", rtol = 1e-12, atol = 1e-14 } },
+  { name = "loose", kind = "flow", method = "bosh3", rtol = 3e-3, atol = 3e-3, reference = { name = "ref", kind = "flow", method = "dopri8", rtol = 1e-12, atol = 1e-14 } },
   { name = "gd-0.5", kind = "gd", learning_rate = 0.5 },
   { name = "gd-0.25", kind = "gd", learning_rate = 0.25 },
 ]
@@ -168,7 +168,7 @@ def test_fitted_orders_flow_one_modified_flow_two(smooth, capsys):
 
 @pytest.mark.slow
 def test_certificate_flags_gaps_below_the_flow_error(linear_archive, tmp_path, capsys):
-    # a loose flow (Bogacki–Shampine at rtol 0.3) with a tight reference, on the linear
+    # a loose flow (Bogacki–Shampine at rtol 3e-3) with a tight reference, on the linear
     # problem: its true global error and the true GD–flow gap are known in closed form
     rep = compare.compare_archive(linear_archive)
     by = {(p.discrete, p.flow): p for p in rep.pairs}

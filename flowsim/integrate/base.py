@@ -12,6 +12,12 @@ from ..problem import Problem
 State = Any     # an integrator's own state: an Equinox module of arrays
 
 
+class Scratch(eqx.Module):
+    """A part of an integrator's state that the integrator can compute again from the rest:
+    it lives on the device between checkpoints but is not stored in the archive
+    (`flowsim.checkpoint`), and a state restored from a checkpoint has it as `init` made it."""
+
+
 class AbstractIntegrator(eqx.Module):
     """How one member's weights move from one checkpoint time to the next.
 
@@ -34,9 +40,12 @@ class AbstractIntegrator(eqx.Module):
         """The state at t = 0. `key` seeds a stochastic method (unused by the others)."""
 
     @abc.abstractmethod
-    def advance(self, problem: Problem, state: State, t_next) -> tuple[State, dict[str, jax.Array]]:
-        """Go on to time `t_next`. Returns the new state and the statistics of the stretch:
-        steps, accepted, rejected, vf_evals and a `flowsim.status` code."""
+    def advance(self, problem: Problem, state: State, t_next, horizon=None) -> tuple[State, dict[str, jax.Array]]:
+        """Go on to time `t_next`, where the member is observed. Returns the new state and the
+        statistics of the stretch: steps, accepted, rejected, vf_evals and a `flowsim.status`
+        code. `horizon` (≥ `t_next`): where the run ends, the one time an integrator with
+        dense output must end a step on (it observes earlier times inside its steps); None
+        ends a step on `t_next`."""
 
     @abc.abstractmethod
     def time(self, state: State) -> jax.Array:

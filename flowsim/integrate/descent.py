@@ -64,8 +64,8 @@ class DescentIntegrator(AbstractIntegrator):
             return jax.value_and_grad(problem.batch_loss)(y, idx)
         return jax.value_and_grad(problem.loss)(y)
 
-    def advance(self, problem: Problem, state: DescentState, t_next) -> tuple[DescentState, dict]:
-        """Run steps until k = round(t_next/η), or until divergence."""
+    def advance(self, problem: Problem, state: DescentState, t_next, horizon=None) -> tuple[DescentState, dict]:
+        """Run steps until k = round(t_next/η), or until divergence (`horizon`: unused)."""
         k_end = self.steps_for(t_next)
         k_start = state.step
         dtype = jax.tree.leaves(state.y)[0].dtype  # keep float32 runs in float32

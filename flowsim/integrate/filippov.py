@@ -517,7 +517,8 @@ class FilippovIntegrator(AbstractIntegrator):
     def init_evals(self) -> int:
         return 1          # the first step's size is guessed from the velocity at t = 0
 
-    def advance(self, problem: Problem, state: FilippovState, t_next) -> tuple[FilippovState, dict]:
+    def advance(self, problem: Problem, state: FilippovState, t_next, horizon=None) -> tuple[FilippovState, dict]:
+        """Integrate to `t_next`, a step ending there (`horizon` is not used)."""
         low = low_slope(problem)
         X = problem.X
         t_next = jnp.asarray(t_next, state.t.dtype)

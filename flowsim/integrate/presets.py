@@ -28,8 +28,8 @@ def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:
 def checkpoint_grid(preset: Preset, run: Run, horizons: tuple[float, ...] = ()) -> np.ndarray:
     """Checkpoint times from t = 0; a discrete preset's are at t = kη exactly.
 
-    A flow also stops at every time a discrete solver of the run records, so that flow and
-    GD are compared at matched times, never by interpolation. `horizons`: the earlier
+    A flow is also observed at every time a discrete solver of the run records, so that flow
+    and GD are compared at matched times (never by interpolating between rows). `horizons`: the earlier
     t_ends of an archive extended with `--resume --set run.t_end=T` (increasing): its grid
     is the first horizon's grid, then each later horizon's grid past the one before (rows
     already written keep their times)."""

@@ -32,9 +32,9 @@ class ReferencePair(AbstractIntegrator):
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> PairState:
         return PairState(flow=self.flow.init(problem, params), reference=self.reference.init(problem, params))
 
-    def advance(self, problem: Problem, state: PairState, t_next) -> tuple[PairState, dict[str, jax.Array]]:
-        flow, stats = self.flow.advance(problem, state.flow, t_next)
-        reference, _ = self.reference.advance(problem, state.reference, t_next)
+    def advance(self, problem: Problem, state: PairState, t_next, horizon=None) -> tuple[PairState, dict[str, jax.Array]]:
+        flow, stats = self.flow.advance(problem, state.flow, t_next, horizon)
+        reference, _ = self.reference.advance(problem, state.reference, t_next, horizon)
         return PairState(flow=flow, reference=reference), stats
 
     def time(self, state: PairState) -> jax.Array:
@@ -48,7 +48,7 @@ class ReferencePair(AbstractIntegrator):
 
     def certificate(self, problem: Problem, state: PairState) -> dict[str, jax.Array]:
         """‖W − W_ref‖ and |L − L_ref|."""
-        y, y_ref = state.flow.y, state.reference.y
+        y, y_ref = self.flow.params(state.flow), self.reference.params(state.reference)
         diff = jax.tree.map(lambda a, b: jnp.sum((a - b) ** 2), y, y_ref)
         return {"flow_error": jnp.sqrt(sum(jax.tree.leaves(diff))),
                 "flow_loss_error": jnp.abs(problem.loss(y) - problem.loss(y_ref))}

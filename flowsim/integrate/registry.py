@@ -24,7 +24,9 @@ class FlowMethod:
     name: str
     implicit: bool
     # Copies of the parameter vector the method keeps alive (stages, error estimate, state,
-    # the host copy of a checkpoint); implicit methods add the Krylov basis of their GMRES.
+    # the host copy of a checkpoint; the Diffrax methods also hold the step past the last
+    # checkpoint: its stages, end, solver state and the weights at the checkpoint, stages + 3);
+    # implicit methods add the Krylov basis of their GMRES.
     state_copies: int
     diffrax: str          # the Diffrax solver class (a name, so that this table needs no JAX)
     # Event-driven through the kinks of a shallow ReLU net (flowsim.integrate.filippov),
@@ -41,13 +43,13 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
 )}
 
 FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
-    FlowMethod("tsit5", implicit=False, state_copies=11, diffrax="Tsit5"),
-    FlowMethod("dopri5", implicit=False, state_copies=11, diffrax="Dopri5"),
-    FlowMethod("dopri8", implicit=False, state_copies=18, diffrax="Dopri8"),
-    FlowMethod("heun", implicit=False, state_copies=6, diffrax="Heun"),
-    FlowMethod("bosh3", implicit=False, state_copies=8, diffrax="Bosh3"),
-    FlowMethod("ralston", implicit=False, state_copies=6, diffrax="Ralston"),
-    FlowMethod("kvaerno5", implicit=True, state_copies=40, diffrax="Kvaerno5"),
+    FlowMethod("tsit5", implicit=False, state_copies=21, diffrax="Tsit5"),
+    FlowMethod("dopri5", implicit=False, state_copies=21, diffrax="Dopri5"),
+    FlowMethod("dopri8", implicit=False, state_copies=35, diffrax="Dopri8"),
+    FlowMethod("heun", implicit=False, state_copies=11, diffrax="Heun"),
+    FlowMethod("bosh3", implicit=False, state_copies=15, diffrax="Bosh3"),
+    FlowMethod("ralston", implicit=False, state_copies=11, diffrax="Ralston"),
+    FlowMethod("kvaerno5", implicit=True, state_copies=50, diffrax="Kvaerno5"),
     # Dormand–Prince stages, its dense output's five coefficients, the event point
     FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", filippov=True),
 )}
