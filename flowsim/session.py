@@ -82,7 +82,9 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     on_primary(lambda: _check_output(out, resume=resume, overwrite=overwrite))
     # Refuse what would exhaust memory (or the disk) before anything is allocated.
     check_resources(sc, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
-    built = {r.name: build_run(r.settings, r.seed) for r in [sc.runs[0], *runs]}
+    # the scenario's first run (whose data /data holds) with this process's runs, each once
+    todo = {r.name: r for r in [sc.runs[0], *runs]}
+    built = {name: build_run(r.settings, r.seed) for name, r in todo.items()}
     return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
 
 

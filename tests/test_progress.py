@@ -110,7 +110,8 @@ def test_a_stop_acts_while_a_long_segment_computes(tmp_path):
     path = tmp_path / "kinked.toml"
     path.write_text(KINKED.format(max_steps=400_000))
     job = prepare(path, [], output=tmp_path / "k.h5")
-    with pytest.raises(Interrupted, match="during the segment to t = 1333.33"):
+    # the chunk after t = 0 holds one checkpoint, or more where the first chunk ran fast
+    with pytest.raises(Interrupted, match=r"during the segment to t = (1333.33|2666.67|4000)\b"):
         with open_archive(job) as writer:   # stop once the t = 0 checkpoint is committed
             Driver(job.scenario, writer, progress=False, report=lambda s: None,
                    stop_now=lambda: writer.n_checkpoints("seed0", "tight") > 0).run(job.built)

@@ -195,3 +195,27 @@ def test_chen_gram_and_bound():
     np.testing.assert_allclose(
         theory.chen_loss_bound(t, 2.0, 8.0, 0.5, 0.1), 2.0 * np.exp(-0.2 * t), rtol=1e-15
     )
+
+
+def test_kappa_n_is_computed_once_per_data_and_activation(monkeypatch):
+    """The runs of a sweep point share their data: κ_n (a quadrature before the first step)
+    is computed for the first and read back for the others, and equals theory.kappa_n."""
+    from flowsim.build import build_run
+    from flowsim.config import load_scenario, scenarios_dir
+    from flowsim.models import shallow
+
+    calls = []
+    real = theory.kappa_n
+    monkeypatch.setattr(theory, "kappa_n", lambda X, a, **kw: calls.append(a) or real(X, a, **kw))
+    monkeypatch.setattr(shallow, "_KAPPA_N", {})
+    sc = load_scenario(scenarios_dir() / "quickstart.toml", ["data.n=6", "data.d=3", "data.n_test=4",
+                                                             "model.width=8", "run.ntg_points=5"])
+    built = [build_run(r.settings, r.seed) for r in sc.runs]
+    assert len(sc.runs) == 9 and calls == ["swish"]
+    X = np.asarray(built[0].dataset.X_train[:5])
+    assert all(float(b.init["kappa_n"]) == real(X, "swish") for b in built)
+    tanh = load_scenario(scenarios_dir() / "quickstart.toml", ["data.n=6", "data.d=3", "data.n_test=4",
+                                                               "model.width=8", "run.ntg_points=5",
+                                                               'model.activation="tanh"'])
+    build_run(tanh.runs[0].settings, tanh.runs[0].seed)
+    assert calls == ["swish", "tanh"]
