@@ -114,7 +114,7 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
             shapes = traced.out_struct[1]
             return carry, jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), shapes)
 
-        def step(carry, xs):
+        def step(carry, xs):   # (a lambda: lax.cond hashes its branches, and `traced` is unhashable)
             return jax.lax.cond(xs[2], lambda c, x: traced(c, x), padding, carry, xs[:2])
 
         (s, _, _), out = jax.lax.scan(step, carry, (times, move, real))

@@ -165,11 +165,11 @@ class FlowIntegrator(AbstractIntegrator):
         tnext, cstate = self.controller.init(terms, t0, t0 + 1.0, params, None, problem,
                                              self.solver.func, self.solver.error_order(terms))
         sstate = self.solver.init(terms, t0, tnext, params, problem)
-        state = FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate, ahead=None)
-        step = jax.eval_shape(lambda: self._attempt(problem, state, t0))
+        bare = FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate, ahead=None)
+        step = jax.eval_shape(lambda: self._attempt(problem, bare, t0))
         zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6])
-        return eqx.tree_at(lambda s: s.ahead, state, Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params),
-                           is_leaf=lambda x: x is None)
+        return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate,
+                         ahead=Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params))
 
     @property
     def init_evals(self) -> int:
@@ -203,9 +203,9 @@ class FlowIntegrator(AbstractIntegrator):
         clip = t_next if horizon is None else jnp.maximum(jnp.asarray(horizon, t_next.dtype), t_next)
 
         def commit(s: FlowState, take, t1, y1, sstate, cstate, stats, code):
-            s = FlowState(t=jnp.where(take, t1, s.t), y=_where(take, y1, s.y),
-                          solver_state=_where(take, sstate, s.solver_state),
-                          controller_state=_where(take, cstate, s.controller_state), ahead=s.ahead)
+            t, y, sstate, cstate = _where(take, (t1, y1, sstate, cstate),
+                                          (s.t, s.y, s.solver_state, s.controller_state))
+            s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
             stats = stats + jnp.stack([take, take, False]).astype(stats.dtype)
             if self.stop_loss > 0:
                 code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), status.STOPPED, code)
@@ -220,11 +220,9 @@ class FlowIntegrator(AbstractIntegrator):
             s, stats, code, streak, tries = c
             keep, t1, y1, sstate, cstate, stages, result, blowup = self._attempt(problem, s, clip)
             hold = keep & (t1 > t_next)
-            a = s.ahead
-            ahead = Ahead(valid=hold, t1=jnp.where(hold, t1, a.t1), y1=_where(hold, y1, a.y1),
-                          solver_state=_where(hold, sstate, a.solver_state),
-                          controller_state=_where(hold, cstate, a.controller_state),
-                          stages=_where(hold, stages, a.stages), at=a.at, y_at=a.y_at)
+            a = s.ahead     # not valid here (the loop runs only without a step held)
+            ahead = _where(hold, Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate, controller_state=cstate,
+                                       stages=stages, at=a.at, y_at=a.y_at), a)
             # a rejected try updates the committed controller (its next proposal); a step held
             # ahead leaves it as it was, so that the step is proposed again after a restore
             s = FlowState(t=s.t, y=s.y, solver_state=s.solver_state,
