@@ -289,6 +289,35 @@ def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
         assert rel_err(bstate.y["W"][i], s.y["W"]) <= 1e-12
 
 
+@pytest.mark.parametrize("kind", ["flow", "gd"])
+def test_a_batch_of_one_is_its_member_in_a_batch_of_two(kind):
+    """A batch of one is run unbatched (`batch.over_members`): the same numbers, statistics and
+    shapes as the member gets in a vmapped batch of two (which shares X, the unmapped leaves)."""
+    (p0, w0), (_, w1) = make_problem(seed=0), make_problem(seed=1)
+    integ = (make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10})
+             if kind == "flow" else make_descent_integrator({"kind": "gd", "learning_rate": 0.5}))
+    names = ("loss", "weight_change")
+    times = np.array([1.0, 2.5, 6.0])
+
+    def run(members):
+        problems = batch.stack_problems([p0] * len(members))
+        params = batch.stack(members)
+        state = batch.init(integ, problems, params, batch.stack([jax.random.PRNGKey(0)] * len(members)))
+        refs = batch.references(problems, params)
+        k = len(members)
+        new, (seg, t, _, values) = batch.chunk(integ, problems, state, np.repeat(times[:, None], k, 1),
+                                               np.ones((3, k), bool), np.ones(3, bool), np.zeros(k, np.int64),
+                                               refs, names, np.asarray(6.0))
+        return integ.params(new)["W"], seg["steps"], t, values
+
+    (W1, steps1, t1, v1), (W2, steps2, t2, v2) = run([w0]), run([w0, w1])
+    assert W1.shape == (1, *w0["W"].shape) and t1.shape == (3, 1) and v1["loss"].shape == (3, 1)
+    assert np.array_equal(steps1[:, 0], steps2[:, 0]) and np.array_equal(t1[:, 0], t2[:, 0])
+    assert rel_err(W1[0], W2[0]) <= 1e-12
+    for name in names:
+        np.testing.assert_allclose(v1[name][:, 0], v2[name][:, 0], rtol=1e-12, atol=0)
+
+
 # ---------------------------------------------------------------- statuses
 
 def test_gd_divergence_is_a_status_with_the_step():
