@@ -328,6 +328,37 @@ def test_sigkill_many(tmp_path):
     assert sum(p > 0 for p, _ in results) >= 20
 
 
+def test_a_torn_metadata_block_fails_a_swmr_read_instead_of_hanging(tmp_path):
+    """HDF5's SWMR reader retries a block whose checksum fails 100 times, doubling its sleep
+    each time: for a block torn for good (a kill in the middle of a flush) that is about
+    2^100 ns. flowsim's SWMR reader (`archive.swmr`) bounds the tries, so the read fails
+    like a plain one. In a child process: the failure this guards against is a hang."""
+    from flowsim.archive import swmr
+
+    assert swmr._set_attempts() is not None        # h5py's libhdf5 was found
+    path = tmp_path / "torn.h5"
+    with h5py.File(path, "w", libver="latest") as f:
+        f["good"] = np.arange(10.0)
+        f["torn"] = np.arange(5.0)
+    raw = bytearray(path.read_bytes())
+    headers = [m.start() for m in re.finditer(b"OHDR", raw)]
+    raw[headers[-1] + 8] ^= 0xFF         # inside the last object header: its checksum fails
+    path.write_bytes(bytes(raw))
+    child = textwrap.dedent(f"""
+        from flowsim.archive.swmr import open_swmr_read
+        with open_swmr_read({str(path)!r}) as f:
+            print(f.swmr_mode, list(f["good"][()]))
+            try:
+                f["torn"]
+            except KeyError as err:
+                print("error:", err)
+    """)
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0] == f"True {list(np.arange(10.0))}"
+    assert "incorrect metadata checksum after all read attempts" in out.stdout
+
+
 def _killed_writer(path: Path) -> None:
     """The sample writer, SIGKILLed a moment after its first committed rows."""
     proc = subprocess.Popen([sys.executable, str(SAMPLE_WRITER), str(path)], stdout=subprocess.PIPE, text=True)

@@ -26,6 +26,7 @@ from .format import (HDF5_SIGNATURE, build_solver, dumps, iter_solvers, read_arr
                      write_arrays)
 from .lock import Lock
 from .superblock import FlagClearedFile, stored_eof, superblock_cleared
+from .swmr import open_swmr_read
 
 _SHORT_TAIL_MAX = 64 << 20   # a short file missing more than this is a truncated copy
 _FLAG_RETRY_S = 1.0           # how long open() waits for a live writer's structure change
@@ -82,7 +83,7 @@ def open_h5_readonly(path: str) -> h5py.File:
     deadline = time.monotonic() + _FLAG_RETRY_S
     while True:
         try:
-            return h5py.File(path, "r", swmr=True, locking=False)
+            return open_swmr_read(path)
         except OSError as exc:
             msg = str(exc)
             if "not already open for SWMR" in msg or "already open for write" in msg:
