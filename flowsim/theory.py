@@ -77,11 +77,9 @@ def gauss_hermite_rule(quad_points: int) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.partial(jax.jit, static_argnums=0)
 def _quadrature_block(sigma_prime, L11, L21, L22, z, w):
-    """Σ_a Σ_b w_a w_b σ'(L11_i z_a) σ'(L21_ik z_a + L22_ik z_b) for a block of rows i."""
-    v = L21[:, :, None, None] * z[:, None] + L22[:, :, None, None] * z[None, :]
-    inner = sigma_prime(v) @ w  # (rows, n, Q): the z_b sum at each z_a
-    outer = sigma_prime(L11[:, None] * z) * w  # (rows, Q)
-    return jnp.einsum("ra,rna->rn", outer, inner)
+    """Σ_a Σ_b w_a w_b σ'(L11_p z_a) σ'(L21_p z_a + L22_p z_b) for a block of pairs p."""
+    inner = sigma_prime(L21[:, None, None] * z[:, None] + L22[:, None, None] * z[None, :]) @ w   # (pairs, Q)
+    return jnp.sum(sigma_prime(L11[:, None] * z) * w * inner, axis=-1)
 
 
 def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48) -> np.ndarray:
@@ -101,22 +99,23 @@ def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48)
     """
     C = np.asarray(C, dtype=np.float64)
     n = len(C)
-    L11 = np.sqrt(np.maximum(np.diag(C), 0.0))
-    L21 = np.divide(C, L11[:, None], out=np.zeros_like(C), where=L11[:, None] > 0)
-    L22 = np.sqrt(np.maximum(np.diag(C)[None, :] - L21**2, 0.0))
+    i, k = np.triu_indices(n)   # E is symmetric: each pair once
+    L11 = np.sqrt(np.maximum(np.diag(C), 0.0))[i]
+    L21 = np.divide(C[i, k], L11, out=np.zeros(len(i)), where=L11 > 0)
+    L22 = np.sqrt(np.maximum(np.diag(C)[k] - L21**2, 0.0))
     z, w = gauss_hermite_rule(quad_points)
-    rows = min(n, max(1, _QUADRATURE_BLOCK // (n * quad_points**2)))
-    # every block the same shape (the last padded with zero-variance rows, dropped after):
+    size = max(1, _QUADRATURE_BLOCK // quad_points**2)
+    # every block the same shape (the last padded with zero-variance pairs, dropped after):
     # one compiled program, where a shorter last block would trace and compile a second
-    pad = -n % rows
-    L11, L21, L22 = (np.concatenate([A, np.zeros((pad, *A.shape[1:]))]) for A in (L11, L21, L22))
-    blocks = [
-        _quadrature_block(
-            sigma_prime, L11[i : i + rows], L21[i : i + rows], L22[i : i + rows], z, w
-        )
-        for i in range(0, n + pad, rows)
-    ]
-    return np.asarray(jnp.concatenate(blocks))[:n]
+    pad = -len(i) % size if len(i) > size else 0
+    L11, L21, L22 = (np.concatenate([A, np.zeros(pad)]) for A in (L11, L21, L22))
+    size = min(size, len(L11))
+    pairs = np.concatenate([np.asarray(_quadrature_block(sigma_prime, L11[j : j + size], L21[j : j + size],
+                                                         L22[j : j + size], z, w))
+                            for j in range(0, len(L11), size)])[: len(i)]
+    E = np.empty((n, n))
+    E[i, k] = E[k, i] = pairs
+    return E
 
 
 @functools.lru_cache
@@ -145,7 +144,6 @@ def mean_ntg(X, activation: str, *, quad_points: int = 48) -> np.ndarray:
         E = leaky_relu_expectation(correlation(C))
     elif activation in SMOOTH:
         E = gauss_hermite_expectation(C, _sigma_prime(activation), quad_points)
-        E = (E + E.T) / 2  # the two Cholesky orders agree only to rounding
     else:
         raise ValueError(f"no mean-NTG formula for activation {activation!r}")
     return C * E
