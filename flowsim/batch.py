@@ -29,7 +29,7 @@ def over_members(fn, in_axes, out_axes=0):
     vmapped = eqx.filter_vmap(fn, in_axes=in_axes, out_axes=out_axes)
 
     def call(*args):
-        sizes = set()
+        sizes = set()     # the batch sizes the mapped leaves hold (collected, nothing mapped)
         for arg, axes in zip(args, in_axes):
             _on_mapped(lambda x, ax: sizes.add(x.shape[ax]) or x, arg, axes)
         if sizes != {1}:
@@ -157,7 +157,7 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
 def observe(problems: Problems, params: Params, refs: Reference | None, names: tuple[str, ...]) -> dict[str, jax.Array]:
     """The observables `names` of every member (see `flowsim.observe`)."""
     return over_members(lambda p, y, r: observe_member(p, y, r, names),
-                           in_axes=(problems.axes, 0, 0))(problems.tree, params, refs)
+                        in_axes=(problems.axes, 0, 0))(problems.tree, params, refs)
 
 
 @eqx.filter_jit

@@ -27,7 +27,7 @@ def open_swmr_read(path: str) -> h5py.File:
     """`h5py.File(path, "r", swmr=True, locking=False)` with `READ_ATTEMPTS` metadata reads."""
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
     fapl.set_libver_bounds(h5py.h5f.LIBVER_EARLIEST, h5py.h5f.LIBVER_LATEST)
-    fapl.set_file_locking(False, True)
+    fapl.set_file_locking(False, ignore_when_disabled=False)     # locking=False, as h5py sets it
     set_attempts = _set_attempts()
     if set_attempts is not None:
         set_attempts(fapl.id, READ_ATTEMPTS)
