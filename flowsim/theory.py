@@ -104,12 +104,11 @@ def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48)
     L21 = np.divide(C[i, k], L11, out=np.zeros(len(i)), where=L11 > 0)
     L22 = np.sqrt(np.maximum(np.diag(C)[k] - L21**2, 0.0))
     z, w = gauss_hermite_rule(quad_points)
-    size = max(1, _QUADRATURE_BLOCK // quad_points**2)
+    size = min(len(i), max(1, _QUADRATURE_BLOCK // quad_points**2))
     # every block the same shape (the last padded with zero-variance pairs, dropped after):
     # one compiled program, where a shorter last block would trace and compile a second
-    pad = -len(i) % size if len(i) > size else 0
+    pad = -len(i) % size
     L11, L21, L22 = (np.concatenate([A, np.zeros(pad)]) for A in (L11, L21, L22))
-    size = min(size, len(L11))
     pairs = np.concatenate([np.asarray(_quadrature_block(sigma_prime, L11[j : j + size], L21[j : j + size],
                                                          L22[j : j + size], z, w))
                             for j in range(0, len(L11), size)])[: len(i)]
