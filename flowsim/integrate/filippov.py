@@ -59,6 +59,11 @@ from .base import AbstractIntegrator
 SAMPLES = 16        # points of a step at which every pair's s_ji is looked at
 ROOT_TOL = 2.0 ** -40   # a crossing's θ is located to this fraction of the step
 EXIT_ITERATIONS = 30
+# An exit is located to this fraction of the step. Its velocity is continuous there (the
+# control reaches its bound), so an exit found Δθ late moves W by O(Δθ²): far below the
+# tolerances at 1e-10, where a tighter bracket only spends iterations at the round-off of
+# the controls.
+EXIT_TOL = 1e-10
 # An exit is an event once a control is this far outside [low, 1]: far above the round-off
 # in which the event's two computations of δ (on the step, and in `_resolve` after the
 # pairs are put back on their surfaces) differ, so that the resolution always sees the
@@ -249,10 +254,11 @@ def _exit_excess(delta: jax.Array, weight: jax.Array, slack: jax.Array, low: flo
     return _violation(delta, weight, low) - slack
 
 
-def _first_exit(excess, v0: jax.Array, hi, v1: jax.Array, found) -> tuple[jax.Array, jax.Array]:
-    """The first θ in (0, hi] where a slider's `excess(θ)` (m, slots) rises above 0, given
-    that none is above 0 at θ = 0 (v0) and one is at θ = hi (v1), when `found`; and the
-    evaluations it took. Returns the bracket's upper end, where the exit is seen.
+def _first_exit(excess, at0, hi, at1, found) -> tuple[jax.Array, tuple, jax.Array]:
+    """The first θ in (0, hi] where a slider's excess (`excess(θ)` returns it, (m, slots),
+    with whether each control is above 1) rises above 0, given that none is above 0 at θ = 0
+    (at0) and one is at θ = hi (at1), when `found`; the bracket's upper end, where the exit
+    is seen, with `excess` there, and the evaluations it took.
 
     The largest excess is flat (sliders of fitted points, weighted near 0, sit just below
     0) until the exiting slider rises through it: a secant on the largest stalls there (a
@@ -260,25 +266,26 @@ def _first_exit(excess, v0: jax.Array, hi, v1: jax.Array, found) -> tuple[jax.Ar
     is taken on the slider that is largest at the bracket's upper end, with its own value
     at the lower end, and a bisection whenever two iterations have not halved the bracket."""
     def step(c):
-        a, va, b, vb, k, older, old = c
+        a, at_a, b, at_b, k, older, old = c
+        va, vb = at_a[0], at_b[0]
         fb = _whole(jnp.max, vb)
         ga = _whole(jnp.max, jnp.where(vb == fb, va, -jnp.inf))        # that slider at a
         width = b - a
         secant = jnp.clip(b - fb * width / (fb - ga), a + 1e-3 * width, b - 1e-3 * width)
         m = jnp.where(width > 0.5 * older, 0.5 * (a + b), secant)
-        vm = excess(m)
-        up = _whole(jnp.max, vm) > 0
-        return (jnp.where(up, a, m), jnp.where(up, va, vm), jnp.where(up, m, b), jnp.where(up, vm, vb),
-                k + 1, old, width)
+        at_m = excess(m)
+        up = _whole(jnp.max, at_m[0]) > 0
+        pick = lambda x, y: jax.tree.map(lambda u, v: jnp.where(up, u, v), x, y)  # noqa: E731
+        return jnp.where(up, a, m), pick(at_a, at_m), jnp.where(up, m, b), pick(at_m, at_b), k + 1, old, width
 
     def going(c):
         a, _, b, _, k, _, _ = c
-        return (k < EXIT_ITERATIONS) & (b - a > 1e-13)
+        return (k < EXIT_ITERATIONS) & (b - a > EXIT_TOL)
 
-    one = jnp.ones((), v1.dtype)
-    start = (0 * one, v0, hi * one, v1, jnp.where(found, 0, EXIT_ITERATIONS), jnp.inf * one, jnp.inf * one)
-    _, _, theta, _, iterations, _, _ = jax.lax.while_loop(going, step, start)
-    return theta, jnp.where(found, iterations, 0)
+    one = jnp.ones((), at1[0].dtype)
+    start = (0 * one, at0, hi * one, at1, jnp.where(found, 0, EXIT_ITERATIONS), jnp.inf * one, jnp.inf * one)
+    _, _, theta, at_theta, iterations, _, _ = jax.lax.while_loop(going, step, start)
+    return theta, at_theta, jnp.where(found, iterations, 0)
 
 
 def _horner(coeffs: jax.Array, theta) -> jax.Array:
@@ -294,7 +301,8 @@ def _at_samples(coeffs: jax.Array, start: int) -> jax.Array:
     fused into every consumer and evaluated again in each."""
     grid = jnp.arange(start, SAMPLES + 1, dtype=coeffs.dtype) / SAMPLES
     powers = grid[:, None] ** jnp.arange(coeffs.shape[0] - 1, -1, -1, dtype=coeffs.dtype)
-    return jnp.tensordot(powers, coeffs, 1)
+    # (a matrix product of two matrices: as `tensordot`, twice as slow on XLA:CPU)
+    return (powers @ coeffs.reshape(coeffs.shape[0], -1)).reshape((-1,) + coeffs.shape[1:])
 
 
 def _first_sample(flags: jax.Array) -> jax.Array:
@@ -331,7 +339,8 @@ def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
 def _first_crossing(sc: jax.Array, sign: jax.Array, free: jax.Array) -> jax.Array:
     """The first θ in (0, 1] at which a free pair's sign·s(θ) goes below 0 (sc: (5, m, n)
     coefficients of s(θ)); 2 where there is none."""
-    neg = (sign * _at_samples(sc, 1) < 0) & free              # (SAMPLES, m, n)
+    values = sign * _at_samples(sc, 0)                        # (SAMPLES + 1, m, n), θ = 0 first
+    neg = (values[1:] < 0) & free
     hit = neg.any(0)
     crossing = _whole(jnp.any, hit)
     first = _first_sample(neg)          # the first sample interval with a crossing
@@ -351,10 +360,16 @@ def _first_crossing(sc: jax.Array, sign: jax.Array, free: jax.Array) -> jax.Arra
         return k + 1, lo, hi, x_new, jnp.abs(x_new - x)
 
     lo, hi = (first / SAMPLES).astype(sc.dtype), ((first + 1) / SAMPLES).astype(sc.dtype)
+    # Newton starts from the earliest of the crossing pairs' chords over the interval: on a
+    # sixteenth of the step a quartic is nearly straight, and the chord's root is a few
+    # digits from the crossing, where the interval's middle is none
+    f_lo, f_hi = values[jnp.minimum(first, SAMPLES - 1)], values[jnp.minimum(first + 1, SAMPLES)]
+    chord = jnp.where((f_lo >= 0) & (f_hi < 0) & free, f_lo / jnp.where(f_lo > f_hi, f_lo - f_hi, 1.0), 1.0)
+    start = lo + (hi - lo) * jnp.clip(_whole(jnp.min, chord), 0.0, 1.0)
     # a while loop, not a cond: under vmap a cond runs both branches, this runs no iteration
     # when no member of the batch has a crossing
     _, _, hi, x, _ = jax.lax.while_loop(lambda c: crossing & (c[4] > ROOT_TOL) & (c[0] < 60), newton,
-                                        (0, lo, hi, 0.5 * (lo + hi), jnp.asarray(1.0, sc.dtype)))
+                                        (0, lo, hi, start, jnp.asarray(1.0, sc.dtype)))
     return jnp.where(crossing, jnp.minimum(x, hi), 2.0)
 
 
@@ -452,7 +467,11 @@ def _resolve(problem: Problem, W: jax.Array, mode: Mode, touching: jax.Array, le
     off = ~was & ~now
     events = jnp.stack([_whole(jnp.sum, off & (active != mode.active)), _whole(jnp.sum, now & ~was),
                         _whole(jnp.sum, was & ~now)])
-    return W, make_mode(X, active, new_slide), events, _whole(jnp.all, fit[:, None])
+    # the sliders' inverse Gram matrices change with their sets only: a crossing (most events)
+    # keeps them (a cond, which under vmap computes both and selects)
+    gram_inv = jax.lax.cond(_whole(jnp.all, new_slide == mode.slide), lambda: mode.gram_inv,
+                            lambda: make_mode(X, active, new_slide).gram_inv)
+    return W, Mode(active=active, slide=new_slide, gram_inv=gram_inv), events, _whole(jnp.all, fit[:, None])
 
 
 def projected_ntg(problem: Problem, W: jax.Array, mode: Mode) -> jax.Array:
@@ -562,27 +581,29 @@ class FilippovIntegrator(AbstractIntegrator):
             theta_cross = _first_crossing(sc, sign, free)
 
             def excess(th):
-                return _exit_excess(*_velocity_and_control_at(problem, _horner(sc, th) / root_d, s.mode)[1:], low)
+                _, delta, weight, slack = _velocity_and_control_at(problem, _horner(sc, th) / root_d, s.mode)
+                return _exit_excess(delta, weight, slack, low), delta > 1.0
 
-            # the exits are looked for up to the step's end or, where a slider's b changes sign
-            # within the step, up to the first sample after (`_first_pole`); the step ends
-            # there if no exit is found before it
+            # the exits are looked for up to the first crossing, or the step's end or, where a
+            # slider's b changes sign within the step, up to the first sample after
+            # (`_first_pole`); the step ends there if no exit is found before it
             pole = _first_pole(problem, sc, s.mode)
-            v0, v1 = excess(0.0), excess(pole)
-            f0, e1 = _whole(jnp.max, v0), _whole(jnp.max, v1)
+            end = jnp.minimum(pole, theta_cross)
+            at0, at1 = excess(0.0), excess(end)
+            f0, e1 = _whole(jnp.max, at0[0]), _whole(jnp.max, at1[0])
             exit_found = ok & (e1 > 0) & (f0 <= 0)
-            theta_exit, iters = _first_exit(excess, v0, pole, v1, exit_found)
-            theta_exit = jnp.where(exit_found, theta_exit,
-                                   jnp.where(ok & (f0 > 0), 0.0, jnp.where(pole < 1.0, pole, 2.0)))
-            theta = jnp.minimum(theta_cross, theta_exit)
+            theta_exit, at_exit, iters = _first_exit(excess, at0, end, at1, exit_found)
+            theta = jnp.where(ok & (f0 > 0), 0.0, jnp.where(exit_found, theta_exit, jnp.where(pole < 1.0, end, theta_cross)))
             event = ok & (theta <= 1.0)
             theta = jnp.minimum(theta, 1.0)
+            # the sliders whose exit is the event, and the side each leaves to (none where the
+            # event is a crossing or the pole: the excess is ≤ 0 up to there)
+            v, above = jax.tree.map(lambda a, b, c: jnp.where(f0 > 0, a, jnp.where(exit_found, b, c)), at0, at_exit, at1)
+            leaving = jnp.where(v > 0, jnp.where(above, 2, 1), 0)
             touching = _crossed(sc, sign, free, theta)
             Wstar = _horner(coeffs, theta)
 
             def resolution(c):
-                _, delta, weight, slack = _velocity_and_control_at(problem, _horner(sc, theta) / root_d, s.mode)
-                leaving = jnp.where(_violation(delta, weight, low) > slack, jnp.where(delta > 1.0, 2, 1), 0)
                 return False, *_resolve(problem, Wstar, s.mode, touching, leaving)
 
             # once on a step with an event, else not at all (a while loop, not a cond: under
@@ -602,9 +623,8 @@ class FilippovIntegrator(AbstractIntegrator):
             code = jnp.where(event & ~fit, status.FAILED, jnp.where(finite, code, status.NONFINITE))
             if self.stop_loss > 0:
                 code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), status.STOPPED, code)
-            # the stages, the exit test at both ends, the event point's controls and its
-            # resolution
-            evals = 6 + s.jumped + 2 + 2 * event + iters
+            # the stages, the exit test at both ends and the event's resolution
+            evals = 6 + s.jumped + 2 + event + iters
             stats = stats + jnp.stack([1, ok, ~ok, evals]).astype(stats.dtype)
             return new, stats, code
 
