@@ -43,16 +43,20 @@ def _gd(problem, params, eta, T):
     return state
 
 
-def _integrator(rtol=1e-8, slots=8):
-    return FilippovIntegrator(rtol=rtol, atol=rtol * 1e-2, max_steps=100_000, stop_loss=0.0, slots=slots)
+def _integrator(rtol=1e-8, slots=8, few_slots=4):
+    return FilippovIntegrator(rtol=rtol, atol=rtol * 1e-2, max_steps=100_000, stop_loss=0.0, slots=slots,
+                              few_slots=few_slots)
 
 
-def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE):
-    integ = _integrator(rtol, slots)
+def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE, few_slots=4, totals=None):
+    integ = _integrator(rtol, slots, few_slots)
     advance = eqx.filter_jit(integ.advance)
     state = integ.init(problem, params)
     for t in times:
         state, stats = advance(problem, state, jnp.asarray(t))
+        if totals is not None:
+            for k in ("steps", "rejected"):
+                totals[k] = totals.get(k, 0) + int(stats[k])
         if int(stats["status"]) != status.DONE:
             break
     assert int(stats["status"]) == expect, status.name(stats["status"])
@@ -226,6 +230,26 @@ def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing
     assert int(_on(twelve.mode.slide, 20).sum(-1).max()) <= 4
     assert np.array_equal(four.events, twelve.events) and int(four.events.sum()) > 100
     assert rel_err(four.y["W"], twelve.y["W"]) < 1e-12
+
+
+def test_a_first_pass_with_few_slots_hands_over_to_the_presets_slots():
+    """`advance` steps a segment with `few_slots` sliders per node while they fit, then
+    with the preset's. On the fixture's problem (a node slides on 4 surfaces at once), a
+    first pass of 2 or 3 slots hands the step it cannot take to the second (one more
+    rejected step each time), in segments that start with the sliders fitting in few slots
+    and in one that does not (measured: with 2 slots, the segment from t = 400 starts with a
+    node on 3 surfaces): the events and W are those of one pass of 4 slots."""
+    problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
+    times = [25.0, 50.0, 100.0, 200.0, 400.0, 450.0]
+    totals = {few: {} for few in (2, 3, 4)}
+    runs = {few: _flow(problem, p0, times, slots=4, few_slots=few, totals=totals[few])[1] for few in totals}
+    for few in (2, 3):
+        assert np.array_equal(runs[few].events, runs[4].events) and int(runs[4].events.sum()) > 100
+        assert rel_err(runs[few].y["W"], runs[4].y["W"]) < 1e-12
+        assert runs[few].mode.slide.shape == runs[4].mode.slide.shape
+        handed = totals[few]["rejected"] - totals[4]["rejected"]
+        assert handed > 0 and totals[few]["steps"] - totals[4]["steps"] == handed, (totals, few)
+    assert int(_on(runs[2].mode.slide, 20).sum(-1).max()) > 2
 
 
 def _event_restart_flow(problem, params, T):

@@ -128,7 +128,7 @@ MEANING = {
     "solver.icoeff": "integral coefficient of the PID step control",
     "solver.slots": "filippov: kink surfaces one node may slide on at once; a node that meets more "
                     "ends the run with status `failed` (a larger value goes on, at a cost growing as "
-                    "slots² per node; never more than min(n, d) are used)",
+                    "slots² per node while more than 4 are in use; never more than min(n, d) are used)",
     "solver.reference": "a tighter flow preset solved beside this one: the archive then holds this "
                         "flow's global-error estimate (`flow_error`)",
     "solver.learning_rate": "the step η (modified-flow: the GD step whose modified equation it solves)",

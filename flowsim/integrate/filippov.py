@@ -35,14 +35,16 @@ an active-set solve over the pairs on surfaces (`_resolve`): a pair slides where
 sides push into its surface (b_ji < 0 and δ within [low, 1]), otherwise it goes to the
 side its velocity points to. Then stepping restarts (the first stage is evaluated again).
 
-All of it runs in one `lax.while_loop` per segment: no Python per step or per event. A
-node may slide on at most `slots` surfaces at once (the preset's key, 8 by default; the
+All of it runs in `lax.while_loop`s per segment: no Python per step or per event. A node
+may slide on at most `slots` surfaces at once (the preset's key, 8 by default; the
 prototype saw 4; never more than min(n, d), see `initial_mode`): more ends the member with
-status `failed`, and a larger `slots` goes on (its cost per step grows as slots² per node).
+status `failed`, and a larger `slots` goes on. A step's cost grows as slots² per node, so
+each segment is stepped with 4 slots while every node's sliders fit in them (`advance`).
 The flow of a trained output layer, smooth activations and deeper networks are out of
 scope: the loader refuses them by name.
 """
 
+import functools
 import math
 from typing import ClassVar
 
@@ -505,6 +507,21 @@ def make_mode(X: jax.Array, active: jax.Array, slide: jax.Array) -> Mode:
     return Mode(active=active, slide=slide, gram_inv=_spd_solve(G, jnp.broadcast_to(jnp.eye(slide.shape[-1], dtype=X.dtype), G.shape)))
 
 
+def _with_slots(state: FilippovState, k: int, n: int) -> FilippovState:
+    """The state with k slots per node: slots cut off (they must be empty: the sliders are
+    compacted to the first slots) or added empty (index n), with identity rows in the
+    inverse Gram matrices (block diagonal, so that either is exact)."""
+    slide, gram_inv = state.mode.slide, state.mode.gram_inv
+    have = slide.shape[-1]
+    if k <= have:
+        slide, gram_inv = slide[:, :k], gram_inv[:, :k, :k]
+    else:
+        slide = jnp.concatenate([slide, jnp.full((slide.shape[0], k - have), n, slide.dtype)], axis=-1)
+        eye = jnp.broadcast_to(jnp.eye(k, dtype=gram_inv.dtype), (gram_inv.shape[0], k, k))
+        gram_inv = eye.at[:, :have, :have].set(gram_inv)
+    return eqx.tree_at(lambda s: (s.mode.slide, s.mode.gram_inv), state, (slide, gram_inv))
+
+
 class FilippovIntegrator(AbstractIntegrator):
     """Advances a `FilippovState` to a later time (see the module's docstring)."""
 
@@ -513,6 +530,8 @@ class FilippovIntegrator(AbstractIntegrator):
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
     slots: int = eqx.field(static=True)
+    # a segment's first pass holds this many sliders per node (see `advance`)
+    few_slots: int = eqx.field(static=True, default=4)
 
     discrete: ClassVar[bool] = False
     certificate_series: ClassVar[tuple[str, ...]] = ("active_pairs", "sliding_pairs", *EVENT_KINDS,
@@ -559,11 +578,11 @@ class FilippovIntegrator(AbstractIntegrator):
             return jnp.maximum(err_w, err_g)
 
         def cond(c):
-            s, stats, code = c
-            return (s.t < t_next) & (code == status.RUNNING) & (stats[0] < self.max_steps)
+            s, stats, code, go = c
+            return go & (s.t < t_next) & (code == status.RUNNING) & (stats[0] < self.max_steps)
 
-        def body(c):
-            s, stats, code = c
+        def body(c, last):
+            s, stats, code, go = c
             h = jnp.minimum(s.h, t_next - s.t)
             t1 = jnp.where(h == t_next - s.t, t_next, s.t + h)
             args = (problem, s.mode)
@@ -620,16 +639,35 @@ class FilippovIntegrator(AbstractIntegrator):
                 jumped=event | (s.jumped & ~ok),
                 events=s.events + jnp.where(event, events, 0))
             finite = jnp.isfinite(err) | ok
-            code = jnp.where(event & ~fit, status.FAILED, jnp.where(finite, code, status.NONFINITE))
-            if self.stop_loss > 0:
-                code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), status.STOPPED, code)
             # the stages, the exit test at both ends and the event's resolution
             evals = 6 + s.jumped + 2 + event + iters
+            overflow = event & ~fit
+            code = jnp.where(finite, code, status.NONFINITE)
+            if last:        # a node with more sliders than the preset's slots: the member fails
+                code = jnp.where(overflow, status.FAILED, code)
+            else:           # the step is left undone (rejected) for the next pass to take again
+                new = jax.tree.map(lambda a, b: jnp.where(overflow, a, b), s, new)
+                ok = ok & ~overflow
+            if self.stop_loss > 0:
+                code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), status.STOPPED, code)
             stats = stats + jnp.stack([1, ok, ~ok, evals]).astype(stats.dtype)
-            return new, stats, code
+            return new, stats, code, go & ~overflow
 
-        stats0 = jnp.zeros(4, jnp.int64)
-        new, stats, code = jax.lax.while_loop(cond, body, (state, stats0, jnp.asarray(status.RUNNING)))
+        stats = jnp.zeros(4, jnp.int64)
+        code = jnp.asarray(status.RUNNING)
+        # A step's cost grows as slots² (4 slots: 430 µs a step on caron-fig1-relu-quick, 8:
+        # 600 µs), and most nodes slide on 1 to 3 surfaces: while every node's sliders fit in
+        # `few_slots`, the segment is stepped with that many, then with the preset's. The state
+        # between segments always holds the preset's slots (the checkpoint's shapes, and the
+        # same passes for a resumed run).
+        full = state.mode.slide.shape[-1]
+        if full > self.few_slots:
+            fits = _whole(jnp.all, state.mode.slide[:, self.few_slots:] >= X.shape[0])
+            few, stats, code, _ = jax.lax.while_loop(cond, functools.partial(body, last=False),
+                                                     (_with_slots(state, self.few_slots, X.shape[0]), stats, code, fits))
+            state = jax.tree.map(lambda a, b: jnp.where(fits, a, b), _with_slots(few, full, X.shape[0]), state)
+        new, stats, code, _ = jax.lax.while_loop(cond, functools.partial(body, last=True),
+                                                 (state, stats, code, jnp.asarray(True)))
         code = jnp.where(code != status.RUNNING, code,
                          jnp.where(new.t < t_next, status.MAX_STEPS, status.DONE))
         return new, {"steps": stats[0], "accepted": stats[1], "rejected": stats[2], "vf_evals": stats[3],
