@@ -232,24 +232,29 @@ def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing
     assert rel_err(four.y["W"], twelve.y["W"]) < 1e-12
 
 
-def test_a_first_pass_with_few_slots_hands_over_to_the_presets_slots():
+def test_passes_with_few_slots_hand_over_to_more():
     """`advance` steps a segment with `few_slots` sliders per node while they fit, then
-    with the preset's. On the fixture's problem (a node slides on 4 surfaces at once), a
-    first pass of 2 or 3 slots hands the step it cannot take to the second (one more
-    rejected step each time), in segments that start with the sliders fitting in few slots
-    and in one that does not (measured: with 2 slots, the segment from t = 400 starts with a
-    node on 3 surfaces): the events and W are those of one pass of 4 slots."""
+    with twice as many, up to the preset's. On the fixture's problem (a node slides on 4
+    surfaces at once), passes of 2 or 3 slots hand the step they cannot take to the next
+    (one more rejected step each time), in segments that start with the sliders fitting in
+    few slots and in one that does not (measured: with 2 slots, the segment from t = 400
+    starts with a node on 3 surfaces); with 5 slots, passes of 2, 4 and 5. The events and W
+    are those of one pass of 4 slots, and the state keeps the preset's slots."""
     problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
     times = [25.0, 50.0, 100.0, 200.0, 400.0, 450.0]
-    totals = {few: {} for few in (2, 3, 4)}
-    runs = {few: _flow(problem, p0, times, slots=4, few_slots=few, totals=totals[few])[1] for few in totals}
-    for few in (2, 3):
-        assert np.array_equal(runs[few].events, runs[4].events) and int(runs[4].events.sum()) > 100
-        assert rel_err(runs[few].y["W"], runs[4].y["W"]) < 1e-12
-        assert runs[few].mode.slide.shape == runs[4].mode.slide.shape
-        handed = totals[few]["rejected"] - totals[4]["rejected"]
-        assert handed > 0 and totals[few]["steps"] - totals[4]["steps"] == handed, (totals, few)
-    assert int(_on(runs[2].mode.slide, 20).sum(-1).max()) > 2
+    cases = {"one pass": (4, 4), "2, 4": (4, 2), "3, 4": (4, 3), "2, 4, 5": (5, 2)}
+    totals = {case: {} for case in cases}
+    runs = {case: _flow(problem, p0, times, slots=slots, few_slots=few, totals=totals[case])[1]
+            for case, (slots, few) in cases.items()}
+    one = runs["one pass"]
+    for case, (slots, _) in cases.items():
+        assert np.array_equal(runs[case].events, one.events) and int(one.events.sum()) > 100, case
+        assert rel_err(runs[case].y["W"], one.y["W"]) < 1e-12, case
+        assert runs[case].mode.slide.shape[-1] == slots, case
+        handed = totals[case]["rejected"] - totals["one pass"]["rejected"]
+        assert totals[case]["steps"] - totals["one pass"]["steps"] == handed, (totals, case)
+        assert (handed > 0) == (case != "one pass"), (totals, case)
+    assert int(_on(runs["2, 4"].mode.slide, 20).sum(-1).max()) > 2
 
 
 def _event_restart_flow(problem, params, T):

@@ -39,7 +39,8 @@ All of it runs in `lax.while_loop`s per segment: no Python per step or per event
 may slide on at most `slots` surfaces at once (the preset's key, 8 by default; the
 prototype saw 4; never more than min(n, d), see `initial_mode`): more ends the member with
 status `failed`, and a larger `slots` goes on. A step's cost grows as slots² per node, so
-each segment is stepped with 4 slots while every node's sliders fit in them (`advance`).
+each segment is stepped with 4 slots while every node's sliders fit in them, then with 8,
+and so on (`advance`).
 The flow of a trained output layer, smooth activations and deeper networks are out of
 scope: the loader refuses them by name.
 """
@@ -645,7 +646,8 @@ class FilippovIntegrator(AbstractIntegrator):
             code = jnp.where(finite, code, status.NONFINITE)
             if last:        # a node with more sliders than the preset's slots: the member fails
                 code = jnp.where(overflow, status.FAILED, code)
-            else:           # the step is left undone (rejected) for the next pass to take again
+            else:           # the step is left undone (rejected) for the next pass, with more
+                            # slots, to take again
                 new = jax.tree.map(lambda a, b: jnp.where(overflow, a, b), s, new)
                 ok = ok & ~overflow
             if self.stop_loss > 0:
@@ -655,17 +657,20 @@ class FilippovIntegrator(AbstractIntegrator):
 
         stats = jnp.zeros(4, jnp.int64)
         code = jnp.asarray(status.RUNNING)
-        # A step's cost grows as slots² (4 slots: 430 µs a step on caron-fig1-relu-quick, 8:
-        # 600 µs), and most nodes slide on 1 to 3 surfaces: while every node's sliders fit in
-        # `few_slots`, the segment is stepped with that many, then with the preset's. The state
-        # between segments always holds the preset's slots (the checkpoint's shapes, and the
-        # same passes for a resumed run).
+        # A step's cost grows as slots² (caron-fig1-relu-quick: 430 µs a step with 4 slots,
+        # 600 µs with 8), and most nodes slide on 1 to 3 surfaces: the segment is stepped with
+        # `few_slots` per node while every node's sliders fit in them, then with twice as many,
+        # and so on up to the preset's. The state between segments always holds the preset's
+        # slots (the checkpoint's shapes, and the same passes for a resumed run).
         full = state.mode.slide.shape[-1]
-        if full > self.few_slots:
-            fits = _whole(jnp.all, state.mode.slide[:, self.few_slots:] >= X.shape[0])
+        n = X.shape[0]
+        k = self.few_slots
+        while k < full:
+            fits = _whole(jnp.all, state.mode.slide[:, k:] >= n)
             few, stats, code, _ = jax.lax.while_loop(cond, functools.partial(body, last=False),
-                                                     (_with_slots(state, self.few_slots, X.shape[0]), stats, code, fits))
-            state = jax.tree.map(lambda a, b: jnp.where(fits, a, b), _with_slots(few, full, X.shape[0]), state)
+                                                     (_with_slots(state, k, n), stats, code, fits))
+            state = jax.tree.map(lambda a, b: jnp.where(fits, a, b), _with_slots(few, full, n), state)
+            k *= 2
         new, stats, code, _ = jax.lax.while_loop(cond, functools.partial(body, last=True),
                                                  (state, stats, code, jnp.asarray(True)))
         code = jnp.where(code != status.RUNNING, code,
