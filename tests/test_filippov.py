@@ -49,6 +49,7 @@ def _integrator(rtol=1e-8, slots=8, few_slots=4):
 
 
 def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE, few_slots=4, totals=None):
+    """The flow through `times`; `totals` (a dict) collects the segments' steps and rejected steps."""
     integ = _integrator(rtol, slots, few_slots)
     advance = eqx.filter_jit(integ.advance)
     state = integ.init(problem, params)

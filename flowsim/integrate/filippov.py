@@ -25,9 +25,10 @@ Events, located on the step's dense output (the quartic of the Dormand–Prince 
   step, then the first located to 2⁻⁴⁰ of the step by safeguarded Newton on the lowest
   of the crossing pairs);
 - an exit: a sliding pair's δ leaves [low, 1] by the exit slack, weighted by the force the
-  pair can exert (`_violation`; a safeguarded secant on the worst one, `_first_exit`),
-  looked for up to the step's end or, where a slider's b_ji changes sign within the step
-  (δ through a pole, `_first_pole`), up to the first sample after it.
+  pair can exert (`_violation`; a safeguarded secant on the worst one, `_first_exit`, to
+  1e-10 of the step), looked for up to the first crossing, the step's end or, where a
+  slider's b_ji changes sign within the step (δ through a pole, `_first_pole`), the first
+  sample after it.
 The step is truncated at the first event (its end value read from the dense output, whose
 error is of the step's order), every pair on a surface at that point is put back on it
 exactly (an orthogonal correction of w_j), and the new mode is resolved node by node by
@@ -613,12 +614,14 @@ class FilippovIntegrator(AbstractIntegrator):
             f0, e1 = _whole(jnp.max, at0[0]), _whole(jnp.max, at1[0])
             exit_found = ok & (e1 > 0) & (f0 <= 0)
             theta_exit, at_exit, iters = _first_exit(excess, at0, end, at1, exit_found)
-            theta = jnp.where(ok & (f0 > 0), 0.0, jnp.where(exit_found, theta_exit, jnp.where(pole < 1.0, end, theta_cross)))
+            theta = jnp.where(ok & (f0 > 0), 0.0,
+                              jnp.where(exit_found, theta_exit, jnp.where(pole < 1.0, end, theta_cross)))
             event = ok & (theta <= 1.0)
             theta = jnp.minimum(theta, 1.0)
             # the sliders whose exit is the event, and the side each leaves to (none where the
             # event is a crossing or the pole: the excess is ≤ 0 up to there)
-            v, above = jax.tree.map(lambda a, b, c: jnp.where(f0 > 0, a, jnp.where(exit_found, b, c)), at0, at_exit, at1)
+            v, above = jax.tree.map(lambda a, b, c: jnp.where(f0 > 0, a, jnp.where(exit_found, b, c)),
+                                    at0, at_exit, at1)
             leaving = jnp.where(v > 0, jnp.where(above, 2, 1), 0)
             touching = _crossed(sc, sign, free, theta)
             Wstar = _horner(coeffs, theta)
