@@ -121,7 +121,10 @@ def _where(c, a, b):
                                                x, y), a, b)
 
 
+@eqx.filter_jit
 def _velocity(t, y, problem: Problem) -> Params:
+    # jitted so that it is traced once per process: `init` calls it four times (the first
+    # step's size, the first stage, a step's shapes), the segment program again (JAX inlines it)
     return problem.velocity(y)
 
 
@@ -165,8 +168,7 @@ class FlowIntegrator(AbstractIntegrator):
         tnext, cstate = self.controller.init(terms, t0, t0 + 1.0, params, None, problem,
                                              self.solver.func, self.solver.error_order(terms))
         sstate = self.solver.init(terms, t0, tnext, params, problem)
-        bare = FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate, ahead=None)
-        step = jax.eval_shape(lambda: self._attempt(problem, bare, t0))
+        step = jax.eval_shape(lambda: self._attempt(problem, t0, params, sstate, cstate, t0))
         zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6])
         return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate,
                          ahead=Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params))
@@ -177,19 +179,21 @@ class FlowIntegrator(AbstractIntegrator):
             return 0
         return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
 
-    def _attempt(self, problem: Problem, s: FlowState, clip):
-        """One try of the step the controller proposes from the committed state, ended on
-        `clip` where it would pass it: (accepted, t1, y1, solver state, controller state,
-        dense output, result, non-finite)."""
-        proposal = s.controller_state[1]
+    @eqx.filter_jit
+    def _attempt(self, problem: Problem, t, y, solver_state, controller_state, clip):
+        """One try of the step the controller proposes from the committed state (t, y, solver
+        state, controller state), ended on `clip` where it would pass it: (accepted, t1, y1,
+        solver state, controller state, dense output, result, non-finite). Jitted, and so
+        traced once per process: `init` traces it for the shapes of a step held ahead, and
+        the first segment's program finds that trace (JAX inlines the call)."""
+        proposal = controller_state[1]
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
-        t1 = jnp.where(s.t + proposal > jnp.nextafter(clip, -jnp.inf), clip, s.t + proposal)
-        y1, y_err, dense, sstate, solver_result = self.solver.step(self.term, s.t, t1, s.y, problem,
-                                                                   s.solver_state, False)
+        t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
+        y1, y_err, dense, sstate, solver_result = self.solver.step(self.term, t, t1, y, problem, solver_state, False)
         blowup = ~_finite((y1, y_err))
         y_err = jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_err)
         keep, _, _, _, cstate, result = self.controller.adapt_step_size(
-            s.t, t1, s.y, y1, problem, y_err, self.solver.error_order(self.term), s.controller_state)
+            t, t1, y, y1, problem, y_err, self.solver.error_order(self.term), controller_state)
         # a rejected step's solver failure only makes the next try smaller (as in Diffrax)
         result = dfx.RESULTS.where(keep & (solver_result != dfx.RESULTS.successful), solver_result, result)
         return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup
@@ -218,7 +222,8 @@ class FlowIntegrator(AbstractIntegrator):
 
         def body(c):
             s, stats, code, streak, tries = c
-            keep, t1, y1, sstate, cstate, stages, result, blowup = self._attempt(problem, s, clip)
+            keep, t1, y1, sstate, cstate, stages, result, blowup = self._attempt(
+                problem, s.t, s.y, s.solver_state, s.controller_state, clip)
             hold = keep & (t1 > t_next)
             a = s.ahead     # not valid here (the loop runs only without a step held)
             ahead = _where(hold, Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate, controller_state=cstate,
