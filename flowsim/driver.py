@@ -208,7 +208,8 @@ class Driver:
             if stored is not None:
                 arrays, attrs = stored
                 restored = checkpoint.restore(to_host(state) if restored is None else restored, i, arrays)
-                member.stats = {k: attrs[k] for k in (*STAT_KEYS, "wall_time")}
+                # every statistic the solver's advance returned (STAT_KEYS and its own)
+                member.stats = {k: v for k, v in attrs.items() if k != "code"}
                 member.code = attrs["code"]
             members.append(member)
         if restored is not None:
@@ -282,8 +283,8 @@ class Driver:
             for j, m in enumerate(members):
                 if not (moving[r, j] and m.code == status.RUNNING):
                     continue
-                for key in STAT_KEYS:
-                    m.stats[key] += int(seg[key][r, j])
+                for key in (k for k in seg if k != "status"):
+                    m.stats[key] = m.stats.get(key, 0) + int(seg[key][r, j])
                 m.stats["wall_time"] += wall
                 code = int(seg["status"][r, j])
                 if code != status.DONE:
