@@ -258,6 +258,7 @@ def cmd_show(args) -> int:
 
 def cmd_inspect(args) -> int:
     from . import archive, plugins
+    from .advice import advise
 
     with archive.open(args.archive) as a:
         attrs = a.attrs
@@ -290,13 +291,15 @@ def cmd_inspect(args) -> int:
             for sname, sv in run.solvers.items():
                 t = sv.t
                 reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"
-                stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in
-                                  ("steps", "rejected", "vf_evals"))
+                stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in ("steps", "rejected", "vf_evals")
+                                  or (k == "hvps" and v))
                 interrupted |= sv.interrupted
+                advice = advise(sv.preset.get("method", ""), sv.stats)
                 print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}"
                       + (f", {stats}" if stats else "") + f", {sv.wall_time:.3g} s"
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
-                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))
+                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
+                      + (f"\n{'':20}advice: {advice}" if advice else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
         if interrupted:
             name = attrs.get("scenario_resolved", {}).get("name", "SCENARIO")

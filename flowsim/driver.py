@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from . import batch, checkpoint, status
+from .advice import advise
 from .archive import ArchiveWriter
 from .build import Built, data_seed, dataset_arrays
 from .config import Data, Preset, RunSpec, Scenario, to_dict
@@ -223,11 +224,18 @@ class Driver:
         most = chunk_size(spec)
         commit = _Commits(self.writer, name, members)
         i, size = start, 1
+        advised = False
         try:
             while i < len(times) and any(m.code == status.RUNNING for m in members):
                 rows = range(i, min(i + size, len(times)))
                 tic = time.perf_counter()
                 state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit)
+                if not advised:     # as soon as the statistics show it, not after the run
+                    advice = _advice(preset, members)
+                    if advice is not None:
+                        advised = True
+                        self.report(f"flowsim: {runs[0].label or config.name} · {name}: advice: {advice}")
+                        bar.advise(advice)
                 # Each checkpoint is its own stretch inside the chunk, so where chunks end
                 # does not change the numbers: a chunk grows (doubling) while it takes less
                 # than CHUNK_WALL, and shrinks after a slow one, so that a stop or a kill
@@ -253,7 +261,7 @@ class Driver:
                                    status_time=float(ends[j]))
             out[m.run.name] = status.name(final)
         bar.close(out)
-        self._summarise(runs[0].label or config.name, name, members, out)
+        self._summarise(runs[0].label or config.name, name, members, out, _advice(preset, members))
         return out, to_host(integ.params(state))
 
     def _chunk(self, name, integ, problems, state, members, rows: range, size: int, times, refs, names, bar,
@@ -327,11 +335,22 @@ class Driver:
             raise out["error"]
         return out["value"]
 
-    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str]) -> None:
+    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str],
+                   advice: str | None) -> None:
         counts: dict[str, int] = {}
         for s in out.values():
             counts[s] = counts.get(s, 0) + 1
         steps = sum(m.stats["steps"] for m in members)
         wall = max(m.stats["wall_time"] for m in members)
         states = ", ".join(f"{v} {k}" for k, v in counts.items())
-        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s)")
+        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s)"
+                    + (f"\n  advice: {advice}" if advice else ""))
+
+
+def _advice(preset: Preset, members: list[_Member]) -> str | None:
+    """The solver advisor's word on a flow preset, from its seeds' statistics summed."""
+    method = getattr(preset, "method", None)
+    if method is None:
+        return None
+    return advise(method, {k: sum(m.stats.get(k, 0) for m in members)
+                           for k in ("steps", "accepted", "rejected", "stiff_steps")})
