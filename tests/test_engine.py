@@ -138,7 +138,7 @@ def test_ntg_trained_output_zeroed_and_multi_output(activation):
 # ---------------------------------------------------------------- solvers against a tight reference
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5"])
+@pytest.mark.parametrize("method", ["tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4"])
 def test_every_solver_matches_tight_reference(method):
     problem, p0 = make_problem(m=50, n=20, d=5, activation="swish")
     (ref,) = flow_to(problem, p0, [50.0], tight())

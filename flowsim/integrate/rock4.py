@@ -24,7 +24,9 @@ are solver state, so a checkpoint holds them and a resumed run is the same compu
 
 ROCK4 has no dense output of its own: a checkpoint inside a step is read from the cubic
 Hermite interpolant of y0, y1, f(y0), f(y1) (Diffrax's third-order Hermite interpolation):
-its error is O(h⁴) where the step's is O(h⁵), bounded in `tests/test_rock4.py`.
+its error is O(h⁴) where the step's is O(h⁵) (on the closed-form linear flow at rtol 1e-8:
+1.5e-8 inside steps against 1.2e-8 at their ends, relative to the displacement;
+`tests/test_rock4.py` holds it within 3× rtol).
 """
 
 import json
