@@ -256,6 +256,12 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
+def _written_by_simulate(resolved) -> bool:
+    """Whether `flowsim.simulate` wrote the archive (its model came from Python, not a file)."""
+    return isinstance(resolved, dict) and isinstance(resolved.get("model"), dict) and \
+        resolved["model"].get("kind") == "module"
+
+
 def cmd_inspect(args) -> int:
     from . import archive, plugins
 
@@ -298,7 +304,10 @@ def cmd_inspect(args) -> int:
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
-        if interrupted:
+        if interrupted and _written_by_simulate(resolved):
+            print(f"  interrupted: resume with `flowsim.simulate(..., output={str(args.archive)!r}, resume=True)` "
+                  "(the model, data and arguments it was run with)")
+        elif interrupted:
             name = attrs.get("scenario_resolved", {}).get("name", "SCENARIO")
             print(f"  interrupted: resume with `flowsim run {name} -o {args.archive} --resume` "
                   "(the scenario file and --set values it was run with)")

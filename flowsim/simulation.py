@@ -185,13 +185,17 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                  never move.
     output       the archive (default runs/<name>.h5); `resume` continues it, `overwrite`
                  replaces it.
+
+    Ctrl-C or SIGTERM stops the run after its last committed checkpoint and raises
+    KeyboardInterrupt; the same call with `resume=True` completes the archive exactly as an
+    uninterrupted run would have.
     """
     from .archive import open as open_archive_file
     from .config import Config, RunSpec, Scenario, from_dict, to_toml
     from .data import Dataset
     from .models.module import build_module_run, leaf_paths
     from .precision import enable_x64
-    from .session import InputError, Job, drive, open_archive
+    from .session import InputError, Job, open_archive
 
     enable_x64()
     if dtype not in ("float64", "float32"):
@@ -271,8 +275,72 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
         writer = open_archive(job)
     except InputError as err:     # resumed with other data, model or settings
         raise ValueError(f"{_SOURCE}: {str(err).replace('--overwrite', 'overwrite=True')}") from None
-    drive(job, writer, progress=progress, report=report)
+    _drive_stoppable(job, writer, progress=progress, report=report)
     return open_archive_file(out)
+
+
+def _drive_stoppable(job, writer, **kwargs) -> None:
+    """`drive`, with Ctrl-C and SIGTERM handled as `flowsim run` handles them: the first
+    stops within a quarter second, after the last committed checkpoint (the segment being
+    computed is abandoned), and raises KeyboardInterrupt saying how to resume; a second one
+    stops at once. Handlers can only be set from the main thread: elsewhere (a worker
+    thread of the caller's) the caller's own signal handling applies."""
+    import threading
+
+    from .cli import _StopRequest
+    from .session import drive
+
+    stop = _StopRequest()
+    stop.install()
+    try:
+        drive(job, writer, should_stop=stop, stop_now=stop, **kwargs)
+    except KeyboardInterrupt:
+        # The abandoned segment may still be computing on its thread; the interpreter must
+        # not be torn down under it (a C++ abort), so its exit waits for it (`_on_exit`).
+        if any(t.name == "flowsim-segment" and t.is_alive() for t in threading.enumerate()):
+            _wait_for_segments_at_exit()
+        # KeyboardInterrupt itself, not a subclass: uncaught, Python then exits as a
+        # program stopped by Ctrl-C does (by SIGINT, status 130 in a shell)
+        raise KeyboardInterrupt(f"{_SOURCE}: interrupted; {job.out} holds every finished checkpoint: "
+                                "continue it by calling flowsim.simulate again with the same model, data "
+                                "and arguments and resume=True") from None
+    finally:
+        stop.restore()
+
+
+_exit_hook_registered = False
+
+
+def _wait_for_segments_at_exit() -> None:
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        import atexit
+
+        atexit.register(_on_exit)
+        _exit_hook_registered = True
+
+
+def _on_exit() -> None:
+    """At interpreter exit, before daemon threads are stopped: a segment abandoned by an
+    interrupt that is still computing would be torn down inside XLA (`terminate called`,
+    SIGABRT). If the interrupt ended the program (uncaught), the archive is closed and
+    nothing is left to do: die of SIGINT at once, as Python does after finalising when a
+    KeyboardInterrupt ends the program. Otherwise the program went on and ends as it chose:
+    wait for the segment, then finalise."""
+    import os
+    import signal
+    import threading
+
+    alive = [t for t in threading.enumerate() if t.name == "flowsim-segment" and t.is_alive()]
+    if not alive:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if type(getattr(sys, "last_value", None)) is KeyboardInterrupt:    # uncaught (and printed)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    for t in alive:
+        t.join()
 
 
 def _one_hot(y: np.ndarray) -> bool:

@@ -202,3 +202,95 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
     with flowsim.open(tmp_path / "runs" / "mine.h5") as arch:
         gd = arch.runs["seed1"].solvers["gd-lr1"]
         assert gd.status == "done" and np.asarray(gd["loss"])[-1] < np.asarray(gd["loss"])[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Ctrl-C and SIGTERM inside `simulate`: a clean interrupt, and resume=True goes on exactly
+# ---------------------------------------------------------------------------------------
+
+_INTERRUPTIBLE = """
+import sys
+import equinox as eqx, jax, jax.numpy as jnp, numpy as np
+import flowsim
+from flowsim.progress import Progress
+
+out, resume, log, count = sys.argv[1], sys.argv[2] == "resume", sys.argv[3], int(sys.argv[4])
+rng = np.random.default_rng(0)
+X = rng.normal(size=(256, 4))
+y = np.sin(X[:, :1] * X[:, 1:2])
+model = eqx.nn.MLP(4, 1, 64, 2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+flowsim.simulate(model, data=(X, y), loss="mse", solvers=["tsit5"], t_end=120.0, checkpoints={"count": count},
+                 observe=["loss", "weights"], output=out, resume=resume, progress=Progress(False, jsonl=log))
+"""
+
+
+def _simulate_until(tmp_path, out, *, resume: bool, signum=None, after: int = 3, count: int = 120):
+    """Run the script above in a fresh process (`count` checkpoints); with `signum`, send it
+    once the JSON log shows `after` more committed checkpoints. Returns (exit status, stderr)."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    script, log = tmp_path / "interruptible.py", tmp_path / f"{out.stem}.jsonl"
+    script.write_text(_INTERRUPTIBLE)
+    seen = len(log.read_text().splitlines()) if log.exists() else 0
+    proc = subprocess.Popen([sys.executable, script, out, "resume" if resume else "new", log, str(count)],
+                            stderr=subprocess.PIPE, text=True)
+    if signum is not None:
+        while proc.poll() is None:
+            records = [json.loads(r) for r in log.read_text().splitlines()[seen:]] if log.exists() else []
+            if sum(r["event"] == "checkpoint" for r in records) >= after:
+                proc.send_signal(signum)
+                break
+            time.sleep(0.05)
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err
+
+
+def _flow(path):
+    with flowsim.open(path) as arch:
+        sv = arch.runs["seed0"].solvers["tsit5"]
+        return sv.state, {"t": np.asarray(sv.t), **{k: np.asarray(sv[k]) for k in ("loss", "weights")}}, \
+            dict(sv.stats)
+
+
+@pytest.mark.slow
+def test_an_interrupted_simulate_says_how_to_resume_and_resumes_exactly(tmp_path):
+    import signal
+
+    whole = tmp_path / "whole.h5"
+    assert _simulate_until(tmp_path, whole, resume=False)[0] == 0
+    state, expected, stats = _flow(whole)
+    assert state == "done" and expected["t"].size == 121
+
+    cut = tmp_path / "cut.h5"
+    for signum, resume in ((signal.SIGINT, False), (signal.SIGTERM, True)):
+        code, err = _simulate_until(tmp_path, cut, resume=resume, signum=signum)
+        # an uncaught KeyboardInterrupt: Python's own exit (death by SIGINT), no C++ abort
+        assert code == -signal.SIGINT, (code, err)
+        assert "terminate called" not in err and "FATAL" not in err and "Aborted" not in err, err
+        assert "\nKeyboardInterrupt: flowsim.simulate: interrupted" in err and "resume=True" in err, err
+        state, part, _ = _flow(cut)
+        assert state == "interrupted" and 0 < part["t"].size < 121, (state, part["t"].size)
+    assert _simulate_until(tmp_path, cut, resume=True)[0] == 0
+    state, got, resumed_stats = _flow(cut)
+    assert state == "done"
+    for key in expected:     # bit for bit: a resumed run is the uninterrupted computation
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    assert {k: resumed_stats[k] for k in ("steps", "rejected")} == {k: stats[k] for k in ("steps", "rejected")}
+
+
+@pytest.mark.slow
+def test_an_interrupt_during_a_long_segment_leaves_without_an_abort(tmp_path):
+    """The stop abandons a segment that goes on computing on its thread: the process must
+    not be torn down under it (it was: `terminate called`, SIGABRT)."""
+    import signal
+
+    out = tmp_path / "long.h5"
+    code, err = _simulate_until(tmp_path, out, resume=False, signum=signal.SIGINT, after=1, count=1)
+    assert code == -signal.SIGINT and "terminate called" not in err and "resume=True" in err, (code, err)
+    state, part, _ = _flow(out)
+    assert state == "interrupted" and part["t"].size == 1     # t = 0 only: the segment was abandoned
+    advice = run_cli("inspect", out).split("interrupted: ", 1)[1]
+    assert advice.startswith(f"resume with `flowsim.simulate(..., output={str(out)!r}, resume=True)`"), advice
