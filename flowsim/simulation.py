@@ -191,6 +191,7 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     uninterrupted run would have.
     """
     from .archive import open as open_archive_file
+    from .build import start_problem
     from .config import Config, RunSpec, Scenario, from_dict, to_toml
     from .data import Dataset
     from .models.module import build_module_run, leaf_paths
@@ -270,6 +271,12 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                                       ntg_points=resolved["run"]["ntg_points"],
                                       key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
              for r, (params, frozen) in zip(runs, splits)}
+    for r in runs:
+        why = start_problem(built[r.name])
+        if why:
+            raise ValueError(f"{_SOURCE}: the loss or its gradient is not finite at t = 0 (seed {r.seed}): {why}; "
+                             "allowed: `model`, `data` and `loss` whose loss and gradient are finite at the "
+                             "initial weights (nothing was run)")
     job = Job(scenario=scenario, runs=runs, shard=None, out=out, built=built, resume=resume, overwrite=overwrite)
     try:
         writer = open_archive(job)

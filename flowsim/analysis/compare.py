@@ -233,21 +233,20 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     Wd, Wf = _series(dview, "weights"), _series(fview, "weights")
     if Wd is not None and Wf is not None:
         diff = Wd[ia] - Wf[ib]
-        gaps["weight_gap"] = np.sqrt(np.sum(diff.reshape(diff.shape[0], -1) ** 2, axis=1))
+        gaps["weight_gap"] = np.sqrt(np.sum(_rows(diff) ** 2, axis=1))
         W0 = np.asarray(run.init["W0"], float) if "W0" in run.init else Wf[0]
-        disp = Wf[ib] - W0
-        pair.flow_displacement = np.sqrt(np.sum(disp.reshape(disp.shape[0], -1) ** 2, axis=1))
+        pair.flow_displacement = np.sqrt(np.sum(_rows(Wf[ib] - W0) ** 2, axis=1))
         with np.errstate(divide="ignore", invalid="ignore"):
             gaps["weight_gap_rel"] = gaps["weight_gap"] / pair.flow_displacement
     Ld, Lf = _series(dview, "loss"), _series(fview, "loss")
     if Ld is not None and Lf is not None:
-        gaps["loss_gap"] = np.abs(Ld[ia] - Lf[ib]).reshape(ia.size, -1).max(axis=1)
+        gaps["loss_gap"] = np.abs(_rows(Ld[ia] - Lf[ib])).max(axis=1)
     Nd, Nf = _series(dview, "ntg"), _series(fview, "ntg")
     if Nd is not None and Nf is not None:
         gaps["ntg_gap"] = np.array([_spectral(a - b) for a, b in zip(Nd[ia], Nf[ib])])
     Cd, Cf = _series(dview, "weight_change"), _series(fview, "weight_change")
     if Cd is not None and Cf is not None:
-        gaps["weight_change_gap"] = np.abs(Cd[ia] - Cf[ib]).reshape(ia.size, -1).max(axis=1)
+        gaps["weight_change_gap"] = np.abs(_rows(Cd[ia] - Cf[ib])).max(axis=1)
     pair.gaps = gaps
     fe, fle = _series(fview, "flow_error"), _series(fview, "flow_loss_error")
     pair.flow_error = None if fe is None else fe[ib]
@@ -260,6 +259,12 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     if src:
         pair.eta_sharpness = pair.eta * _series(dview, src)[ia]
     return pair
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """One row per matched time, whatever the series' shape; no rows (a solver that ended at
+    t = 0) included, where reshape(0, -1) cannot tell the row length."""
+    return a.reshape(a.shape[0], math.prod(a.shape[1:]))
 
 
 def _spectral(m: np.ndarray) -> float:
@@ -620,6 +625,11 @@ def _positive(a):
     return a
 
 
+def _drawable(t: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The points a log-log panel can show: t > 0 and a finite value."""
+    return (t > 0) & np.isfinite(values)
+
+
 def figure_run(rep: Report, run: str):   # -> Figure | None
     """Up to four panels for one run, each only when the archive holds what it shows: the
     relative weight distance vs t with the certificate band, the loss gap vs t, η-scaled
@@ -636,6 +646,9 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
         flow_sharp = next(((np.asarray(v.t, float), _series(v, _sharp_source(v)), v.name)
                            for v in arch.runs[run].solvers.values()
                            if from_dict(Preset, v.preset).kind == "flow" and _sharp_source(v)), None)
+    if flow_sharp is not None and not _drawable(*flow_sharp[:2]).any():
+        flow_sharp = None      # a flow that ended at t = 0 has nothing to draw on a log axis
+    stab = [s for s in stab if s.sharp is None or _drawable(s.t, s.sharp).any()]
     shown = {"weight": any(p.gaps.get("weight_gap_rel") is not None and p.t.size for p in pairs),
              "loss": any(p.gaps.get("loss_gap") is not None and p.t.size for p in pairs),
              "sharpness": flow_sharp is not None or any(s.sharp is not None for s in stab),
@@ -702,17 +715,17 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
         for s in stab:
             if s.sharp is None:
                 continue
-            ok = s.t > 0
+            ok = _drawable(s.t, s.sharp)
             ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
             ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
             ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta),
                           xycoords=("axes fraction", "data"), xytext=(-4, 2), textcoords="offset points",
                           ha="right", va="bottom", fontsize=7, color=col[s.eta])
             if s.verdict == "diverged":
-                ax_s.plot(s.t[-1], s.sharp[-1], marker="x", ms=9, mew=2, color=col[s.eta])
+                ax_s.plot(s.t[ok][-1], s.sharp[ok][-1], marker="x", ms=9, mew=2, color=col[s.eta])
         if flow_sharp is not None:
             t, lam, flow_name = flow_sharp
-            ok = t > 0
+            ok = _drawable(t, lam)
             ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
             ax_s.annotate(f"flow `{flow_name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
                           textcoords="offset points", fontsize=8, color="0.3")
