@@ -17,6 +17,7 @@ from jax.flatten_util import ravel_pytree
 
 import flowsim
 import flowsim.archive
+from flowsim.models.module import leaf_paths
 from flowsim.precision import enable_x64
 
 from tests.helpers import run_cli
@@ -169,6 +170,10 @@ def _call(tmp_path, **over):
     (dict(seeds=3), "seeds", "list"),
     (dict(dtype="float16"), "dtype", "float64"),
     (dict(trainable=lambda x: False), "trainable", "at least one floating-point array"),
+    (dict(trainable=lambda m: m.conv), "trainable", "a function of the model returning the leaves"),
+    (dict(data=(np.ones((N, 1, 2, 2)), np.ones((N, K)))), "data", "X.reshape(len(X), -1)"),
+    (dict(data=(data()[0], np.arange(N) % 2)), "data", 'loss="cross-entropy"'),
+    (dict(data=(data()[0], np.arange(N) % 3), loss="cross-entropy"), "data", "integer class labels in [0, k)"),
 ])
 def test_bad_arguments_name_the_argument(tmp_path, over, named, allowed):
     with pytest.raises(ValueError) as err:
@@ -294,3 +299,48 @@ def test_an_interrupt_during_a_long_segment_leaves_without_an_abort(tmp_path):
     assert state == "interrupted" and part["t"].size == 1     # t = 0 only: the segment was abandoned
     advice = run_cli("inspect", out).split("interrupted: ", 1)[1]
     assert advice.startswith(f"resume with `flowsim.simulate(..., output={str(out)!r}, resume=True)`"), advice
+
+
+# ---------------------------------------------------------------------------------------
+# Classification as Equinox users write it: integer labels, a trainable head
+# ---------------------------------------------------------------------------------------
+
+def test_integer_labels_with_cross_entropy_are_one_hot_encoded(tmp_path):
+    X = data()[0]
+    labels = np.array([0, 1] * (N // 2))
+    model = mlp(jax.random.PRNGKey(0))      # K = 2 logits
+    arch = flowsim.simulate(model, data=(X, labels), test=(X[:4], labels[:4]), loss="cross-entropy",
+                            solvers=["gd-lr0.1"], t_end=0.2, observe=["loss", "accuracy"],
+                            output=tmp_path / "ce.h5", progress=False)
+    with arch:
+        np.testing.assert_array_equal(arch.data["y_train"], np.eye(2)[labels])
+        gd = arch.runs["seed0"].solvers["gd-lr0.1"]
+        logits = jax.vmap(model)(jnp.asarray(X))
+        expected = -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(N), labels])
+        np.testing.assert_allclose(np.asarray(gd["loss"])[0], float(expected), rtol=1e-12)
+        accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == labels))
+        assert np.asarray(gd["accuracy"])[0] == pytest.approx(accuracy, abs=1e-12)
+
+
+@pytest.mark.parametrize("trainable, leaves", [
+    (lambda m: m.layers[-1], ["layers.2.weight", "layers.2.bias"]),                  # a sub-module
+    (lambda m: (m.layers[0].bias, m.layers[-1].bias), ["layers.0.bias", "layers.2.bias"]),  # leaves
+    (lambda x: eqx.is_inexact_array(x) and x.ndim == 1,                                # a predicate
+     ["layers.0.bias", "layers.1.bias", "layers.2.bias"]),
+])
+def test_trainable_as_a_function_of_the_model_or_a_predicate(tmp_path, trainable, leaves):
+    """`where` functions are applied to each seed's model (a factory needs no instance)."""
+    X, y = data()
+    arch = flowsim.simulate(mlp, data=(X, y), seeds=[0, 1], solvers=["gd-lr0.1"], t_end=0.3,
+                            checkpoints={"count": 1}, observe=["loss", "weight_change"], trainable=trainable,
+                            output=tmp_path / "head.h5", progress=False)
+    with arch:
+        for s in (0, 1):
+            run = arch.runs[f"seed{s}"]
+            assert run.params["model"]["leaves"] == leaves
+            model = mlp(jax.random.PRNGKey(s))
+            by_path = dict(zip(leaf_paths(model), jax.tree.leaves(model)))
+            for path in leaves:      # the initial values are the seed's model's
+                np.testing.assert_array_equal(run.init[path], np.asarray(by_path[path]))
+            moved = np.asarray(run.solvers["gd-lr0.1"]["weight_change"])[-1]
+            assert moved.shape == (len(leaves),) and np.all(moved > 0)
