@@ -155,10 +155,11 @@ def cmd_run(args) -> int:
         print("flowsim: interrupted before the archive was touched", file=sys.stderr)
         return EXIT_INTERRUPTED
     primary = is_primary()
+    speak = primary and not args.quiet    # -q: errors (and the scenario's warnings) only
     from .progress import Progress
 
     try:
-        progress = Progress(None if primary and not args.quiet else False,
+        progress = Progress(None if speak else False,
                             jsonl=args.log_jsonl if primary else None)
     except OSError as err:
         raise InputError(f"--log-jsonl {args.log_jsonl}: cannot be written ({err.strerror or err}); "
@@ -167,7 +168,7 @@ def cmd_run(args) -> int:
         writer = session.open_archive(job, distributed=args.distributed)
     except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
         raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
-    if primary:
+    if speak:
         print(f"flowsim: {job.scenario.settings.name}: {len(job.runs)} run(s)" + (f" (part {shard} of "
               f"{len(job.scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
     saved_hook = sys.unraisablehook
@@ -175,7 +176,7 @@ def cmd_run(args) -> int:
     try:
         # One process alone can stop during a segment; several must stop after the same checkpoint.
         statuses = session.drive(job, writer, progress=progress,
-                                 report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
+                                 report=(lambda s: print(s, file=sys.stderr)) if speak else (lambda s: None),
                                  should_stop=lambda: any_process(_STOP()),
                                  stop_now=None if args.distributed else _STOP)
     except KeyboardInterrupt:
@@ -201,7 +202,7 @@ def cmd_run(args) -> int:
         sys.unraisablehook = saved_hook
     bad = sorted({s for per in statuses.values() for s in per.values()} - {"done"})
     tail = f" (statuses: {', '.join(bad)}; see `flowsim inspect {out}`)" if bad else ""
-    if primary:
+    if speak:
         print(f"flowsim: wrote {out}{tail}", file=sys.stderr)
     if _COMMAND_LINE:
         # The archive is closed and the JSON log is written line by line; the interpreter's
@@ -369,7 +370,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted scenario key (TOML value), e.g. --set model.width=500")
     r.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress (bars on a terminal; otherwise a line at most every 30 s)")
+                   help="print nothing but errors and the scenario's warnings (no progress, no summaries)")
     r.add_argument("--log-jsonl", metavar="PATH",
                    help="append one JSON object per checkpoint and per finished batch to PATH (for dashboards)")
     r.add_argument("--distributed", action="store_true", help="one run over the devices of several processes "
