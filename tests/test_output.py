@@ -27,3 +27,32 @@ def test_plot_of_a_missing_archive_creates_nothing(tmp_path):
     rc, _, err = call_cli("plot", "runs/nope.h5", cwd=tmp_path)     # the default folder, runs/nope
     assert rc == 2
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def no_weights(tmp_path_factory):
+    """tiny, flow and GD recording the NTG, weight changes and sharpness but not `weights`."""
+    out = tmp_path_factory.mktemp("cmp") / "tiny.h5"
+    run_cli("run", TINY, "-o", out, "-q", "--set", "seeds=[0]",
+            "--set", 'run.observe=["loss", "ntg", "weight_change", "sharpness"]')
+    return out
+
+
+@pytest.mark.slow
+def test_compare_shows_the_gaps_it_reports_and_names_the_missing_ones(no_weights):
+    from flowsim.analysis.compare import compare_archive, figure_run
+
+    text = run_cli("compare", no_weights)
+    head = next(line for line in text.splitlines() if line.strip().startswith("discrete"))
+    assert head.split()[4:] == ["|ΔL|", "max/final", "‖ΔΘ̂‖", "max/final", "Δ‖w−w0‖", "max/final",
+                                "unresolved"], head
+    assert "— / —" not in text
+    assert "every run: not reported: rel ‖ΔW‖ (needs `weights`) recorded by both solvers" in text
+    # stability is judged where sharpness was recorded: tiny's 12 checkpoints and t = 0
+    assert "stability gd-lr1 (η = 1): stayed below 2/η at its 13 recorded checkpoints: max η·sharpness" in text
+    assert "(between checkpoints unknown)" in text
+    rep = compare_archive(no_weights)
+    fig = figure_run(rep, next(iter(rep.runs)))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t.split(") ", 1)[1].split(";")[0] for t in titles] == [
+        "loss gap", "NTG gap", "weight-change gap", "sharpness"], titles
