@@ -264,6 +264,8 @@ def _written_by_simulate(resolved) -> bool:
 
 
 def cmd_inspect(args) -> int:
+    import numpy as np
+
     from . import archive, plugins
 
     with archive.open(args.archive) as a:
@@ -287,8 +289,14 @@ def cmd_inspect(args) -> int:
         if a.writer_pid is not None:
             print(f"  being written by pid {a.writer_pid}")
         interrupted = False
+        # The seeds of a sweep point run together, as one batch: its wall time is shown once,
+        # on the point's first run (each run records the whole batch's)
+        batch = {}
+        for name, run in a.runs.items():
+            batch.setdefault(run.point, []).append(name)
         for name, run in a.runs.items():
             print(f"  run {name}: seed {run.seed}" + (f", {run.label}" if run.label else ""))
+            together = batch[run.point]
             # solvers not begun and no writer live: killed before it got to them
             never = run.unbegun if a.writer_pid is None else []
             if never:
@@ -300,8 +308,12 @@ def cmd_inspect(args) -> int:
                 stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in
                                   ("steps", "rejected", "vf_evals"))
                 interrupted |= sv.interrupted
-                print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}"
-                      + (f", {stats}" if stats else "") + f", {sv.wall_time:.3g} s"
+                loss = f", loss {float(np.asarray(sv['loss'])[-1]):.6g}" if "loss" in sv.series_names and t.size \
+                    else ""
+                wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
+                    f" for its {len(together)} seeds together" if len(together) > 1 else "")
+                print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
+                      + (f", {stats}" if stats else "") + wall
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")

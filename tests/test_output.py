@@ -31,10 +31,10 @@ def test_plot_of_a_missing_archive_creates_nothing(tmp_path):
 
 @pytest.fixture(scope="module")
 def no_weights(tmp_path_factory):
-    """tiny, flow and GD recording the NTG, weight changes and sharpness but not `weights`."""
+    """tiny (two sweep points of two seeds), flow and GD recording the NTG, weight changes
+    and sharpness but not `weights`."""
     out = tmp_path_factory.mktemp("cmp") / "tiny.h5"
-    run_cli("run", TINY, "-o", out, "-q", "--set", "seeds=[0]",
-            "--set", 'run.observe=["loss", "ntg", "weight_change", "sharpness"]')
+    run_cli("run", TINY, "-o", out, "-q", "--set", 'run.observe=["loss", "ntg", "weight_change", "sharpness"]')
     return out
 
 
@@ -56,3 +56,22 @@ def test_compare_shows_the_gaps_it_reports_and_names_the_missing_ones(no_weights
     titles = [ax.get_title() for ax in fig.axes]
     assert [t.split(") ", 1)[1].split(";")[0] for t in titles] == [
         "loss gap", "NTG gap", "weight-change gap", "sharpness"], titles
+
+
+@pytest.mark.slow
+def test_inspect_shows_a_batch_wall_time_once_and_the_final_loss(no_weights):
+    import numpy as np
+
+    import flowsim
+
+    text = run_cli("inspect", no_weights)
+    with flowsim.open(no_weights) as arch:
+        for name, run in arch.runs.items():
+            block = text.split(f"run {name}:", 1)[1].split("\n  run ", 1)[0]
+            for solver, sv in run.solvers.items():
+                line = next(x for x in block.splitlines() if x.strip().startswith(solver + " "))
+                assert f"loss {float(np.asarray(sv['loss'])[-1]):.6g}," in line, line
+                first = run.seed == 0       # tiny's seeds 0 and 1 form each sweep point's batch
+                assert ("wall" in line) == first, line
+                if first:
+                    assert line.endswith(f"wall {sv.wall_time:.3g} s for its 2 seeds together"), line
