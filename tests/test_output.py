@@ -75,3 +75,14 @@ def test_inspect_shows_a_batch_wall_time_once_and_the_final_loss(no_weights):
                 assert ("wall" in line) == first, line
                 if first:
                     assert line.endswith(f"wall {sv.wall_time:.3g} s for its 2 seeds together"), line
+
+
+@pytest.mark.parametrize("solver, shown, hidden", [
+    ("tsit5", {"rtol", "pcoeff", "dtmax", "max_steps"}, {"newton_rtol", "linear_atol", "krylov_restart", "slots"}),
+    ("kvaerno5", {"rtol", "pcoeff", "newton_rtol", "krylov_max_steps"}, {"slots"}),
+])
+def test_show_lists_only_the_keys_a_flow_preset_uses(solver, shown, hidden):
+    text = run_cli("show", "quickstart", "--set", f'run.solvers=["{solver}", "gd-lr1"]')
+    keys = {line.split("=")[0].strip().split(".")[-1] for line in text.splitlines()
+            if line.strip().startswith("run.solvers[0].")}
+    assert shown <= keys and not hidden & keys, keys
