@@ -231,21 +231,35 @@ def cmd_merge(args) -> int:
 
 
 def cmd_list(args) -> int:
+    import os
+
     from .config import list_scenarios, list_solvers
 
-    width = shutil.get_terminal_size((120, 24)).columns
+    width = max(shutil.get_terminal_size((120, 24)).columns, 60)
+    room = width - 31     # for the description, after the name column
 
-    def line(name: str, desc: str) -> str:
-        # one line each, cut to the terminal's width
-        text = f"  {name:<28} {desc}"
+    def cut(text: str, indent: str) -> str:
+        text = indent + text
         return text if len(text) <= width else text[: width - 1] + "…"
 
+    def entries(found: list[tuple[str, str]]) -> list[str]:
+        """One line each, cut to the terminal's width; where that hides what tells an entry
+        from another (a `-quick` file and its paper-scale twin), a second line from the
+        clause where their descriptions part."""
+        out = []
+        for name, desc in found:
+            out.append(cut(desc, f"  {name:<28} "))
+            twins = [d for n, d in found if n != name and d[:room] == desc[:room]]
+            if twins:
+                part = min(len(os.path.commonprefix([desc, d])) for d in twins)
+                start = max(desc.rfind(sep, 0, part) for sep in (". ", "; ", ", ", ": ", " (")) + 2
+                out.append(cut("…" + desc[start:], " " * 31))
+        return out
+
     print("scenarios:")
-    for name, desc in list_scenarios():
-        print(line(name, desc))
+    print("\n".join(entries(list_scenarios())))
     print("solvers:")
-    for name, desc in list_solvers():
-        print(line(name, desc))
+    print("\n".join(entries(list_solvers())))
     return EXIT_OK
 
 

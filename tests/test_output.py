@@ -86,3 +86,20 @@ def test_show_lists_only_the_keys_a_flow_preset_uses(solver, shown, hidden):
     keys = {line.split("=")[0].strip().split(".")[-1] for line in text.splitlines()
             if line.strip().startswith("run.solvers[0].")}
     assert shown <= keys and not hidden & keys, keys
+
+
+def test_list_tells_a_quick_file_from_its_twin(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    text = run_cli("list")
+    blocks: dict[str, list[str]] = {}     # name -> its description's lines (the name column cut off)
+    for line in text.splitlines():
+        if line.startswith("  ") and line[2] != " ":
+            name = line.split()[0]
+            blocks[name] = [line[31:]]
+        elif line.startswith(" " * 31):
+            blocks[name].append(line[31:])
+    assert all(len(line) <= 100 for line in text.splitlines())
+    twins = [n for n in blocks if n.endswith("-quick") and n[: -len("-quick")] in blocks]
+    assert len(twins) >= 5
+    for quick in twins:
+        assert blocks[quick] != blocks[quick[: -len("-quick")]], quick
