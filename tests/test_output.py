@@ -103,3 +103,37 @@ def test_list_tells_a_quick_file_from_its_twin(monkeypatch):
     assert len(twins) >= 5
     for quick in twins:
         assert blocks[quick] != blocks[quick[: -len("-quick")]], quick
+
+
+@pytest.mark.slow
+def test_plot_of_a_simulate_run_names_its_leaves_and_draws_no_empty_panel_or_sweep(tmp_path):
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import flowsim
+    from flowsim import plots
+
+    X = np.random.default_rng(0).normal(size=(10, 3))
+    model = eqx.nn.MLP(3, 1, 6, 2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    out = tmp_path / "mine.h5"
+    flowsim.simulate(model, data=(X, np.sin(X[:, 0])), solvers=["tsit5", "gd-lr0.1"], t_end=1.0,
+                     checkpoints={"count": 4}, observe=["loss", "weight_change", "ntg_eig"], output=out,
+                     progress=False).close()
+    with flowsim.open(out) as arch:
+        fig = plots.figure_fig1(plots.gather(arch), "mine")
+    assert [ax.get_title(loc="left") for ax in fig.axes] == [
+        "(a) training loss", "(b) weight change per trainable leaf (top 5)", "(c) smallest NTG eigenvalue"]
+    leaves = {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias", "layers.2.weight",
+              "layers.2.bias"}
+    named = {t.get_text() for t in fig.axes[1].texts}
+    assert len(named) == 5 and named <= leaves, named
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert "sweep point" not in legend and not any(t.startswith("point ") for t in legend), legend
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:      # every title inside the figure
+        box = ax._left_title.get_window_extent(renderer)      # the panels' titles sit on the left
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.x1, ax.get_title(loc="left")
