@@ -324,8 +324,11 @@ def cmd_inspect(args) -> int:
                 interrupted |= sv.interrupted
                 loss = f", loss {float(np.asarray(sv['loss'])[-1]):.6g}" if "loss" in sv.series_names and t.size \
                     else ""
+                observing = sv.stats.get("observe_time")
+                split = "" if observing is None else \
+                    f" (observing ≈ {observing:.3g} s, integrating and compiling ≈ {sv.wall_time - observing:.3g} s)"
                 wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
-                    f" for its {len(together)} seeds together" if len(together) > 1 else "")
+                    f" for its {len(together)} seeds together" if len(together) > 1 else "") + split
                 print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
                       + (f", {stats}" if stats else "") + wall
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")

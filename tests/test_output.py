@@ -137,3 +137,32 @@ def test_plot_of_a_simulate_run_names_its_leaves_and_draws_no_empty_panel_or_swe
     for ax in fig.axes:      # every title inside the figure
         box = ax._left_title.get_window_extent(renderer)      # the panels' titles sit on the left
         assert 0 <= box.x0 and box.x1 <= fig.bbox.x1, ax.get_title(loc="left")
+
+
+@pytest.mark.slow
+def test_log_and_inspect_tell_observation_from_integration(tmp_path):
+    import json
+
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import flowsim
+    from flowsim.progress import Progress
+
+    X = np.random.default_rng(0).normal(size=(10, 3))
+    model = eqx.nn.MLP(3, 1, 6, 1, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    out, log = tmp_path / "obs.h5", tmp_path / "obs.jsonl"
+    flowsim.simulate(model, data=(X, np.sin(X[:, 0])), solvers=["tsit5"], t_end=1.0, checkpoints={"count": 5},
+                     observe=["loss", "sharpness"], output=out, progress=Progress(False, jsonl=log)).close()
+    (end,) = [r for r in map(json.loads, log.read_text().splitlines()) if r["event"] == "finished"]
+    assert 0 <= end["observe_s"] <= end["wall_s"]
+    assert end["integrate_s"] == pytest.approx(end["wall_s"] - end["observe_s"], abs=2e-3)
+    with flowsim.open(out) as arch:
+        sv = arch.runs["seed0"].solvers["tsit5"]
+        observing, wall = sv.stats["observe_time"], sv.wall_time
+    assert end["observe_s"] == pytest.approx(observing, abs=1e-3) and end["wall_s"] == pytest.approx(wall, abs=1e-3)
+    line = next(x for x in run_cli("inspect", out).splitlines() if x.strip().startswith("tsit5"))
+    assert line.endswith(f"wall {wall:.3g} s (observing ≈ {observing:.3g} s, integrating and compiling ≈ "
+                         f"{wall - observing:.3g} s)"), line
