@@ -344,3 +344,23 @@ def test_trainable_as_a_function_of_the_model_or_a_predicate(tmp_path, trainable
                 np.testing.assert_array_equal(run.init[path], np.asarray(by_path[path]))
             moved = np.asarray(run.solvers["gd-lr0.1"]["weight_change"])[-1]
             assert moved.shape == (len(leaves),) and np.all(moved > 0)
+
+
+@pytest.mark.slow
+def test_the_readme_classifier_runs_as_written(tmp_path, monkeypatch):
+    """The README's CNN (integer labels, flattened images, a trainable head), as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### A classifier: integer labels, images, a trainable head", 1)[1].split("\n#", 1)[0]
+    (python,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python, "README.md", "exec"), {})
+    with flowsim.open(tmp_path / "runs" / "cnn.h5") as arch:
+        run = arch.runs["seed0"]
+        assert run.params["model"]["leaves"] == ["head.weight", "head.bias"]      # the head alone trains
+        assert arch.data["y_train"].shape == (200, 10)                             # labels one-hot
+        for solver in ("tsit5", "gd-lr1"):
+            loss = np.asarray(run.solvers[solver]["loss"])
+            assert run.solvers[solver].status == "done" and loss[-1] < 0.8 * loss[0]
