@@ -389,6 +389,9 @@ def cmd_analyze(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flowsim", description="Exact gradient flow of wide shallow networks, "
                                 "with gradient descent beside it, archived in HDF5.")
+    from .version import __version__
+
+    p.add_argument("--version", action="version", version=f"flowsim {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="simulate a scenario into an archive")
     r.add_argument("scenario", help="a scenario file, or the name of one in the catalog (`flowsim list`)")
@@ -403,7 +406,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--log-jsonl", metavar="PATH",
                    help="append one JSON object per checkpoint and per finished batch to PATH (for dashboards)")
     r.add_argument("--distributed", action="store_true", help="one run over the devices of several processes "
-                   "(jax.distributed; start the same command in each, see README 'Running at scale')")
+                   "(jax.distributed; start the same command in each, see docs/scale.md)")
     r.add_argument("--shard", metavar="i/N", help="run only the i-th (0 ≤ i < N) of N parts of the scenario's "
                    "runs into its own archive (default runs/<name>.part<i>of<N>.h5); join with `flowsim merge`")
     r.set_defaults(func=cmd_run)

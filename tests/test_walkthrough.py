@@ -51,8 +51,7 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path):
     with h5py.File(tmp_path / "runs" / "width.h5") as f:
         assert f["runs/p2-seed1/gd-lr0.1/t"][-1] == 80.0
     # the archive section's sweep-as-data block reads this archive too
-    text = README.read_text()
-    archive = text[text.index("## The archive"):text.index("## Command line")]
+    archive = (README.parent / "docs" / "archive.md").read_text()
     block = re.findall(r"```python\n(.*?)```", archive, re.S)[-1]
     assert 'open("runs/width.h5")' in block
     proc = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
