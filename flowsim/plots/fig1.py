@@ -139,7 +139,10 @@ def _leaf_change(ax: Axes, traces: list[Trace], style: Style, letter: str) -> No
     if not have:
         not_recorded(ax, "weight change")
         return
-    final = np.nanmax(np.stack([quiet(np.nanmax, tr.series["weight_change"][:, -1], axis=0) for tr in have]), axis=0)
+    # a sweep of the depth changes the leaves: the runs shaped like the first are drawn
+    have = [tr for tr in have if tr.series["weight_change"].shape[2] == have[0].series["weight_change"].shape[2]]
+    # each leaf's largest final value over every run (NaN where every run ended early)
+    final = quiet(np.nanmax, np.concatenate([tr.series["weight_change"][:, -1] for tr in have]), axis=0)
     top = np.argsort(np.where(np.isfinite(final), final, -np.inf))[::-1][:TOP_NODES]
     names = list(getattr(have[0].params.model, "leaves", ())) or [f"leaf {i}" for i in range(final.size)]
     for rank, leaf in enumerate(top):
