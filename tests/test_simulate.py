@@ -310,7 +310,7 @@ def test_integer_labels_with_cross_entropy_are_one_hot_encoded(tmp_path):
     labels = np.array([0, 1] * (N // 2))
     model = mlp(jax.random.PRNGKey(0))      # K = 2 logits
     arch = flowsim.simulate(model, data=(X, labels), test=(X[:4], labels[:4]), loss="cross-entropy",
-                            solvers=["gd-lr0.1"], t_end=0.2, observe=["loss", "accuracy"],
+                            solvers=["gd-lr0.1"], t_end=0.2, observe=["loss", "accuracy", "ntg_eig"],
                             output=tmp_path / "ce.h5", progress=False)
     with arch:
         np.testing.assert_array_equal(arch.data["y_train"], np.eye(2)[labels])
@@ -320,6 +320,11 @@ def test_integer_labels_with_cross_entropy_are_one_hot_encoded(tmp_path):
         np.testing.assert_allclose(np.asarray(gd["loss"])[0], float(expected), rtol=1e-12)
         accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == labels))
         assert np.asarray(gd["accuracy"])[0] == pytest.approx(accuracy, abs=1e-12)
+    with flowsim.open(tmp_path / "ce.h5") as arch:     # its NTG is the first logit's, and the plot says so
+        from flowsim import plots
+
+        fig = plots.figure_fig1(plots.gather(arch), "ce")
+    assert fig.axes[-1].get_title(loc="left") == "(b) smallest NTG eigenvalue (of output 0 of 2)"
 
 
 @pytest.mark.parametrize("trainable, leaves", [

@@ -177,8 +177,11 @@ def panel_ntg_change(ax: Axes, traces: list[Trace], style: Style, letter: str = 
 
 
 def panel_eig_min(ax: Axes, traces: list[Trace], style: Style, letter: str = "d") -> None:
-    """Smallest NTG eigenvalue, with Caron's lower bound γκ_n/4 (dotted) per point."""
-    ax.set_title(f"({letter}) smallest NTG eigenvalue", loc="left", fontsize=11)
+    """Smallest NTG eigenvalue, with Caron's lower bound γκ_n/4 (dotted) per point. The NTG
+    is that of the first output: the title says so where the model has several."""
+    outputs = max((getattr(tr.params.data, "outputs", 1) for tr in traces), default=1)
+    first = f" (of output 0 of {outputs})" if outputs > 1 else ""
+    ax.set_title(f"({letter}) smallest NTG eigenvalue{first}", loc="left", fontsize=11)
     have = with_series(traces, "eig_min")
     if not have:
         not_recorded(ax, "NTG eigenvalues")
