@@ -281,6 +281,7 @@ def cmd_inspect(args) -> int:
     import numpy as np
 
     from . import archive, plugins
+    from .advice import advise
 
     with archive.open(args.archive) as a:
         attrs = a.attrs
@@ -319,8 +320,8 @@ def cmd_inspect(args) -> int:
             for sname, sv in run.solvers.items():
                 t = sv.t
                 reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"
-                stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in
-                                  ("steps", "rejected", "vf_evals"))
+                stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in ("steps", "rejected", "vf_evals")
+                                  or (k == "hvps" and v))
                 interrupted |= sv.interrupted
                 loss = f", loss {float(np.asarray(sv['loss'])[-1]):.6g}" if "loss" in sv.series_names and t.size \
                     else ""
@@ -329,10 +330,12 @@ def cmd_inspect(args) -> int:
                     f" (observing ≈ {observing:.3g} s, integrating and compiling ≈ {sv.wall_time - observing:.3g} s)"
                 wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
                     f" for its {len(together)} seeds together" if len(together) > 1 else "") + split
+                advice = advise(sv.preset.get("method", ""), sv.stats)
                 print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
                       + (f", {stats}" if stats else "") + wall
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
-                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))
+                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
+                      + (f"\n{'':20}advice: {advice}" if advice else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
         if interrupted and _written_by_simulate(resolved):
             print(f"  interrupted: resume with `flowsim.simulate(..., output={str(args.archive)!r}, resume=True)` "

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from . import batch, checkpoint, status
+from .advice import advise
 from .archive import ArchiveWriter
 from .build import Built, data_seed, dataset_arrays
 from .config import Data, Preset, RunSpec, Scenario, to_dict
@@ -208,7 +209,8 @@ class Driver:
             if stored is not None:
                 arrays, attrs = stored
                 restored = checkpoint.restore(to_host(state) if restored is None else restored, i, arrays)
-                member.stats = {k: attrs[k] for k in (*STAT_KEYS, "wall_time")}
+                # every statistic the solver's advance returned (STAT_KEYS and its own)
+                member.stats = {k: v for k, v in attrs.items() if k != "code"}
                 member.code = attrs["code"]
             members.append(member)
         if restored is not None:
@@ -222,11 +224,18 @@ class Driver:
         most = chunk_size(spec)
         commit = _Commits(self.writer, name, members)
         i, size = start, 1
+        advised = False
         try:
             while i < len(times) and any(m.code == status.RUNNING for m in members):
                 rows = range(i, min(i + size, len(times)))
                 tic = time.perf_counter()
                 state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit)
+                if not advised:     # as soon as the statistics show it, not after the run
+                    advice = _advice(preset, members)
+                    if advice is not None:
+                        advised = True
+                        self.report(f"flowsim: {runs[0].label or config.name} · {name}: advice: {advice}")
+                        bar.advise(advice)
                 # Each checkpoint is its own stretch inside the chunk, so where chunks end
                 # does not change the numbers: a chunk grows (doubling) while it takes less
                 # than CHUNK_WALL, and shrinks after a slow one, so that a stop or a kill
@@ -259,7 +268,7 @@ class Driver:
         wall = max(m.stats["wall_time"] for m in members)
         observing = max(m.stats["observe_time"] for m in members)
         bar.close(out, wall=wall, observe=observing)
-        self._summarise(runs[0].label or config.name, name, members, out)
+        self._summarise(runs[0].label or config.name, name, members, out, _advice(preset, members))
         return out, to_host(integ.params(state))
 
     def _chunk(self, name, integ, problems, state, members, rows: range, size: int, times, refs, names, bar,
@@ -289,8 +298,8 @@ class Driver:
             for j, m in enumerate(members):
                 if not (moving[r, j] and m.code == status.RUNNING):
                     continue
-                for key in STAT_KEYS:
-                    m.stats[key] += int(seg[key][r, j])
+                for key in (k for k in seg if k != "status"):
+                    m.stats[key] = m.stats.get(key, 0) + int(seg[key][r, j])
                 m.stats["wall_time"] += wall
                 code = int(seg["status"][r, j])
                 if code != status.DONE:
@@ -350,7 +359,8 @@ class Driver:
             raise out["error"]
         return out["value"]
 
-    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str]) -> None:
+    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str],
+                   advice: str | None) -> None:
         counts: dict[str, int] = {}
         for s in out.values():
             counts[s] = counts.get(s, 0) + 1
@@ -359,4 +369,13 @@ class Driver:
         observing = max(m.stats["observe_time"] for m in members)
         states = ", ".join(f"{v} {k}" for k, v in counts.items())
         self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s, "
-                    f"of which observing ≈ {observing:.1f} s)")
+                    f"of which observing ≈ {observing:.1f} s)" + (f"\n  advice: {advice}" if advice else ""))
+
+
+def _advice(preset: Preset, members: list[_Member]) -> str | None:
+    """The solver advisor's word on a flow preset, from its seeds' statistics summed."""
+    method = getattr(preset, "method", None)
+    if method is None:
+        return None
+    return advise(method, {k: sum(m.stats.get(k, 0) for m in members)
+                           for k in ("steps", "accepted", "rejected", "stiff_steps")})

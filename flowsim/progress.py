@@ -81,6 +81,11 @@ class BatchProgress:
             print(f"flowsim: {self.label} · {self.solver}: t = {t:.6g} of {self.t_end:.6g} "
                   f"({100 * t / self.t_end:.0f} %), {total} steps, {states}", file=self.owner.stream, flush=True)
 
+    def advise(self, advice: str) -> None:
+        """The solver advisor spoke (the driver prints it): a JSON record."""
+        self.owner._log({"event": "advice", "label": self.label, "runs": self.runs, "solver": self.solver,
+                         "t": self.t, "advice": advice})
+
     @property
     def waiting_shown(self) -> bool:
         """Whether `waiting` can print anything (the driver skips its wait otherwise)."""

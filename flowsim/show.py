@@ -59,13 +59,14 @@ def origin(sc: Scenario, raw: dict, key: str, path: tuple) -> str:
     return "file" if _at(raw, path) is not ABSENT else "default"
 
 
-# Flow-preset keys that only some methods read (flowsim/integrate/flow.py): a preset's
-# others are shown, these only where its method uses them.
+# Flow-preset keys that only some methods read (flowsim/integrate/flow.py,
+# make_flow_integrator): a preset's others are shown, these only where its method uses them.
 _METHOD_KEYS: dict[str, Callable[[FlowMethod], bool]] = {
     **dict.fromkeys(("newton_rtol", "newton_atol", "linear_rtol", "linear_atol", "krylov_restart",
                      "krylov_max_steps"), lambda m: m.implicit),              # Newton–Krylov stages
     **dict.fromkeys(("pcoeff", "icoeff", "dtmin", "dtmax"), lambda m: not m.filippov),  # the PID controller
     "slots": lambda m: m.filippov,
+    **dict.fromkeys(("rho_every", "rho_safety"), lambda m: m.stabilised),     # rock4's spectral radius
 }
 
 

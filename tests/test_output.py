@@ -78,8 +78,10 @@ def test_inspect_shows_a_batch_wall_time_once_and_the_final_loss(no_weights):
 
 
 @pytest.mark.parametrize("solver, shown, hidden", [
-    ("tsit5", {"rtol", "pcoeff", "dtmax", "max_steps"}, {"newton_rtol", "linear_atol", "krylov_restart", "slots"}),
-    ("kvaerno5", {"rtol", "pcoeff", "newton_rtol", "krylov_max_steps"}, {"slots"}),
+    ("tsit5", {"rtol", "pcoeff", "dtmax", "max_steps"},
+     {"newton_rtol", "linear_atol", "krylov_restart", "slots", "rho_every"}),
+    ("kvaerno5", {"rtol", "pcoeff", "newton_rtol", "krylov_max_steps"}, {"slots", "rho_safety"}),
+    ("rock4", {"rtol", "pcoeff", "rho_every", "rho_safety"}, {"newton_rtol", "slots"}),
 ])
 def test_show_lists_only_the_keys_a_flow_preset_uses(solver, shown, hidden):
     text = run_cli("show", "quickstart", "--set", f'run.solvers=["{solver}", "gd-lr1"]')
