@@ -254,13 +254,20 @@ class Driver:
             raise
         out = {}
         ends = to_host(integ.time(state))   # where each member stopped (held still after)
+        # The chunk program interleaves stepping and observing; what observing costs is told
+        # apart by timing one observation, and charged to every row the member recorded.
+        per_row = self._observation_cost(integ, problems, state, refs, names, most, times)
+        for m in members:
+            m.stats["observe_time"] = min(per_row * m.done_rows, m.stats["wall_time"])
         for j, m in enumerate(members):
             final = status.DONE if m.code == status.RUNNING else m.code
             self.writer.set_status(m.run.name, name, status=status.name(final), stats=m.stats,
                                    wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)],
                                    status_time=float(ends[j]))
             out[m.run.name] = status.name(final)
-        bar.close(out)
+        wall = max(m.stats["wall_time"] for m in members)
+        observing = max(m.stats["observe_time"] for m in members)
+        bar.close(out, wall=wall, observe=observing)
         self._summarise(runs[0].label or config.name, name, members, out, _advice(preset, members))
         return out, to_host(integ.params(state))
 
@@ -306,6 +313,23 @@ class Driver:
         commit.last = state
         return state
 
+    def _observation_cost(self, integ, problems, state, refs, names, size: int, times) -> float:
+        """Seconds the batch's observation at one checkpoint takes: the chunk program (the
+        one compiled for the run, nothing new to compile) called with no member moving, with
+        one real row of its `size` less with none (the call's own cost), timed. Its values
+        are discarded."""
+        here = to_host(integ.time(state))
+        still = np.zeros((size, here.size), bool)
+
+        def call(rows: int) -> float:
+            tic = time.perf_counter()
+            jax.block_until_ready(batch.chunk(integ, problems, state, np.broadcast_to(here, still.shape).copy(),
+                                              still, np.arange(size) < rows, np.zeros(here.size, np.int64), refs,
+                                              names, np.asarray(times[-1], here.dtype)))
+            return time.perf_counter() - tic
+
+        return max(call(1) - call(0), 0.0)
+
     def _interruptible(self, work: Callable[[], Any], bar: BatchProgress, target: float) -> Any:
         """`work()` (a segment: minutes, for a stiff or kinked flow), computed on a helper
         thread while this one wakes every POLL seconds: a stop asked for meanwhile
@@ -342,9 +366,10 @@ class Driver:
             counts[s] = counts.get(s, 0) + 1
         steps = sum(m.stats["steps"] for m in members)
         wall = max(m.stats["wall_time"] for m in members)
+        observing = max(m.stats["observe_time"] for m in members)
         states = ", ".join(f"{v} {k}" for k, v in counts.items())
-        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s)"
-                    + (f"\n  advice: {advice}" if advice else ""))
+        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s, "
+                    f"of which observing ≈ {observing:.1f} s)" + (f"\n  advice: {advice}" if advice else ""))
 
 
 def _advice(preset: Preset, members: list[_Member]) -> str | None:

@@ -55,7 +55,8 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     choose the runs of `shard` ("i/N"), check the output path, the memory and the disk,
     and build every run: bad data or shapes fail here, before the archive is touched.
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
-    from .build import build_run, check_resources
+    from .build import build_run, check_resources, start_problem
+    from .models import BuildError
     from .devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
 
@@ -85,6 +86,12 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     # the scenario's first run (whose data /data holds) with this process's runs, each once
     todo = {r.name: r for r in [sc.runs[0], *runs]}
     built = {name: build_run(r.settings, r.seed) for name, r in todo.items()}
+    for name, b in built.items():
+        why = start_problem(b)
+        if why:
+            raise BuildError(f"run {name}: the loss or its gradient is not finite at t = 0: {why}; allowed: "
+                             "data and a model whose loss and gradient are finite at the initial weights "
+                             "(nothing was run)")
     return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
 
 

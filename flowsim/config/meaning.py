@@ -77,7 +77,7 @@ MEANING = {
     "run.checkpoints.times": "explicit increasing times in (0, t_end]",
     "run.solvers": "solver presets by name (files in solvers/) or inline tables; each runs every seed "
                    "of every sweep point",
-    "run.observe": "the series recorded at every checkpoint (see the README's list of observables)",
+    "run.observe": "the series recorded at every checkpoint (docs/scenarios.md lists the observables)",
     "run.ntg_points": "the NTG (and observables built on it) uses the first k training points",
     "run.stop_loss": "> 0: a flow stops (status `stopped`) once the loss falls to this value",
     # ---- [sweep]
