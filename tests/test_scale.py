@@ -195,7 +195,7 @@ def _start_distributed(tmp_path, *args, processes=2, devices=2) -> list[subproce
     base = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
                 JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES=str(processes),
                 FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
-    return [subprocess.Popen([sys.executable, "-m", "flowsim.cli", "run", "--distributed", "-q", *map(str, args)],
+    return [subprocess.Popen([sys.executable, "-m", "flowsim.cli", "run", "--distributed", *map(str, args)],
                              cwd=tmp_path, env=base | {"JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True) for i in range(processes)]
 

@@ -468,7 +468,7 @@ def test_every_catalog_scenario_loads(name):
 def test_every_paper_experiment_has_a_quick_twin():
     quick = {n.removesuffix("-quick") for n in CATALOG if n.endswith("-quick")}
     papers = {n for n in CATALOG if n.startswith(("caron-", "chen-", "cohen-")) and not n.endswith("-quick")}
-    assert quick == papers and len(papers) == 14
+    assert quick == papers and len(papers) == 15
 
 
 # ---------------------------------------------------------------- typed configs

@@ -103,7 +103,8 @@ def test_compare_figures_have_no_placeholder_panels(path):
 
     rep = compare_archive(path)
     fig = figure_run(rep, "p0-seed0")      # loss and weight change recorded, no weights, no sharpness
-    assert len(fig.axes) == 1 and fig.axes[0].get_title() == "(a) loss gap"
+    assert [ax.get_title() for ax in fig.axes] == ["(a) loss gap", "(b) weight-change gap"]
+    assert all(ax.lines for ax in fig.axes)            # each panel draws the gap it names
     texts = [t.get_text() for ax in fig.axes for t in ax.texts]
     assert not any("not recorded" in t for t in texts)
     sweep = figure_sweep(rep, "model.width")

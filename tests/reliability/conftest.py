@@ -107,10 +107,15 @@ VOLATILE_ATTRS = {"created", "wall_time"}
 REFERENCE_ATTRS = {"DIMENSION_LIST", "REFERENCE_LIST"}
 
 
+# Wall-clock figures among a solver's statistics: they differ from run to run.
+WALL_STATS = ("wall_time", "observe_time")
+
+
 def _norm_json(text) -> object:
     value = json.loads(text.decode() if isinstance(text, bytes) else text)
     if isinstance(value, dict):
-        value.pop("wall_time", None)
+        for k in WALL_STATS:
+            value.pop(k, None)
     return value
 
 
@@ -150,8 +155,7 @@ def snapshot(path) -> dict[str, object]:
                 if state is None:
                     out[f"{name}#state"] = None
                 else:
-                    attrs = dict(state[1])
-                    attrs.pop("wall_time", None)
+                    attrs = {k: v for k, v in state[1].items() if k not in WALL_STATS}
                     arrays = {k: (v.dtype.str, v.shape, v.tobytes()) for k, v in sorted(state[0].items())}
                     out[f"{name}#state"] = (n, attrs, arrays)
 

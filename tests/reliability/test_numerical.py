@@ -1,6 +1,8 @@
-"""Numerical failures are results: GD that diverges, a flow that hits `max_steps`, and
-non-finite values are recorded with their status, the time they happened and the last good
-state; `inspect` and `plot` show them; the other seeds and solvers complete."""
+"""Numerical failures are results: GD that diverges and a flow that hits `max_steps` are
+recorded with their status, the time they happened and the last good state; `inspect` and
+`plot` show them; the other seeds and solvers complete. (A start whose loss or gradient is
+not finite is refused before anything runs: tests/test_early_end.py; a flow that turns
+non-finite ends `nonfinite` where it is: tests/test_engine.py.)"""
 
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ solvers = [
 ]
 
 [sweep]
-"data.path" = ["ok.csv", "huge.csv"]     # huge.csv: finite inputs whose products overflow
+"data.path" = ["ok.csv", "big.csv"]     # big.csv: inputs 30× larger, GD at η = 1 diverges
 """
 
 
@@ -45,7 +47,7 @@ def numerical(tmp_path_factory):
     rng = np.random.default_rng(0)
     X = rng.normal(size=(12, 3))
     y = np.sin(X.sum(1))
-    for name, scale in (("ok.csv", 1.0), ("huge.csv", 1e200)):
+    for name, scale in (("ok.csv", 1.0), ("big.csv", 30.0)):
         np.savetxt(d / name, np.c_[X * scale, y], delimiter=",", header="a,b,c,y", comments="")
     (d / "numerical.toml").write_text(SCENARIO)
     return d
@@ -89,13 +91,12 @@ def statuses(path):
 def test_failures_are_recorded_and_the_rest_completes(result):
     code, err, out = result
     assert code == 0, err                       # numerical statuses are results, not errors
-    assert "statuses: diverged, max_steps, nonfinite" in err
     got = statuses(out)
     assert got[("ok.csv", "gd-lr1")] == "done"
     assert got[("ok.csv", "gd-diverge")] == "diverged"
     assert got[("ok.csv", "flow-short")] == "max_steps"
-    assert got[("huge.csv", "flow-short")] == "nonfinite"
-    assert got[("huge.csv", "gd-lr1")] == "diverged"
+    assert got[("big.csv", "flow-short")] == "max_steps"
+    assert got[("big.csv", "gd-lr1")] == "diverged"
     with A.open(out) as a:
         for run in a.runs.values():
             for sv in run.solvers.values():
@@ -106,14 +107,10 @@ def test_failures_are_recorded_and_the_rest_completes(result):
                     assert sv.t[-1] == 20.0
                     continue
                 assert sv.message                           # advice for the user
-                if "ok.csv" in run.label:
-                    # the last good state: finite weights and loss, before t_end
-                    assert 0 < sv.status_time < 20.0
-                    assert np.isfinite(sv["weights"][-1]).all() and np.isfinite(sv["loss"][-1])
-                    assert all(np.isfinite(v).all() for v in state.values())
-                else:
-                    assert sv.status_time == 0.0            # non-finite from the start
-                    assert np.isfinite(sv["weights"][-1]).all()  # the weights themselves are fine
+                # the last good state: finite weights and loss, before t_end
+                assert 0 < sv.status_time < 20.0
+                assert np.isfinite(sv["weights"][-1]).all() and np.isfinite(sv["loss"][-1])
+                assert all(np.isfinite(v).all() for v in state.values())
 
 
 @pytest.mark.slow
@@ -135,7 +132,7 @@ def test_inspect_and_plot_show_the_statuses(result, inproc, tmp_path):
     _, _, out = result
     code, text, err = inproc("inspect", out)
     assert code == 0, err
-    for word in ("diverged at t = ", "max_steps at t = ", "nonfinite at t = 0"):
+    for word in ("diverged at t = ", "max_steps at t = "):
         assert word in text, text
     code, files, err = inproc("plot", out, "-o", tmp_path / "figs")
     assert code == 0, err
@@ -146,4 +143,4 @@ def test_inspect_and_plot_show_the_statuses(result, inproc, tmp_path):
     with A.open(out) as a:
         traces = plots.gather(a)
     ends = {s for tr in traces for _, s in tr.early_ends}
-    assert {"diverged", "max_steps", "nonfinite"} <= ends
+    assert {"diverged", "max_steps"} <= ends
