@@ -45,13 +45,17 @@ class _StopRequest:
 
     def __init__(self):
         self.requested = False
+        # Before the archive is opened a stop loses nothing, so it stops at once (exit 130),
+        # also inside a plug-in's import or factory that never returns.
+        self.at_once = False
         self._saved: dict = {}
 
     def __call__(self) -> bool:
         return self.requested
 
     def _handle(self, signum, frame):
-        if self.requested:
+        if self.requested or self.at_once:
+            self.requested = True
             raise KeyboardInterrupt
         self.requested = True
 
@@ -145,8 +149,12 @@ def cmd_run(args) -> int:
     from . import session
     from .devices import any_process, is_primary
 
-    job = session.prepare(args.scenario, args.set, output=args.output, shard=args.shard, resume=args.resume,
-                          overwrite=args.overwrite)
+    _STOP.at_once = not args.distributed      # several processes stop after the same checkpoint
+    prepare = lambda: session.prepare(args.scenario, args.set, output=args.output,  # noqa: E731
+                                      shard=args.shard, resume=args.resume, overwrite=args.overwrite)
+    _rehearse(args, prepare)
+    job = prepare()
+    _STOP.at_once = False
     out, shard = job.out, job.shard
     resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
                            "--resume", *(["--distributed"] if args.distributed else []),
@@ -216,6 +224,30 @@ def cmd_run(args) -> int:
     return EXIT_OK
 
 
+def _rehearse(args, work) -> None:
+    """A scenario naming plug-ins is prepared first in a forked child (`plugins.rehearse`):
+    one that ends the process there is an input error naming it, instead of a silent exit
+    with status 0. Only in the command's own process, whose JAX has not started yet."""
+    import os
+    import tomllib
+
+    from . import plugins
+    from .config import find_scenario
+
+    if not _COMMAND_LINE or getattr(args, "distributed", False) or not hasattr(os, "fork"):
+        return
+    try:
+        raw = tomllib.loads(find_scenario(args.scenario).read_text())
+    except (OSError, ValueError, _input_errors()):   # the loader says what is wrong, in the parent
+        return
+    values = [s.partition("=")[2].strip().strip("\"'") for s in args.set]
+    if plugins.named_in(raw) or any(map(plugins.is_path, values)):
+        ended = plugins.rehearse(work)
+        if ended:
+            raise InputError(f"{args.scenario}: {ended}; a plug-in may not end the process; "
+                             "allowed: plug-ins that return or raise")
+
+
 def cmd_merge(args) -> int:
     from .archive.merge import ShardError, merge
 
@@ -252,7 +284,9 @@ def cmd_show(args) -> int:
     from .config import find_scenario, load_scenario
     from .show import show
 
-    print(show(load_scenario(find_scenario(args.scenario), args.set)))
+    load = lambda: load_scenario(find_scenario(args.scenario), args.set)  # noqa: E731
+    _rehearse(args, load)
+    print(show(load()))
     return EXIT_OK
 
 
@@ -429,8 +463,8 @@ def main(argv: list[str] | None = None) -> int:
         warnings.formatwarning = lambda message, category, *a, **k: f"flowsim: warning: {message}\n"
     args = parser().parse_args(argv)
     if args.command == "run":
-        _STOP.requested = False
-        _STOP.install()          # first, so that a stop during start-up is graceful too
+        _STOP.requested, _STOP.at_once = False, not args.distributed
+        _STOP.install()          # first, so that a stop during start-up is honoured too
     errors: tuple = ()
     try:
         errors = _load_engine() if _COMMAND_LINE and args.command == "run" else _input_errors()
@@ -443,6 +477,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return EXIT_INTERRUPTED
+    except SystemExit as exit_:   # user code's sys.exit where no key could be named
+        _err(f"user code (a plug-in) raised SystemExit({exit_.code!r}) during `flowsim {args.command}`; "
+             "a plug-in may not end the process")
+        return EXIT_INPUT
     except BrokenPipeError:  # `flowsim inspect … | head`
         sys.stderr.close()
         return EXIT_OK
