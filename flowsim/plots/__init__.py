@@ -56,11 +56,11 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
     for each format; returns the paths written.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     with _archive.open(path) as arch:
         name = scenario_name(arch, path)
         kind = chen.figure_kind(arch)
         traces = [] if kind else gather(arch)
+    out.mkdir(parents=True, exist_ok=True)   # once the archive reads: a refused one leaves no folder
     if kind:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
         return chen.plot_archive(path, out, formats=formats, name=name)
     figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name),
