@@ -45,17 +45,26 @@ class _StopRequest:
 
     def __init__(self):
         self.requested = False
-        # Before the archive is opened a stop loses nothing, so it stops at once (exit 130),
-        # also inside a plug-in's import or factory that never returns.
+        # Before the archive is opened a stop loses nothing, so the process ends at once
+        # (exit 130), also inside a plug-in's import or factory that never returns. It ends
+        # rather than raising: an exception raised in the middle of an import or of JAX's
+        # tracing can turn into an ImportError or a crash at exit.
         self.at_once = False
+        self.children: set[int] = set()    # processes to end with this one (plugins.rehearse)
         self._saved: dict = {}
 
     def __call__(self) -> bool:
         return self.requested
 
     def _handle(self, signum, frame):
-        if self.requested or self.at_once:
-            self.requested = True
+        if self.at_once:
+            import os
+
+            for pid in self.children:
+                os.kill(pid, signal.SIGKILL)
+            os.write(2, b"flowsim: error: interrupted\n")
+            os._exit(EXIT_INTERRUPTED)
+        if self.requested:
             raise KeyboardInterrupt
         self.requested = True
 
@@ -242,7 +251,7 @@ def _rehearse(args, work) -> None:
         return
     values = [s.partition("=")[2].strip().strip("\"'") for s in args.set]
     if plugins.named_in(raw) or any(map(plugins.is_path, values)):
-        ended = plugins.rehearse(work)
+        ended = plugins.rehearse(work, started=_STOP.children.add)
         if ended:
             raise InputError(f"{args.scenario}: {ended}; a plug-in may not end the process; "
                              "allowed: plug-ins that return or raise")

@@ -22,6 +22,7 @@ import contextlib
 import importlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -112,10 +113,11 @@ def running(key: str, path: str, doing: str) -> Iterator[None]:
             os.write(_marks, b"-\n")
 
 
-def rehearse(work: Callable[[], object]) -> str | None:
+def rehearse(work: Callable[[], object], started: Callable[[int], object] = lambda pid: None) -> str | None:
     """Run `work` in a forked child first. None when it returned or raised (the caller then
     does the same work and meets the same errors itself); otherwise what ended the child,
-    naming the plug-in it was running. Fork only in a process that has not started JAX's
+    naming the plug-in it was running. `started` is told the child's pid (a caller that may
+    leave at once must take it along). Fork only in a process that has not started JAX's
     backends (the command line's, at start-up): a child of one that has may deadlock."""
     read, write = os.pipe()
     sys.stdout.flush()
@@ -123,6 +125,8 @@ def rehearse(work: Callable[[], object]) -> str | None:
     pid = os.fork()
     if pid == 0:   # the child: its output is the parent's to give, once
         global _marks
+        for sig in (signal.SIGTERM, signal.SIGINT):   # a stop is the parent's to handle
+            signal.signal(sig, signal.SIG_DFL)
         os.close(read)
         _marks = write
         null = os.open(os.devnull, os.O_WRONLY)
@@ -133,6 +137,7 @@ def rehearse(work: Callable[[], object]) -> str | None:
         os.write(write, b"=\n")
         os._exit(0)
     os.close(write)
+    started(pid)
     try:
         chunks = []
         while chunk := os.read(read, 1 << 16):     # to the end: a blocked child would hang
