@@ -81,11 +81,24 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     # Under --distributed only process 0 touches the archive; every process raises its errors.
     on_primary(lambda: _check_output(out, resume=resume, overwrite=overwrite))
     # Refuse what would exhaust memory (or the disk) before anything is allocated.
-    check_resources(sc, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
+    check_resources(sc, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None),
+                    written=_committed_rows(out) if resume else None)
     # the scenario's first run (whose data /data holds) with this process's runs, each once
     todo = {r.name: r for r in [sc.runs[0], *runs]}
     built = {name: build_run(r.settings, r.seed) for name, r in todo.items()}
     return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
+
+
+def _committed_rows(out: Path) -> dict[str, dict[str, int]] | None:
+    """An archive's committed rows, run -> solver -> rows (None where it cannot be read:
+    resuming it then says why)."""
+    from .archive import Archive, ArchiveError
+
+    try:
+        with Archive(out) as a:    # read as it is: the repair, where needed, is the resume's
+            return {name: {s: v.n_checkpoints for s, v in run.solvers.items()} for name, run in a.runs.items()}
+    except (ArchiveError, OSError):
+        return None
 
 
 def _check_output_folder(out: Path) -> None:

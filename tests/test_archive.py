@@ -484,3 +484,36 @@ def test_a_damaged_archive_is_one_message_and_exit_2_from_every_reader(tmp_path,
         assert err.count("\n") == 1 and err.startswith("flowsim: error: ") and words in err, (command, err)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["a.h5"], command   # no stray file
         assert path.read_bytes() == before, command
+
+
+def test_a_run_stores_only_the_tables_its_sweep_point_changes(tmp_path):
+    """A long scenario (10 000 checkpoint times) is stored in the text and the resolved
+    scenario, not again in each run's parameters, which still read back whole."""
+    import json
+
+    from flowsim.session import prepare
+
+    times = ", ".join(f"{(i + 1) / 1000:.9f}" for i in range(10_000))
+    tiny = (Path(__file__).resolve().parent / "scenarios" / "tiny.toml").read_text()
+    path = tmp_path / "long.toml"
+    path.write_text(tiny.replace("checkpoints = { count = 12 }", f"checkpoints = {{ times = [{times}] }}")
+                    .replace("t_end = 30.0", "t_end = 10.0"))
+    job = prepare(path, ["seeds=[0]"], output=tmp_path / "a.h5")
+    sc = job.scenario
+    with A.ArchiveWriter.create(str(job.out), scenario_text=sc.text, resolved=sc.resolved, provenance={},
+                                dtype="float64") as w:
+        for r in sc.runs:
+            w.create_run(r.name, params=r.config, seed=r.seed, label=r.label, point=r.point,
+                         init={"W0": np.ones(3)})
+        extend = json.loads(json.dumps(sc.resolved))
+        extend["run"]["t_end"] = 20.0
+        w.extend_horizon(extend)
+    with h5py.File(job.out, "r") as f:
+        text = len(f.attrs["scenario_text"])
+        assert text > 100_000
+        assert all(len(run.attrs["params"]) < 1000 for run in f["runs"].values())
+    with A.open(job.out) as a:
+        for r in sc.runs:
+            want = json.loads(json.dumps(r.config))
+            want["run"]["t_end"] = 20.0
+            assert a.runs[r.name].params == want

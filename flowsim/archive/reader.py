@@ -9,7 +9,7 @@ import h5py
 import numpy as np
 
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
-from .format import attr_str, decode_root_attrs, loads, read_arrays, series_spec
+from .format import attr_str, decode_root_attrs, loads, read_arrays, run_params, series_spec
 from .lock import writer_pid
 from .recovery import (damaged, is_read_failure, open_h5_readonly, repair_stale, require_flowsim,
                        warnings_unless_failed)
@@ -93,7 +93,7 @@ class RunView:
         self.seed = int(g.attrs.get("seed", -1))
         self.label = attr_str(g.attrs.get("label", ""))
         self.point = int(g.attrs.get("point", -1))
-        self.params = loads(g.attrs.get("params", "{}"))
+        self.params = run_params(g, archive.attrs.get("scenario_resolved") or {})
 
     @property
     def data(self) -> dict[str, np.ndarray]:
