@@ -72,6 +72,18 @@ def build_run(config: Config, seed: int) -> Built:
     return MODELS[config.model.kind].build(config, ds, seed)
 
 
+def program_signature(built_runs: list[Built], config: Config) -> tuple:
+    """What the programs compiled for a sweep point's batch depend on: the problems' and
+    weights' structure (static fields included) and shapes, the seeds batched, the solvers.
+    Where it changes from one point to the next, the last point's programs cannot serve
+    and are released (`jax.clear_caches`): each compiled program holds its own memory
+    mappings, and a 200-point sweep of varied widths, keeping ~100-400 per point, reached
+    the system's limit of 65 530 and crashed."""
+    tree = (built_runs[0].problem, built_runs[0].params)
+    leaves = tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x)))) for x in jax.tree.leaves(tree))
+    return jax.tree.structure(tree), leaves, len(built_runs), repr(config.run.solvers)
+
+
 def dataset_arrays(ds: Dataset) -> dict[str, np.ndarray]:
     return {"X_train": ds.X_train, "y_train": ds.y_train, "X_test": ds.X_test, "y_test": ds.y_test,
             **{k: np.asarray(v) for k, v in ds.extra.items()}}

@@ -21,7 +21,7 @@ import numpy as np
 
 from . import batch, checkpoint, status
 from .archive import ArchiveWriter
-from .build import Built, data_seed, dataset_arrays
+from .build import Built, data_seed, dataset_arrays, program_signature
 from .config import Data, Preset, RunSpec, Scenario, to_dict
 from .devices import is_primary, shard, to_host
 from .integrate.base import AbstractIntegrator
@@ -162,7 +162,11 @@ class Driver:
         if not self.writer.has_run(self.runs[0].name):
             self.writer.write_data(dataset_arrays(built[first.name].dataset))
         horizons = self.writer.horizons()   # earlier t_ends of an extended archive
-        for runs in points.values():
+        signatures = [program_signature([built[r.name] for r in runs], runs[0].settings)
+                      for runs in points.values()]
+        for at, runs in enumerate(points.values()):
+            if at and signatures[at] != signatures[at - 1]:
+                jax.clear_caches()   # see `program_signature`
             built_runs = [built[r.name] for r in runs]
             for r, b in zip(runs, built_runs):
                 if self.writer.has_run(r.name):

@@ -55,7 +55,9 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     choose the runs of `shard` ("i/N"), check the output path, the memory and the disk,
     and build every run: bad data or shapes fail here, before the archive is touched.
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
-    from .build import build_run, check_resources
+    import jax
+
+    from .build import build_run, check_resources, program_signature
     from .devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
 
@@ -85,7 +87,13 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
                     written=_committed_rows(out) if resume else None)
     # the scenario's first run (whose data /data holds) with this process's runs, each once
     todo = {r.name: r for r in [sc.runs[0], *runs]}
-    built = {name: build_run(r.settings, r.seed) for name, r in todo.items()}
+    built, last = {}, None
+    for name, r in todo.items():
+        built[name] = build_run(r.settings, r.seed)
+        signature = program_signature([built[name]], r.settings)
+        if last is not None and signature != last:
+            jax.clear_caches()    # building compiles too: the last shape's programs go
+        last = signature
     return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
 
 
