@@ -162,7 +162,11 @@ def cmd_run(args) -> int:
     prepare = lambda: session.prepare(args.scenario, args.set, output=args.output,  # noqa: E731
                                       shard=args.shard, resume=args.resume, overwrite=args.overwrite)
     _rehearse(args, prepare)
-    job = prepare()
+    try:
+        job = prepare()
+    except SystemExit as exit_:   # a plug-in's sys.exit where no key could be named (its first call)
+        raise InputError(f"user code (a plug-in) raised SystemExit({exit_.code!r}) while the scenario was "
+                         "prepared; a plug-in may not end the process; nothing was written") from None
     _STOP.at_once = False
     out, shard = job.out, job.shard
     resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
@@ -195,6 +199,9 @@ def cmd_run(args) -> int:
                                  report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
                                  should_stop=lambda: any_process(_STOP()),
                                  stop_now=None if args.distributed else _STOP)
+    except SystemExit as exit_:   # a plug-in's sys.exit while the run traces or calls it
+        raise InputError(f"user code (a plug-in) raised SystemExit({exit_.code!r}) during the run; a plug-in "
+                         f"may not end the process; {out} holds every finished checkpoint") from None
     except KeyboardInterrupt:
         if primary:
             print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
@@ -486,10 +493,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         _err("interrupted")
         return EXIT_INTERRUPTED
-    except SystemExit as exit_:   # user code's sys.exit where no key could be named
-        _err(f"user code (a plug-in) raised SystemExit({exit_.code!r}) during `flowsim {args.command}`; "
-             "a plug-in may not end the process")
-        return EXIT_INPUT
     except BrokenPipeError:  # `flowsim inspect … | head`
         sys.stderr.close()
         return EXIT_OK

@@ -161,6 +161,8 @@ def make(key, d, k):
 def half_mse(pred, y):
     if os.environ.get("FLOWSIM_TEST_WHERE") == "loss":
         _end("loss")
+    if os.environ.get("FLOWSIM_TEST_WHERE") == "run" and pred.shape[0] != 4:   # not in the probe
+        _end("run")
     return 0.5 * jnp.mean((pred - y) ** 2)
 """
 
@@ -188,6 +190,14 @@ def test_sys_exit_in_a_plugin_is_exit_2_naming_it(ending, monkeypatch, where, ke
     assert code == 2, err
     assert f"`{key}`" in err and "SystemExit(0)" in err and "may not end the process" in err, err
     assert (ending / "out.h5").read_bytes() == b"an archive that must survive"
+
+
+def test_sys_exit_in_a_plugin_during_the_run_is_exit_2(ending, monkeypatch):
+    monkeypatch.setenv("FLOWSIM_TEST_HOW", "sys.exit")
+    monkeypatch.setenv("FLOWSIM_TEST_WHERE", "run")
+    code, _, err = call_cli("run", ending / "plug.toml", "-o", ending / "new.h5", "-q")
+    assert code == 2 and "SystemExit(0)" in err and "may not end the process" in err, err
+    assert not (ending / "new.h5").exists()
 
 
 def _command(folder, *args, how, where, **env):
