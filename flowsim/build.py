@@ -5,7 +5,9 @@ before any archive is touched or any integration starts, with a `BuildError` tha
 scenario key and what is allowed.
 """
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from .config.typed import Config, FlowPreset, MlpModel, PythonModel, ShallowModel
@@ -82,6 +84,45 @@ def program_signature(built_runs: list[Built], config: Config) -> tuple:
     tree = (built_runs[0].problem, built_runs[0].params)
     leaves = tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x)))) for x in jax.tree.leaves(tree))
     return jax.tree.structure(tree), leaves, len(built_runs), repr(config.run.solvers)
+
+
+@eqx.filter_jit
+def _finite_start(problem, params):
+    """Whether the loss is finite at `params`, and each gradient leaf (one compiled program
+    per shape: a batch of seeds pays for one)."""
+    loss, grad = jax.value_and_grad(problem.loss)(params)
+    return jnp.isfinite(loss), [jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grad)]
+
+
+def _leaf_names(tree) -> list[str]:
+    return [jax.tree_util.keystr(path, simple=True, separator=".")
+            for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+def start_problem(built: Built) -> str | None:
+    """Why no solver can start from the run's initial weights, naming the first offending
+    leaf or training sample (row of X); None when the loss and its gradient are finite.
+    A non-finite start otherwise ends every solver at t = 0 (`nonfinite`, `diverged`)
+    after minutes of rejected steps, with an archive that holds nothing to compare."""
+    problem, params = built.problem, built.params
+    loss_ok, grad_ok = _finite_start(problem, params)
+    if bool(loss_ok) and all(map(bool, grad_ok)):
+        return None
+    names, leaves = _leaf_names(params), jax.tree.leaves(params)
+    bad = next((n for n, v in zip(names, leaves) if not np.all(np.isfinite(np.asarray(v)))), None)
+    if bad is not None:
+        return f"the initial weights hold NaN or infinite values in leaf `{bad}`"
+    out = np.asarray(problem.net(params, problem.X))
+    rows = np.flatnonzero(~np.isfinite(out.reshape(out.shape[0], -1)).all(axis=1))
+    if rows.size:
+        return f"the model's output is not finite on training sample {rows[0]} (row {rows[0]} of X)"
+    per_sample = jax.vmap(lambda o, y: problem.loss_function()(o[None], y[None]))(jnp.asarray(out), problem.y)
+    rows = np.flatnonzero(~np.isfinite(np.asarray(per_sample)))
+    if rows.size:
+        return f"the loss is not finite on training sample {rows[0]} (row {rows[0]} of X and of y)"
+    if not bool(loss_ok):
+        return "the loss is not finite (each sample's is: their total overflows)"
+    return f"the gradient is not finite in leaf `{names[[bool(g) for g in grad_ok].index(False)]}`"
 
 
 def dataset_arrays(ds: Dataset) -> dict[str, np.ndarray]:

@@ -176,10 +176,11 @@ def cmd_run(args) -> int:
         print("flowsim: interrupted before the archive was touched", file=sys.stderr)
         return EXIT_INTERRUPTED
     primary = is_primary()
+    speak = primary and not args.quiet    # -q: errors (and the scenario's warnings) only
     from .progress import Progress
 
     try:
-        progress = Progress(None if primary and not args.quiet else False,
+        progress = Progress(None if speak else False,
                             jsonl=args.log_jsonl if primary else None)
     except OSError as err:
         raise InputError(f"--log-jsonl {args.log_jsonl}: cannot be written ({err.strerror or err}); "
@@ -188,7 +189,7 @@ def cmd_run(args) -> int:
         writer = session.open_archive(job, distributed=args.distributed)
     except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
         raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
-    if primary:
+    if speak:
         print(f"flowsim: {job.scenario.settings.name}: {len(job.runs)} run(s)" + (f" (part {shard} of "
               f"{len(job.scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
     saved_hook = sys.unraisablehook
@@ -196,7 +197,7 @@ def cmd_run(args) -> int:
     try:
         # One process alone can stop during a segment; several must stop after the same checkpoint.
         statuses = session.drive(job, writer, progress=progress,
-                                 report=(lambda s: print(s, file=sys.stderr)) if primary else (lambda s: None),
+                                 report=(lambda s: print(s, file=sys.stderr)) if speak else (lambda s: None),
                                  should_stop=lambda: any_process(_STOP()),
                                  stop_now=None if args.distributed else _STOP)
     except SystemExit as exit_:   # a plug-in's sys.exit while the run traces or calls it
@@ -225,7 +226,7 @@ def cmd_run(args) -> int:
         sys.unraisablehook = saved_hook
     bad = sorted({s for per in statuses.values() for s in per.values()} - {"done"})
     tail = f" (statuses: {', '.join(bad)}; see `flowsim inspect {out}`)" if bad else ""
-    if primary:
+    if speak:
         print(f"flowsim: wrote {out}{tail}", file=sys.stderr)
     if _COMMAND_LINE:
         # The archive is closed and the JSON log is written line by line; the interpreter's
@@ -278,21 +279,35 @@ def cmd_merge(args) -> int:
 
 
 def cmd_list(args) -> int:
+    import os
+
     from .config import list_scenarios, list_solvers
 
-    width = shutil.get_terminal_size((120, 24)).columns
+    width = max(shutil.get_terminal_size((120, 24)).columns, 60)
+    room = width - 31     # for the description, after the name column
 
-    def line(name: str, desc: str) -> str:
-        # one line each, cut to the terminal's width
-        text = f"  {name:<28} {desc}"
+    def cut(text: str, indent: str) -> str:
+        text = indent + text
         return text if len(text) <= width else text[: width - 1] + "…"
 
+    def entries(found: list[tuple[str, str]]) -> list[str]:
+        """One line each, cut to the terminal's width; where that hides what tells an entry
+        from another (a `-quick` file and its paper-scale twin), a second line from the
+        clause where their descriptions part."""
+        out = []
+        for name, desc in found:
+            out.append(cut(desc, f"  {name:<28} "))
+            twins = [d for n, d in found if n != name and d[:room] == desc[:room]]
+            if twins:
+                part = min(len(os.path.commonprefix([desc, d])) for d in twins)
+                start = max(desc.rfind(sep, 0, part) for sep in (". ", "; ", ", ", ": ", " (")) + 2
+                out.append(cut("…" + desc[start:], " " * 31))
+        return out
+
     print("scenarios:")
-    for name, desc in list_scenarios():
-        print(line(name, desc))
+    print("\n".join(entries(list_scenarios())))
     print("solvers:")
-    for name, desc in list_solvers():
-        print(line(name, desc))
+    print("\n".join(entries(list_solvers())))
     return EXIT_OK
 
 
@@ -306,8 +321,17 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
+def _written_by_simulate(resolved) -> bool:
+    """Whether `flowsim.simulate` wrote the archive (its model came from Python, not a file)."""
+    return isinstance(resolved, dict) and isinstance(resolved.get("model"), dict) and \
+        resolved["model"].get("kind") == "module"
+
+
 def cmd_inspect(args) -> int:
+    import numpy as np
+
     from . import archive, plugins
+    from .advice import advise
 
     with archive.open(args.archive) as a:
         attrs = a.attrs
@@ -330,8 +354,14 @@ def cmd_inspect(args) -> int:
         if a.writer_pid is not None:
             print(f"  being written by pid {a.writer_pid}")
         interrupted = False
+        # The seeds of a sweep point run together, as one batch: its wall time is shown once,
+        # on the point's first run (each run records the whole batch's)
+        batch = {}
+        for name, run in a.runs.items():
+            batch.setdefault(run.point, []).append(name)
         for name, run in a.runs.items():
             print(f"  run {name}: seed {run.seed}" + (f", {run.label}" if run.label else ""))
+            together = batch[run.point]
             # solvers not begun and no writer live: killed before it got to them
             never = run.unbegun if a.writer_pid is None else []
             if never:
@@ -340,15 +370,27 @@ def cmd_inspect(args) -> int:
             for sname, sv in run.solvers.items():
                 t = sv.t
                 reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"
-                stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in
-                                  ("steps", "rejected", "vf_evals"))
+                stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in ("steps", "rejected", "vf_evals")
+                                  or (k == "hvps" and v))
                 interrupted |= sv.interrupted
-                print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}"
-                      + (f", {stats}" if stats else "") + f", {sv.wall_time:.3g} s"
+                loss = f", loss {float(np.asarray(sv['loss'])[-1]):.6g}" if "loss" in sv.series_names and t.size \
+                    else ""
+                observing = sv.stats.get("observe_time")
+                split = "" if observing is None else \
+                    f" (observing ≈ {observing:.3g} s, integrating and compiling ≈ {sv.wall_time - observing:.3g} s)"
+                wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
+                    f" for its {len(together)} seeds together" if len(together) > 1 else "") + split
+                advice = advise(sv.preset.get("method", ""), sv.stats)
+                print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
+                      + (f", {stats}" if stats else "") + wall
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
-                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else ""))
+                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
+                      + (f"\n{'':20}advice: {advice}" if advice else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
-        if interrupted:
+        if interrupted and _written_by_simulate(resolved):
+            print(f"  interrupted: resume with `flowsim.simulate(..., output={str(args.archive)!r}, resume=True)` "
+                  "(the model, data and arguments it was run with)")
+        elif interrupted:
             name = attrs.get("scenario_resolved", {}).get("name", "SCENARIO")
             print(f"  interrupted: resume with `flowsim run {name} -o {args.archive} --resume` "
                   "(the scenario file and --set values it was run with)")
@@ -400,6 +442,9 @@ def cmd_analyze(args) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flowsim", description="Exact gradient flow of wide shallow networks, "
                                 "with gradient descent beside it, archived in HDF5.")
+    from .version import __version__
+
+    p.add_argument("--version", action="version", version=f"flowsim {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="simulate a scenario into an archive")
     r.add_argument("scenario", help="a scenario file, or the name of one in the catalog (`flowsim list`)")
@@ -410,11 +455,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted scenario key (TOML value), e.g. --set model.width=500")
     r.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress (bars on a terminal; otherwise a line at most every 30 s)")
+                   help="print nothing but errors and the scenario's warnings (no progress, no summaries)")
     r.add_argument("--log-jsonl", metavar="PATH",
                    help="append one JSON object per checkpoint and per finished batch to PATH (for dashboards)")
     r.add_argument("--distributed", action="store_true", help="one run over the devices of several processes "
-                   "(jax.distributed; start the same command in each, see README 'Running at scale')")
+                   "(jax.distributed; start the same command in each, see docs/scale.md)")
     r.add_argument("--shard", metavar="i/N", help="run only the i-th (0 ≤ i < N) of N parts of the scenario's "
                    "runs into its own archive (default runs/<name>.part<i>of<N>.h5); join with `flowsim merge`")
     r.set_defaults(func=cmd_run)

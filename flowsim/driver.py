@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from . import batch, checkpoint, status
+from .advice import advise
 from .archive import ArchiveWriter
 from .build import Built, data_seed, dataset_arrays, program_signature
 from .config import Data, Preset, RunSpec, Scenario, to_dict
@@ -214,7 +215,8 @@ class Driver:
             if stored is not None:
                 arrays, attrs = stored
                 restored = checkpoint.restore(to_host(state) if restored is None else restored, i, arrays)
-                member.stats = {k: attrs[k] for k in (*STAT_KEYS, "wall_time")}
+                # every statistic the solver's advance returned (STAT_KEYS and its own)
+                member.stats = {k: v for k, v in attrs.items() if k != "code"}
                 member.code = attrs["code"]
             members.append(member)
         if restored is not None:
@@ -228,11 +230,18 @@ class Driver:
         most = chunk_size(spec)
         commit = _Commits(self.writer, name, members)
         i, size = start, 1
+        advised = False
         try:
             while i < len(times) and any(m.code == status.RUNNING for m in members):
                 rows = range(i, min(i + size, len(times)))
                 tic = time.perf_counter()
                 state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit)
+                if not advised:     # as soon as the statistics show it, not after the run
+                    advice = _advice(preset, members)
+                    if advice is not None:
+                        advised = True
+                        self.report(f"flowsim: {runs[0].label or config.name} · {name}: advice: {advice}")
+                        bar.advise(advice)
                 # Each checkpoint is its own stretch inside the chunk, so where chunks end
                 # does not change the numbers: a chunk grows (doubling) while it takes less
                 # than CHUNK_WALL, and shrinks after a slow one, so that a stop or a kill
@@ -251,14 +260,21 @@ class Driver:
             raise
         out = {}
         ends = to_host(integ.time(state))   # where each member stopped (held still after)
+        # The chunk program interleaves stepping and observing; what observing costs is told
+        # apart by timing one observation, and charged to every row the member recorded.
+        per_row = self._observation_cost(integ, problems, state, refs, names, most, times)
+        for m in members:
+            m.stats["observe_time"] = min(per_row * m.done_rows, m.stats["wall_time"])
         for j, m in enumerate(members):
             final = status.DONE if m.code == status.RUNNING else m.code
             self.writer.set_status(m.run.name, name, status=status.name(final), stats=m.stats,
                                    wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)],
                                    status_time=float(ends[j]))
             out[m.run.name] = status.name(final)
-        bar.close(out)
-        self._summarise(runs[0].label or config.name, name, members, out)
+        wall = max(m.stats["wall_time"] for m in members)
+        observing = max(m.stats["observe_time"] for m in members)
+        bar.close(out, wall=wall, observe=observing)
+        self._summarise(runs[0].label or config.name, name, members, out, _advice(preset, members))
         return out, to_host(integ.params(state))
 
     def _chunk(self, name, integ, problems, state, members, rows: range, size: int, times, refs, names, bar,
@@ -288,8 +304,8 @@ class Driver:
             for j, m in enumerate(members):
                 if not (moving[r, j] and m.code == status.RUNNING):
                     continue
-                for key in STAT_KEYS:
-                    m.stats[key] += int(seg[key][r, j])
+                for key in (k for k in seg if k != "status"):
+                    m.stats[key] = m.stats.get(key, 0) + int(seg[key][r, j])
                 m.stats["wall_time"] += wall
                 code = int(seg["status"][r, j])
                 if code != status.DONE:
@@ -302,6 +318,23 @@ class Driver:
             bar.update(float(times[i]), [m.stats["steps"] for m in members], [status.name(m.code) for m in members])
         commit.last = state
         return state
+
+    def _observation_cost(self, integ, problems, state, refs, names, size: int, times) -> float:
+        """Seconds the batch's observation at one checkpoint takes: the chunk program (the
+        one compiled for the run, nothing new to compile) called with no member moving, with
+        one real row of its `size` less with none (the call's own cost), timed. Its values
+        are discarded."""
+        here = to_host(integ.time(state))
+        still = np.zeros((size, here.size), bool)
+
+        def call(rows: int) -> float:
+            tic = time.perf_counter()
+            jax.block_until_ready(batch.chunk(integ, problems, state, np.broadcast_to(here, still.shape).copy(),
+                                              still, np.arange(size) < rows, np.zeros(here.size, np.int64), refs,
+                                              names, np.asarray(times[-1], here.dtype)))
+            return time.perf_counter() - tic
+
+        return max(call(1) - call(0), 0.0)
 
     def _interruptible(self, work: Callable[[], Any], bar: BatchProgress | None = None,
                        target: float | None = None) -> Any:
@@ -336,11 +369,23 @@ class Driver:
             raise out["error"]
         return out["value"]
 
-    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str]) -> None:
+    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str],
+                   advice: str | None) -> None:
         counts: dict[str, int] = {}
         for s in out.values():
             counts[s] = counts.get(s, 0) + 1
         steps = sum(m.stats["steps"] for m in members)
         wall = max(m.stats["wall_time"] for m in members)
+        observing = max(m.stats["observe_time"] for m in members)
         states = ", ".join(f"{v} {k}" for k, v in counts.items())
-        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s)")
+        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s, "
+                    f"of which observing ≈ {observing:.1f} s)" + (f"\n  advice: {advice}" if advice else ""))
+
+
+def _advice(preset: Preset, members: list[_Member]) -> str | None:
+    """The solver advisor's word on a flow preset, from its seeds' statistics summed."""
+    method = getattr(preset, "method", None)
+    if method is None:
+        return None
+    return advise(method, {k: sum(m.stats.get(k, 0) for m in members)
+                           for k in ("steps", "accepted", "rejected", "stiff_steps")})

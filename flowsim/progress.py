@@ -81,6 +81,11 @@ class BatchProgress:
             print(f"flowsim: {self.label} · {self.solver}: t = {t:.6g} of {self.t_end:.6g} "
                   f"({100 * t / self.t_end:.0f} %), {total} steps, {states}", file=self.owner.stream, flush=True)
 
+    def advise(self, advice: str) -> None:
+        """The solver advisor spoke (the driver prints it): a JSON record."""
+        self.owner._log({"event": "advice", "label": self.label, "runs": self.runs, "solver": self.solver,
+                         "t": self.t, "advice": advice})
+
     @property
     def waiting_shown(self) -> bool:
         """Whether `waiting` can print anything (the driver skips its wait otherwise)."""
@@ -93,9 +98,13 @@ class BatchProgress:
                   f"({100 * self.t / self.t_end:.0f} %), computing the segment to t = {target:.6g}",
                   file=self.owner.stream, flush=True)
 
-    def close(self, statuses: dict[str, str] | None = None) -> None:
-        """The batch ended; `statuses` (run -> final status) when it finished, None when stopped."""
+    def close(self, statuses: dict[str, str] | None = None, *, wall: float = float("nan"),
+              observe: float = float("nan")) -> None:
+        """The batch ended; `statuses` (run -> final status) when it finished, None when
+        stopped. `wall`: its seconds (all sessions of a resumed run), of which `observe`
+        (an estimate) went to the observables; the rest is integration and compilation."""
         self.bar.close()
         if statuses is not None:
             self.owner._log({"event": "finished", "label": self.label, "solver": self.solver,
-                             "t": self.t, "t_end": self.t_end, "status": statuses})
+                             "t": self.t, "t_end": self.t_end, "status": statuses, "wall_s": round(wall, 3),
+                             "observe_s": round(observe, 3), "integrate_s": round(wall - observe, 3)})

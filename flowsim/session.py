@@ -57,7 +57,8 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
     import jax
 
-    from .build import build_run, check_resources, program_signature
+    from .build import build_run, check_resources, program_signature, start_problem
+    from .models import BuildError
     from .devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
 
@@ -90,6 +91,11 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     built, last = {}, None
     for name, r in todo.items():
         built[name] = build_run(r.settings, r.seed)
+        why = start_problem(built[name])
+        if why:
+            raise BuildError(f"run {name}: the loss or its gradient is not finite at t = 0: {why}; allowed: "
+                             "data and a model whose loss and gradient are finite at the initial weights "
+                             "(nothing was run)")
         signature = program_signature([built[name]], r.settings)
         if last is not None and signature != last:
             jax.clear_caches()    # building compiles too: the last shape's programs go

@@ -1,11 +1,11 @@
 """`flowsim show`: what a scenario will do, computed from its configuration alone.
 
 Every resolved key with where its value came from (the file, a default, a `--set`, a solver
-preset, or the sweep), the runs it expands to, each solver's checkpoint grid, and the
+preset, or the sweep; a flow preset's keys that its method does not read are left out), the runs it expands to, each solver's checkpoint grid, and the
 memory and disk estimate that `run` checks. Nothing is built or run.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from .build import point_estimates
@@ -14,6 +14,7 @@ from .config.files import parse_toml
 from .config.schema import sweep_axes, sweep_key
 from .config.spec import ABSENT, toml_value
 from .integrate.presets import checkpoint_grid
+from .integrate.registry import FLOW_METHODS, FlowMethod
 
 _MIB = 2**20
 
@@ -58,9 +59,29 @@ def origin(sc: Scenario, raw: dict, key: str, path: tuple) -> str:
     return "file" if _at(raw, path) is not ABSENT else "default"
 
 
+# Flow-preset keys that only some methods read (flowsim/integrate/flow.py,
+# make_flow_integrator): a preset's others are shown, these only where its method uses them.
+_METHOD_KEYS: dict[str, Callable[[FlowMethod], bool]] = {
+    **dict.fromkeys(("newton_rtol", "newton_atol", "linear_rtol", "linear_atol", "krylov_restart",
+                     "krylov_max_steps"), lambda m: m.implicit),              # Newton–Krylov stages
+    **dict.fromkeys(("pcoeff", "icoeff", "dtmin", "dtmax"), lambda m: not m.filippov),  # the PID controller
+    "slots": lambda m: m.filippov,
+    **dict.fromkeys(("rho_every", "rho_safety"), lambda m: m.stabilised),     # rock4's spectral radius
+}
+
+
+def _unused(resolved: dict, path: tuple) -> bool:
+    """Whether `path` is a flow preset's key that its method does not read."""
+    if path[:2] != ("run", "solvers") or len(path) != 4 or path[3] not in _METHOD_KEYS:
+        return False
+    method = FLOW_METHODS.get(_at(resolved, path[:3]).get("method"))
+    return method is not None and not _METHOD_KEYS[path[3]](method)
+
+
 def configuration(sc: Scenario) -> list[str]:
     raw = parse_toml(sc.text, sc.path)
-    rows = [(key, toml_value(value), origin(sc, raw, key, path)) for key, path, value in leaves(sc.resolved)]
+    rows = [(key, toml_value(value), origin(sc, raw, key, path)) for key, path, value in leaves(sc.resolved)
+            if not _unused(sc.resolved, path)]
     width = min(max(len(k) + len(v) for k, v, _ in rows) + 3, 56)   # a long value pushes its comment
     return [f"  {f'{k} = {v}':<{width}} # {o}" for k, v, o in rows]
 

@@ -41,20 +41,53 @@ def _bad(argument: str, value: Any, what: str, allowed: str) -> ValueError:
 
 
 def _pair(value: Any, argument: str) -> tuple[np.ndarray, np.ndarray]:
-    """(X (n, d), y (n, k)) as float64 numpy; a 1-D y is one output column."""
+    """(X (n, d) as float64, y (n, k) or (n,) as given): numeric, finite, as many rows."""
     allowed = "a pair (X, y) of finite arrays, X of shape (n, d) and y of shape (n, k) or (n,)"
     if not isinstance(value, tuple | list) or len(value) != 2:
         raise _bad(argument, value, "is not a pair of arrays", allowed)
     try:
-        X, y = (np.asarray(v, dtype=np.float64) for v in value)
+        X, y = (np.asarray(v) for v in value)
+        X = X.astype(np.float64)
+        y.astype(np.float64)
     except (TypeError, ValueError) as err:
         raise _bad(argument, value, f"does not convert to float arrays ({err})", allowed) from None
-    y = y[:, None] if y.ndim == 1 else y
-    if X.ndim != 2 or y.ndim != 2 or X.shape[0] != y.shape[0] or X.shape[0] == 0 or X.shape[1] == 0:
+    if X.ndim > 2 and X.shape[0] == y.shape[0]:
+        # images (n, c, h, w): the model's input is one flat vector, so that the NTG, the
+        # weights and every archive series keep one layout whatever the network
+        shape = X.shape[1:]
+        raise _bad(argument, value, f"has X of shape {X.shape}: images or other inputs of shape {shape} "
+                   "must be flattened", f"X of shape (n, d): pass X.reshape(len(X), -1) and reshape each "
+                   f"input inside the model (x.reshape{shape} at the start of its __call__)")
+    if X.ndim != 2 or y.ndim not in (1, 2) or X.shape[0] != y.shape[0] or X.shape[0] == 0 or X.shape[1] == 0:
         raise _bad(argument, value, f"has shapes X {X.shape}, y {y.shape}", allowed)
-    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y))):
+    if not (np.all(np.isfinite(X)) and np.all(np.isfinite(y.astype(np.float64)))):
         raise _bad(argument, value, "holds NaN or infinite values", allowed)
     return X, y
+
+
+def _targets(y: np.ndarray, argument: str, loss: Any, outputs: int | None) -> np.ndarray:
+    """y as float64 (n, k). With cross-entropy, 1-D y holds class labels, one-hot encoded
+    to the model's `outputs` classes (as an npz scenario's `classes` does); otherwise a
+    1-D y is one output column."""
+    if y.ndim == 2:
+        return y.astype(np.float64)
+    labels = y.astype(np.int64) if np.all(np.mod(y, 1) == 0) else None
+    if loss == "cross-entropy":
+        k = outputs or 0
+        if k < 2 or labels is None or labels.min(initial=0) < 0 or labels.max(initial=0) >= k:
+            got = f"labels {labels.min(initial=0)}..{labels.max(initial=0)}" if labels is not None else \
+                "non-integer values"
+            raise _bad(argument, y, f"holds 1-D targets ({got}) for cross-entropy with a model of "
+                       f"{outputs} output(s)", "integer class labels in [0, k) for a model of k ≥ 2 outputs "
+                       "(one-hot encoded for you), or one-hot rows (n, k)")
+        from .data import one_hot
+
+        return one_hot(labels, k)
+    if np.issubdtype(y.dtype, np.integer) and outputs is not None and outputs > 1:
+        raise _bad(argument, y, f"holds integer labels (n,) but the model has {outputs} outputs",
+                   f"for classification loss=\"cross-entropy\" (labels one-hot encoded to {outputs} "
+                   f"classes); for regression targets of shape (n, {outputs})")
+    return y.astype(np.float64)[:, None]
 
 
 def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[eqx.Module], str]:
@@ -86,6 +119,56 @@ def _check_model(model: eqx.Module, X: np.ndarray, k: int, dtype) -> None:
     if not hasattr(out, "shape") or out.shape != (X.shape[0], k):
         shape = out.shape[1:] if hasattr(out, "shape") else out
         raise _bad("model", model, f"maps one input to outputs of shape {shape!r}", allowed)
+
+
+def _outputs(model: eqx.Module, d: int, dtype) -> int | None:
+    """The number of outputs of `model` on one input (d,); None where it does not map one
+    to a vector (`_check_model` then says what is wrong)."""
+    try:
+        out = jax.eval_shape(model, jax.ShapeDtypeStruct((d,), dtype))
+    except Exception:  # noqa: BLE001 - reported by _check_model
+        return None
+    return out.shape[0] if getattr(out, "shape", None) is not None and len(out.shape) == 1 else None
+
+
+_TRAINABLE = ("an Equinox filter: a predicate on leaves (eqx.is_inexact_array), a pytree of booleans shaped "
+              "like the model, or a function of the model returning the leaves or sub-modules to train "
+              "(as eqx.tree_at's `where`, e.g. lambda m: m.layers[-1])")
+
+
+def _filter(trainable: Any, model: eqx.Module, source: str) -> Any:
+    """`trainable` as a filter `eqx.partition` takes. A callable is first tried as a
+    function of the model (`where`, the Equinox habit of eqx.tree_at): when it returns part
+    of the model, the floating leaves under what it returns train. Otherwise it is a
+    predicate on leaves."""
+    if not callable(trainable):
+        try:
+            eqx.partition(model, trainable)
+        except Exception as err:  # noqa: BLE001 - a mis-shaped pytree: named
+            raise _bad("trainable", trainable, f"is not a filter of {source} ({type(err).__name__}: {err})",
+                       _TRAINABLE) from None
+        return trainable
+    as_where = "it returned None"
+    try:
+        chosen = trainable(model)
+    except Exception as err:  # noqa: BLE001 - a predicate on leaves fails on a module
+        as_where = f"{type(err).__name__}: {err}"
+        chosen = None
+    if chosen is not None and not isinstance(chosen, bool | np.bool_):
+        spec = jax.tree.map(lambda _: False, model)
+        try:
+            spec = eqx.tree_at(trainable, spec, replace_fn=lambda node: jax.tree.map(lambda _: True, node))
+        except Exception as err:  # noqa: BLE001
+            raise _bad("trainable", trainable, f"returns something that is not part of {source} "
+                       f"({type(err).__name__}: {err})", _TRAINABLE) from None
+        return jax.tree.map(lambda train, leaf: train and eqx.is_inexact_array(leaf), spec, model)
+    try:
+        eqx.partition(model, trainable)
+    except Exception as err:  # noqa: BLE001
+        how = f"as a function of the model ({as_where}) and " if chosen is None else ""
+        raise _bad("trainable", trainable, f"fails {how}as a predicate on its leaves ({type(err).__name__}: "
+                   f"{err})", _TRAINABLE) from None
+    return trainable
 
 
 def _loss(loss: Any, k: int, n: int, dtype) -> tuple[str, Callable | None, str | None]:
@@ -171,7 +254,9 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                  weights are the initial point, for every seed), or a factory called with
                  `jax.random.PRNGKey(seed)` for each seed. Its floating arrays are cast to
                  `dtype`.
-    data, test   (X (n, d), y (n, k) or (n,)); `test` is optional.
+    data, test   (X (n, d), y (n, k) or (n,)); `test` is optional. With cross-entropy, y may
+                 hold integer class labels (n,), one-hot encoded to the model's k outputs.
+                 Images must be flattened: X.reshape(n, -1), reshaped inside the model.
     loss         a catalog loss ("half-sse", "mse", "cross-entropy") or a function
                  (pred (n, k), y (n, k)) -> scalar (SGD takes it for a mean over samples).
     solvers      preset names (`flowsim list`) or dicts shaped like a solver file, with "name".
@@ -180,18 +265,24 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                  weight_change (per trainable leaf), unit_change (per unit of every dense
                  layer: the rows of each 2-D leaf), weights (the trainable leaves as one
                  vector), sharpness, gn_sharpness.
-    trainable    an Equinox filter (a function of a leaf, or a pytree of booleans shaped like
-                 the model, as `eqx.partition` takes): the leaves the flow moves; the others
-                 never move.
+    trainable    the leaves the flow moves (the others never move): a predicate on leaves,
+                 a pytree of booleans shaped like the model (as `eqx.partition` takes), or a
+                 function of the model returning the leaves or sub-modules to train (as
+                 `eqx.tree_at`'s `where`: lambda m: m.layers[-1] trains the last layer).
     output       the archive (default runs/<name>.h5); `resume` continues it, `overwrite`
                  replaces it.
+
+    Ctrl-C or SIGTERM stops the run after its last committed checkpoint and raises
+    KeyboardInterrupt; the same call with `resume=True` completes the archive exactly as an
+    uninterrupted run would have.
     """
     from .archive import open as open_archive_file
+    from .build import start_problem
     from .config import Config, RunSpec, Scenario, from_dict, to_toml
     from .data import Dataset
     from .models.module import build_module_run, leaf_paths
     from .precision import enable_x64
-    from .session import InputError, Job, drive, open_archive
+    from .session import InputError, Job, open_archive
 
     enable_x64()
     if dtype not in ("float64", "float32"):
@@ -215,7 +306,7 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     if {"test_loss", "test_accuracy"} & set(observe) and test is None:
         raise _bad("observe", observe, "asks for a test measure without test data",
                    "pass `test` = (X_test, y_test)")
-    n, d, k = X.shape[0], X.shape[1], y.shape[1]
+    n, d = X.shape
     resolved = _settings(name=name, seeds=seeds, dtype=dtype, n=n, d=d, n_test=X_test.shape[0], t_end=t_end,
                          checkpoints=checkpoints, solvers=solvers, observe=observe, ntg_points=ntg_points,
                          stop_loss=stop_loss)
@@ -224,16 +315,15 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
             raise _bad("solvers", solvers, f"names {preset['name']!r} (method \"filippov\"), which integrates "
                        "only the shallow ReLU networks of a scenario's [model]",
                        "flow methods for any model, e.g. \"tsit5\" (\"bosh3-relu\" through ReLU kinks)")
-    loss_kind, loss_fn, loss_name = _loss(loss, k, n, jdtype)
     models, source = _instances(model, resolved["seeds"], jdtype)
+    outputs = _outputs(models[0], d, jdtype)
+    y, y_test = _targets(y, "data", loss, outputs), _targets(y_test, "test", loss, outputs)
+    k = y.shape[1]
+    loss_kind, loss_fn, loss_name = _loss(loss, k, n, jdtype)
     splits = []
     for m in models:
         _check_model(m, X, k, jdtype)
-        try:
-            params, frozen = eqx.partition(m, trainable)
-        except (TypeError, ValueError) as err:
-            raise _bad("trainable", trainable, f"is not a filter of {source} ({err})", "an Equinox filter: "
-                       "a function of a leaf, or a pytree of booleans shaped like the model") from None
+        params, frozen = eqx.partition(m, _filter(trainable, m, source))
         leaves = jax.tree.leaves(params)
         if not leaves or not all(eqx.is_inexact_array(v) for v in leaves):
             raise _bad("trainable", trainable, f"selects {len(leaves)} leaves of {source}"
@@ -266,13 +356,83 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                                       ntg_points=resolved["run"]["ntg_points"],
                                       key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
              for r, (params, frozen) in zip(runs, splits)}
+    for r in runs:
+        why = start_problem(built[r.name])
+        if why:
+            raise ValueError(f"{_SOURCE}: the loss or its gradient is not finite at t = 0 (seed {r.seed}): {why}; "
+                             "allowed: `model`, `data` and `loss` whose loss and gradient are finite at the "
+                             "initial weights (nothing was run)")
     job = Job(scenario=scenario, runs=runs, shard=None, out=out, built=built, resume=resume, overwrite=overwrite)
     try:
         writer = open_archive(job)
     except InputError as err:     # resumed with other data, model or settings
         raise ValueError(f"{_SOURCE}: {str(err).replace('--overwrite', 'overwrite=True')}") from None
-    drive(job, writer, progress=progress, report=report)
+    _drive_stoppable(job, writer, progress=progress, report=report)
     return open_archive_file(out)
+
+
+def _drive_stoppable(job, writer, **kwargs) -> None:
+    """`drive`, with Ctrl-C and SIGTERM handled as `flowsim run` handles them: the first
+    stops within a quarter second, after the last committed checkpoint (the segment being
+    computed is abandoned), and raises KeyboardInterrupt saying how to resume; a second one
+    stops at once. Handlers can only be set from the main thread: elsewhere (a worker
+    thread of the caller's) the caller's own signal handling applies."""
+    import threading
+
+    from .cli import _StopRequest
+    from .session import drive
+
+    stop = _StopRequest()
+    stop.install()
+    try:
+        drive(job, writer, should_stop=stop, stop_now=stop, **kwargs)
+    except KeyboardInterrupt:
+        # The abandoned segment may still be computing on its thread; the interpreter must
+        # not be torn down under it (a C++ abort), so its exit waits for it (`_on_exit`).
+        if any(t.name == "flowsim-segment" and t.is_alive() for t in threading.enumerate()):
+            _wait_for_segments_at_exit()
+        # KeyboardInterrupt itself, not a subclass: uncaught, Python then exits as a
+        # program stopped by Ctrl-C does (by SIGINT, status 130 in a shell)
+        raise KeyboardInterrupt(f"{_SOURCE}: interrupted; {job.out} holds every finished checkpoint: "
+                                "continue it by calling flowsim.simulate again with the same model, data "
+                                "and arguments and resume=True") from None
+    finally:
+        stop.restore()
+
+
+_exit_hook_registered = False
+
+
+def _wait_for_segments_at_exit() -> None:
+    global _exit_hook_registered
+    if not _exit_hook_registered:
+        import atexit
+
+        atexit.register(_on_exit)
+        _exit_hook_registered = True
+
+
+def _on_exit() -> None:
+    """At interpreter exit, before daemon threads are stopped: a segment abandoned by an
+    interrupt that is still computing would be torn down inside XLA (`terminate called`,
+    SIGABRT). If the interrupt ended the program (uncaught), the archive is closed and
+    nothing is left to do: die of SIGINT at once, as Python does after finalising when a
+    KeyboardInterrupt ends the program. Otherwise the program went on and ends as it chose:
+    wait for the segment, then finalise."""
+    import os
+    import signal
+    import threading
+
+    alive = [t for t in threading.enumerate() if t.name == "flowsim-segment" and t.is_alive()]
+    if not alive:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if type(getattr(sys, "last_value", None)) is KeyboardInterrupt:    # uncaught (and printed)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    for t in alive:
+        t.join()
 
 
 def _one_hot(y: np.ndarray) -> bool:

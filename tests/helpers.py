@@ -43,3 +43,12 @@ def mlp_factory(key, d, k):
     import jax.numpy as jnp
 
     return eqx.nn.MLP(d, k, 8, 1, activation=jnp.tanh, key=key)
+
+
+def nan_bias_factory(key, d, k):
+    """A factory whose network holds a NaN bias: its loss is NaN at t = 0."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    model = mlp_factory(key, d, k)
+    return eqx.tree_at(lambda m: m.layers[0].bias, model, model.layers[0].bias.at[0].set(jnp.nan))

@@ -138,7 +138,7 @@ def test_ntg_trained_output_zeroed_and_multi_output(activation):
 # ---------------------------------------------------------------- solvers against a tight reference
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5"])
+@pytest.mark.parametrize("method", ["tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4"])
 def test_every_solver_matches_tight_reference(method):
     problem, p0 = make_problem(m=50, n=20, d=5, activation="swish")
     (ref,) = flow_to(problem, p0, [50.0], tight())
@@ -432,3 +432,17 @@ def test_a_flow_stops_at_every_time_a_descent_of_the_run_records():
     run_cfg = run_table(flow, gd, t_end=3.0, count=3)
     np.testing.assert_array_equal(checkpoint_grid(gd, run_cfg), np.array([0, 1, 3, 4]) * 0.7)
     np.testing.assert_allclose(checkpoint_grid(flow, run_cfg), [0.0, 0.7, 1.0, 2.0, 2.1, 2.8, 3.0], rtol=1e-15)
+
+
+def test_a_flow_grid_holds_no_time_twice_within_rounding():
+    """cohen-eos-quick's grid: t_end = 1980 and GD η = 1.1's 1800 × 1.1 = 1980.0000000000002
+    are one row, as is every pair of times within rounding of each other."""
+    gds = [typed({"name": f"gd-{eta}", "kind": "gd", "learning_rate": eta}) for eta in (0.9, 1.0, 1.1)]
+    flow = from_dict(Preset, load_solver("tsit5"))
+    run_cfg = run_table(flow, *gds, t_end=1980.0, count=30)
+    grid = checkpoint_grid(flow, run_cfg)
+    assert np.diff(grid).min() > 1e-6
+    for gd in gds:     # each descent's times have their row, to compare's matching tolerance
+        times = checkpoint_grid(gd, run_cfg)
+        assert np.abs(times[:, None] - grid[None, :]).min(axis=1).max() <= 1e-12 * 1980
+    assert grid[-1] == pytest.approx(1980.0, rel=1e-15) and 1800 * 1.1 != 1980.0    # one row at the end

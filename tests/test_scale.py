@@ -92,14 +92,14 @@ _LOGGED_RUN = textwrap.dedent("""
 @pytest.mark.slow
 def test_a_second_identical_run_compiles_nothing(tmp_path):
     """Two `flowsim run` processes, one compilation cache: the second finds every program
-    (flow and GD) in the cache, per JAX's own compiler log. A host callback in a program
+    (flows, rock4's too, and GD) in the cache, per JAX's own compiler log. A host callback in a program
     (Equinox's runtime checks) would keep it out of the cache."""
     env = dict(os.environ, FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
     logs = []
     for i in range(2):
         proc = subprocess.run([sys.executable, "-c", _LOGGED_RUN, "run", TINY, "-o", tmp_path / f"{i}.h5", "-q",
-                               "--set", "run.checkpoints={count=3}"], env=env, capture_output=True, text=True,
-                              timeout=600)
+                               "--set", "run.checkpoints={count=3}", "--set", 'run.solvers=["tsit5", "rock4", "gd-lr1"]'],
+                              env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         logs.append(proc.stderr)
     assert "PERSISTENT COMPILATION CACHE MISS" in logs[0]        # the log is on: the first run compiled

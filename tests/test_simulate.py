@@ -17,6 +17,7 @@ from jax.flatten_util import ravel_pytree
 
 import flowsim
 import flowsim.archive
+from flowsim.models.module import leaf_paths
 from flowsim.precision import enable_x64
 
 from tests.helpers import run_cli
@@ -169,6 +170,10 @@ def _call(tmp_path, **over):
     (dict(seeds=3), "seeds", "list"),
     (dict(dtype="float16"), "dtype", "float64"),
     (dict(trainable=lambda x: False), "trainable", "at least one floating-point array"),
+    (dict(trainable=lambda m: m.conv), "trainable", "a function of the model returning the leaves"),
+    (dict(data=(np.ones((N, 1, 2, 2)), np.ones((N, K)))), "data", "X.reshape(len(X), -1)"),
+    (dict(data=(data()[0], np.arange(N) % 2)), "data", 'loss="cross-entropy"'),
+    (dict(data=(data()[0], np.arange(N) % 3), loss="cross-entropy"), "data", "integer class labels in [0, k)"),
 ])
 def test_bad_arguments_name_the_argument(tmp_path, over, named, allowed):
     with pytest.raises(ValueError) as err:
@@ -202,3 +207,165 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
     with flowsim.open(tmp_path / "runs" / "mine.h5") as arch:
         gd = arch.runs["seed1"].solvers["gd-lr1"]
         assert gd.status == "done" and np.asarray(gd["loss"])[-1] < np.asarray(gd["loss"])[0]
+
+
+# ---------------------------------------------------------------------------------------
+# Ctrl-C and SIGTERM inside `simulate`: a clean interrupt, and resume=True goes on exactly
+# ---------------------------------------------------------------------------------------
+
+_INTERRUPTIBLE = """
+import sys
+import equinox as eqx, jax, jax.numpy as jnp, numpy as np
+import flowsim
+from flowsim.progress import Progress
+
+out, resume, log, count = sys.argv[1], sys.argv[2] == "resume", sys.argv[3], int(sys.argv[4])
+rng = np.random.default_rng(0)
+X = rng.normal(size=(256, 4))
+y = np.sin(X[:, :1] * X[:, 1:2])
+model = eqx.nn.MLP(4, 1, 64, 2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+flowsim.simulate(model, data=(X, y), loss="mse", solvers=["tsit5"], t_end=120.0, checkpoints={"count": count},
+                 observe=["loss", "weights"], output=out, resume=resume, progress=Progress(False, jsonl=log))
+"""
+
+
+def _simulate_until(tmp_path, out, *, resume: bool, signum=None, after: int = 3, count: int = 120):
+    """Run the script above in a fresh process (`count` checkpoints); with `signum`, send it
+    once the JSON log shows `after` more committed checkpoints. Returns (exit status, stderr)."""
+    import json
+    import subprocess
+    import sys
+    import time
+
+    script, log = tmp_path / "interruptible.py", tmp_path / f"{out.stem}.jsonl"
+    script.write_text(_INTERRUPTIBLE)
+    seen = len(log.read_text().splitlines()) if log.exists() else 0
+    proc = subprocess.Popen([sys.executable, script, out, "resume" if resume else "new", log, str(count)],
+                            stderr=subprocess.PIPE, text=True)
+    if signum is not None:
+        while proc.poll() is None:
+            records = [json.loads(r) for r in log.read_text().splitlines()[seen:]] if log.exists() else []
+            if sum(r["event"] == "checkpoint" for r in records) >= after:
+                proc.send_signal(signum)
+                break
+            time.sleep(0.05)
+    _, err = proc.communicate(timeout=600)
+    return proc.returncode, err
+
+
+def _flow(path):
+    with flowsim.open(path) as arch:
+        sv = arch.runs["seed0"].solvers["tsit5"]
+        return sv.state, {"t": np.asarray(sv.t), **{k: np.asarray(sv[k]) for k in ("loss", "weights")}}, \
+            dict(sv.stats)
+
+
+@pytest.mark.slow
+def test_an_interrupted_simulate_says_how_to_resume_and_resumes_exactly(tmp_path):
+    import signal
+
+    whole = tmp_path / "whole.h5"
+    assert _simulate_until(tmp_path, whole, resume=False)[0] == 0
+    state, expected, stats = _flow(whole)
+    assert state == "done" and expected["t"].size == 121
+
+    cut = tmp_path / "cut.h5"
+    for signum, resume in ((signal.SIGINT, False), (signal.SIGTERM, True)):
+        code, err = _simulate_until(tmp_path, cut, resume=resume, signum=signum)
+        # an uncaught KeyboardInterrupt: Python's own exit (death by SIGINT), no C++ abort
+        assert code == -signal.SIGINT, (code, err)
+        assert "terminate called" not in err and "FATAL" not in err and "Aborted" not in err, err
+        assert "\nKeyboardInterrupt: flowsim.simulate: interrupted" in err and "resume=True" in err, err
+        state, part, _ = _flow(cut)
+        assert state == "interrupted" and 0 < part["t"].size < 121, (state, part["t"].size)
+    assert _simulate_until(tmp_path, cut, resume=True)[0] == 0
+    state, got, resumed_stats = _flow(cut)
+    assert state == "done"
+    for key in expected:     # bit for bit: a resumed run is the uninterrupted computation
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key)
+    assert {k: resumed_stats[k] for k in ("steps", "rejected")} == {k: stats[k] for k in ("steps", "rejected")}
+
+
+@pytest.mark.slow
+def test_an_interrupt_during_a_long_segment_leaves_without_an_abort(tmp_path):
+    """The stop abandons a segment that goes on computing on its thread: the process must
+    not be torn down under it (it was: `terminate called`, SIGABRT)."""
+    import signal
+
+    out = tmp_path / "long.h5"
+    code, err = _simulate_until(tmp_path, out, resume=False, signum=signal.SIGINT, after=1, count=1)
+    assert code == -signal.SIGINT and "terminate called" not in err and "resume=True" in err, (code, err)
+    state, part, _ = _flow(out)
+    assert state == "interrupted" and part["t"].size == 1     # t = 0 only: the segment was abandoned
+    advice = run_cli("inspect", out).split("interrupted: ", 1)[1]
+    assert advice.startswith(f"resume with `flowsim.simulate(..., output={str(out)!r}, resume=True)`"), advice
+
+
+# ---------------------------------------------------------------------------------------
+# Classification as Equinox users write it: integer labels, a trainable head
+# ---------------------------------------------------------------------------------------
+
+def test_integer_labels_with_cross_entropy_are_one_hot_encoded(tmp_path):
+    X = data()[0]
+    labels = np.array([0, 1] * (N // 2))
+    model = mlp(jax.random.PRNGKey(0))      # K = 2 logits
+    arch = flowsim.simulate(model, data=(X, labels), test=(X[:4], labels[:4]), loss="cross-entropy",
+                            solvers=["gd-lr0.1"], t_end=0.2, observe=["loss", "accuracy", "ntg_eig"],
+                            output=tmp_path / "ce.h5", progress=False)
+    with arch:
+        np.testing.assert_array_equal(arch.data["y_train"], np.eye(2)[labels])
+        gd = arch.runs["seed0"].solvers["gd-lr0.1"]
+        logits = jax.vmap(model)(jnp.asarray(X))
+        expected = -jnp.mean(jax.nn.log_softmax(logits)[jnp.arange(N), labels])
+        np.testing.assert_allclose(np.asarray(gd["loss"])[0], float(expected), rtol=1e-12)
+        accuracy = float(np.mean(np.argmax(np.asarray(logits), axis=1) == labels))
+        assert np.asarray(gd["accuracy"])[0] == pytest.approx(accuracy, abs=1e-12)
+    with flowsim.open(tmp_path / "ce.h5") as arch:     # its NTG is the first logit's, and the plot says so
+        from flowsim import plots
+
+        fig = plots.figure_fig1(plots.gather(arch), "ce")
+    assert fig.axes[-1].get_title(loc="left") == "(b) smallest NTG eigenvalue (of output 0 of 2)"
+
+
+@pytest.mark.parametrize("trainable, leaves", [
+    (lambda m: m.layers[-1], ["layers.2.weight", "layers.2.bias"]),                  # a sub-module
+    (lambda m: (m.layers[0].bias, m.layers[-1].bias), ["layers.0.bias", "layers.2.bias"]),  # leaves
+    (lambda x: eqx.is_inexact_array(x) and x.ndim == 1,                                # a predicate
+     ["layers.0.bias", "layers.1.bias", "layers.2.bias"]),
+])
+def test_trainable_as_a_function_of_the_model_or_a_predicate(tmp_path, trainable, leaves):
+    """`where` functions are applied to each seed's model (a factory needs no instance)."""
+    X, y = data()
+    arch = flowsim.simulate(mlp, data=(X, y), seeds=[0, 1], solvers=["gd-lr0.1"], t_end=0.3,
+                            checkpoints={"count": 1}, observe=["loss", "weight_change"], trainable=trainable,
+                            output=tmp_path / "head.h5", progress=False)
+    with arch:
+        for s in (0, 1):
+            run = arch.runs[f"seed{s}"]
+            assert run.params["model"]["leaves"] == leaves
+            model = mlp(jax.random.PRNGKey(s))
+            by_path = dict(zip(leaf_paths(model), jax.tree.leaves(model)))
+            for path in leaves:      # the initial values are the seed's model's
+                np.testing.assert_array_equal(run.init[path], np.asarray(by_path[path]))
+            moved = np.asarray(run.solvers["gd-lr0.1"]["weight_change"])[-1]
+            assert moved.shape == (len(leaves),) and np.all(moved > 0)
+
+
+@pytest.mark.slow
+def test_the_readme_classifier_runs_as_written(tmp_path, monkeypatch):
+    """The README's CNN (integer labels, flattened images, a trainable head), as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### A classifier: integer labels, images, a trainable head", 1)[1].split("\n#", 1)[0]
+    (python,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python, "README.md", "exec"), {})
+    with flowsim.open(tmp_path / "runs" / "cnn.h5") as arch:
+        run = arch.runs["seed0"]
+        assert run.params["model"]["leaves"] == ["head.weight", "head.bias"]      # the head alone trains
+        assert arch.data["y_train"].shape == (200, 10)                             # labels one-hot
+        for solver in ("tsit5", "gd-lr1"):
+            loss = np.asarray(run.solvers[solver]["loss"])
+            assert run.solvers[solver].status == "done" and loss[-1] < 0.8 * loss[0]

@@ -50,3 +50,9 @@ def test_the_readme_walkthrough_runs_as_written(tmp_path):
     assert "extended: t_end 40 → 80" in extend
     with h5py.File(tmp_path / "runs" / "width.h5") as f:
         assert f["runs/p2-seed1/gd-lr0.1/t"][-1] == 80.0
+    # the archive section's sweep-as-data block reads this archive too
+    archive = (README.parent / "docs" / "archive.md").read_text()
+    block = re.findall(r"```python\n(.*?)```", archive, re.S)[-1]
+    assert 'open("runs/width.h5")' in block
+    proc = subprocess.run([sys.executable, "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0 and "model.width" in proc.stdout, proc.stderr[-3000:]

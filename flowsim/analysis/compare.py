@@ -33,7 +33,8 @@ members and members whose max gap is unresolved are left out of the fit, with th
 
 Stability. For each discrete solver with `sharpness` (else `gn_sharpness`) recorded —
 rate·λ_max, see flowsim/stability.py — the verdict is whether η·λ stayed below 2 (for
-heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diverged`).
+heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diverged`),
+judged at the recorded checkpoints only (a coarser grid can miss a crossing).
 """
 
 from __future__ import annotations
@@ -129,6 +130,7 @@ class Stability:
     max_eta_lambda: float = math.nan
     t_cross: float = math.nan
     final_eta_lambda: float = math.nan
+    judged: int = 0                  # recorded checkpoints with a finite η·λ: the verdict sees only these
     t: np.ndarray | None = None
     sharp: np.ndarray | None = None  # λ (rate·λ_max) per checkpoint
 
@@ -136,17 +138,20 @@ class Stability:
         lim = "2/η" if self.limit == 2.0 else f"{self.limit:.3g}/η"
         what = {"sharpness": "sharpness", "gn_sharpness": "Gauss–Newton sharpness"}.get(self.source, "")
         if self.verdict == "diverged":
-            more = (f"; η·λ reached {self.max_eta_lambda:.3g}" if what else "")
+            more = f"; η·λ reached {self.max_eta_lambda:.3g}" if what and self.judged else ""
             if what and math.isfinite(self.t_cross):
                 more += f", crossing {lim} at t = {self.t_cross:.4g}"
             return f"diverged (status `diverged`){more}"
         if not what:
             return "stability unknown: record `sharpness` or `gn_sharpness` to decide"
+        # η·λ is known at the recorded checkpoints only: a finer grid can cross where these did not
+        at = f"at its {self.judged} recorded checkpoints"
         if self.verdict == "below":
-            return f"stayed below {lim}: max η·{what} = {self.max_eta_lambda:.3g} < {self.limit:.3g}"
+            return (f"stayed below {lim} {at}: max η·{what} = {self.max_eta_lambda:.3g} < {self.limit:.3g} "
+                    "(between checkpoints unknown)")
         back = " (back below the limit: a catapult)" if self.final_eta_lambda < self.limit else ""
-        return (f"crossed {lim} at t = {self.t_cross:.4g}: max η·{what} = {self.max_eta_lambda:.3g}, "
-                f"final {self.final_eta_lambda:.3g}{back}")
+        return (f"crossed {lim} at t = {self.t_cross:.4g}, judged {at}: max η·{what} = "
+                f"{self.max_eta_lambda:.3g}, final {self.final_eta_lambda:.3g}{back}")
 
 
 @dataclass
@@ -233,21 +238,20 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     Wd, Wf = _series(dview, "weights"), _series(fview, "weights")
     if Wd is not None and Wf is not None:
         diff = Wd[ia] - Wf[ib]
-        gaps["weight_gap"] = np.sqrt(np.sum(diff.reshape(diff.shape[0], -1) ** 2, axis=1))
+        gaps["weight_gap"] = np.sqrt(np.sum(_rows(diff) ** 2, axis=1))
         W0 = np.asarray(run.init["W0"], float) if "W0" in run.init else Wf[0]
-        disp = Wf[ib] - W0
-        pair.flow_displacement = np.sqrt(np.sum(disp.reshape(disp.shape[0], -1) ** 2, axis=1))
+        pair.flow_displacement = np.sqrt(np.sum(_rows(Wf[ib] - W0) ** 2, axis=1))
         with np.errstate(divide="ignore", invalid="ignore"):
             gaps["weight_gap_rel"] = gaps["weight_gap"] / pair.flow_displacement
     Ld, Lf = _series(dview, "loss"), _series(fview, "loss")
     if Ld is not None and Lf is not None:
-        gaps["loss_gap"] = np.abs(Ld[ia] - Lf[ib]).reshape(ia.size, -1).max(axis=1)
+        gaps["loss_gap"] = np.abs(_rows(Ld[ia] - Lf[ib])).max(axis=1)
     Nd, Nf = _series(dview, "ntg"), _series(fview, "ntg")
     if Nd is not None and Nf is not None:
         gaps["ntg_gap"] = np.array([_spectral(a - b) for a, b in zip(Nd[ia], Nf[ib])])
     Cd, Cf = _series(dview, "weight_change"), _series(fview, "weight_change")
     if Cd is not None and Cf is not None:
-        gaps["weight_change_gap"] = np.abs(Cd[ia] - Cf[ib]).reshape(ia.size, -1).max(axis=1)
+        gaps["weight_change_gap"] = np.abs(_rows(Cd[ia] - Cf[ib])).max(axis=1)
     pair.gaps = gaps
     fe, fle = _series(fview, "flow_error"), _series(fview, "flow_loss_error")
     pair.flow_error = None if fe is None else fe[ib]
@@ -260,6 +264,12 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     if src:
         pair.eta_sharpness = pair.eta * _series(dview, src)[ia]
     return pair
+
+
+def _rows(a: np.ndarray) -> np.ndarray:
+    """One row per matched time, whatever the series' shape; no rows (a solver that ended at
+    t = 0) included, where reshape(0, -1) cannot tell the row length."""
+    return a.reshape(a.shape[0], math.prod(a.shape[1:]))
 
 
 def _spectral(m: np.ndarray) -> float:
@@ -279,6 +289,7 @@ def _stability(run, view, preset: DescentPreset) -> Stability:
         out.t, out.sharp = t, lam
         el = eta * lam
         fin = np.isfinite(el)
+        out.judged = int(fin.sum())
         if fin.any():
             out.max_eta_lambda = float(np.max(el[fin]))
             out.final_eta_lambda = float(el[fin][-1])
@@ -430,11 +441,12 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
             if unknown:
                 notes.append((run.name, f"stability of {', '.join(unknown)} unknown: record `sharpness` or "
                                         "`gn_sharpness` to decide"))
-            missing = [v.name for v in [*disc, *flows] if "weights" not in v]
-            if disc and flows and missing:
-                notes.append((run.name, f"series `weights` not recorded by {', '.join(missing)}: no "
-                                        "weight distance (add \"weights\" to run.observe); loss, NTG and "
-                                        "weight-change gaps are reported"))
+            mine = [p for p in pairs if p.run == run.name]
+            absent = [g for g in SUMMARY_GAPS if mine and all(p.gaps.get(g) is None for p in mine)]
+            if absent:
+                notes.append((run.name, "not reported: " + ", ".join(
+                    f"{SUMMARY_GAPS[g]} (needs `{GAP_SERIES[g]}`)" for g in absent) + " recorded by both "
+                    "solvers of a pair: add them to run.observe (`observe` of flowsim.simulate)"))
             flows_plain = [f.name for f in flows if presets[f.name].kind == "flow" and "flow_error" not in f]
             if disc and flows_plain:
                 notes.append((run.name, f"flow(s) {', '.join(flows_plain)} have no error estimate "
@@ -452,6 +464,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
 
 SUMMARY_GAPS = {"weight_gap_rel": "rel ‖ΔW‖", "loss_gap": "|ΔL|", "ntg_gap": "‖ΔΘ̂‖",
                 "weight_change_gap": "Δ‖w−w0‖"}
+GAP_SERIES = {"weight_gap_rel": "weights", "loss_gap": "loss", "ntg_gap": "ntg", "weight_change_gap": "weight_change"}
 
 
 @dataclass
@@ -516,22 +529,20 @@ def _max_final(a: np.ndarray | None) -> tuple[str, str]:
 def format_report(rep: Report) -> str:
     lines = [f"{rep.path}: scenario {rep.name!r} — discrete vs flow at matched times t = kη "
              f"(certificate: a gap ≤ {rep.factor:g} × the flow's error estimate is unresolved)"]
-    head = (f"  {'discrete':<12}{'flow':<14}{'η':>7}{'times':>6}  {'rel ‖ΔW‖ max/final':>20}  "
-            f"{'|ΔL| max/final':>18}  {'‖ΔΘ̂‖ max/final':>18}  {'Δ‖w−w0‖ max/final':>18}  {'unresolved':>10}")
+    # a column per gap some pair reports (what none can report is said in the notes)
+    shown = [g for g in SUMMARY_GAPS if any(p.gaps.get(g) is not None for p in rep.pairs)]
+    head = (f"  {'discrete':<12}{'flow':<14}{'η':>7}{'times':>6}"
+            + "".join(f"  {SUMMARY_GAPS[g] + ' max/final':>20}" for g in shown) + f"  {'unresolved':>10}")
     for run, label in rep.runs.items():
         ps = [p for p in rep.pairs if p.run == run]
         lines.append(f"run {run}" + (f" ({label})" if label else ""))
         if ps:
             lines.append(head)
         for p in ps:
-            cols = []
-            for g in ("weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap"):
-                mx, fn = _max_final(p.gaps.get(g))
-                cols.append(f"{mx + ' / ' + fn:>18}")
+            cols = "".join(f"  {' / '.join(_max_final(p.gaps.get(g))):>20}" for g in shown)
             unres = "no cert." if p.unresolved is None else f"{int(p.unresolved.sum())}/{p.unresolved.size}"
             st = "" if p.status == "done" else f"  [{p.status}]"
-            lines.append(f"  {p.discrete:<12}{p.flow:<14}{p.eta:>7.4g}{p.t.size:>6}  {cols[0]:>20}  "
-                         f"{cols[1]}  {cols[2]}  {cols[3]}  {unres:>10}{st}")
+            lines.append(f"  {p.discrete:<12}{p.flow:<14}{p.eta:>7.4g}{p.t.size:>6}{cols}  {unres:>10}{st}")
         for lad in (x for x in rep.ladders if x.run == run):
             lines.append("  " + ladder_text(lad))
         for s in (x for x in rep.stability if x.run == run and x.verdict != "unknown"):   # (in the notes)
@@ -546,11 +557,11 @@ def format_report(rep: Report) -> str:
         for c in mine:
             rows.setdefault((_cell(c.value), c.discrete, c.flow), {})[c.gap] = c
         width = max(len(key), *(len(v) for v, _, _ in rows)) + 2
-        lines.append(f"  {key:<{width}}{'discrete':<12}{'flow':<14}" + "".join(f"{SUMMARY_GAPS[g]:>26}" for g in gaps))
+        lines.append(f"  {key:<{width}}{'discrete':<12}{'flow':<14}" + "".join(f"  {SUMMARY_GAPS[g]:>28}" for g in gaps))
         for (value, discrete, flow), by_gap in rows.items():
             text = [f"{_g(by_gap[g].mean)} [{_g(min(by_gap[g].maxima))}, {_g(max(by_gap[g].maxima))}]"
                     if g in by_gap else "—" for g in gaps]
-            lines.append(f"  {value:<{width}}{discrete:<12}{flow:<14}" + "".join(f"{t:>26}" for t in text))
+            lines.append(f"  {value:<{width}}{discrete:<12}{flow:<14}" + "".join(f"  {t:>28}" for t in text))
     if rep.notes:
         lines.append("notes:")
         lines += [f"  {n}" for n in rep.notes]
@@ -620,6 +631,11 @@ def _positive(a):
     return a
 
 
+def _drawable(t: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The points a log-log panel can show: t > 0 and a finite value."""
+    return (t > 0) & np.isfinite(values)
+
+
 def figure_run(rep: Report, run: str):   # -> Figure | None
     """Up to four panels for one run, each only when the archive holds what it shows: the
     relative weight distance vs t with the certificate band, the loss gap vs t, η-scaled
@@ -636,20 +652,25 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
         flow_sharp = next(((np.asarray(v.t, float), _series(v, _sharp_source(v)), v.name)
                            for v in arch.runs[run].solvers.values()
                            if from_dict(Preset, v.preset).kind == "flow" and _sharp_source(v)), None)
-    shown = {"weight": any(p.gaps.get("weight_gap_rel") is not None and p.t.size for p in pairs),
-             "loss": any(p.gaps.get("loss_gap") is not None and p.t.size for p in pairs),
-             "sharpness": flow_sharp is not None or any(s.sharp is not None for s in stab),
-             "ladder": bool(lads)}
+    if flow_sharp is not None and not _drawable(*flow_sharp[:2]).any():
+        flow_sharp = None      # a flow that ended at t = 0 has nothing to draw on a log axis
+    stab = [s for s in stab if s.sharp is None or _drawable(s.t, s.sharp).any()]
+    # a panel per gap the table reports (as its columns), then sharpness and the ladder
+    shown = {g: any(p.gaps.get(g) is not None and p.t.size for p in pairs) for g in SUMMARY_GAPS} | {
+        "sharpness": flow_sharp is not None or any(s.sharp is not None for s in stab), "ladder": bool(lads)}
     count = sum(shown.values())
     if not count:
         return None
-    fig = Figure(figsize=(max(6.5 * min(count, 2), 9.0), 4.6 * (1 + (count > 2))), layout="constrained")
-    grid = fig.subplots(1 + (count > 2), min(count, 2), squeeze=False).ravel()
-    for ax in grid[count:]:   # three panels: the fourth cell stays empty, without axes
+    cols = min(count, 2 if count <= 4 else 3)
+    rows = -(-count // cols)
+    fig = Figure(figsize=(max(6.5 * cols, 9.0), 4.6 * rows), layout="constrained")
+    grid = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in grid[count:]:   # e.g. three panels: the fourth cell stays empty, without axes
         ax.remove()
     axes = iter(grid)
-    ax_w, ax_l, ax_s, ax_o = (next(axes) if shown[k] else None for k in ("weight", "loss", "sharpness", "ladder"))
-    letters = iter("abcd")
+    panel = {k: next(axes) if on else None for k, on in shown.items()}
+    ax_s, ax_o = panel["sharpness"], panel["ladder"]
+    letters = iter("abcdef")
     label = rep.runs.get(run, "")
     fig.suptitle(f"{rep.name} · {run} — GD vs flow at t = kη" + (f"\n{label}" if label else ""), fontsize=12)
 
@@ -668,7 +689,7 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
             if p.unresolved is not None and p.unresolved.any():
                 u = p.unresolved
                 ax.plot(p.t[u], _positive(g)[u], ls="none", marker="o", ms=8, mfc="none", mec="k", mew=1.0)
-            err = p.flow_error if err_name == "flow_error" else p.flow_loss_error
+            err = {"flow_error": p.flow_error, "flow_loss_error": p.flow_loss_error}.get(err_name)
             if err is not None and p.flow not in band_done:
                 band_done.add(p.flow)
                 level = rep.factor * err
@@ -693,26 +714,29 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="major", alpha=0.3)
 
-    gap_panel(ax_w, "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
+    gap_panel(panel["weight_gap_rel"], "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
               "relative weight distance")
-    gap_panel(ax_l, "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "loss gap")
+    gap_panel(panel["loss_gap"], "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "loss gap")
+    gap_panel(panel["ntg_gap"], "ntg_gap", None, "‖Θ̂_GD − Θ̂_flow‖ (spectral)", "NTG gap")
+    gap_panel(panel["weight_change_gap"], "weight_change_gap", None,
+              "max |‖w_GD − w₀‖ − ‖w_flow − w₀‖|", "weight-change gap")
 
     # sharpness
     if ax_s is not None:
         for s in stab:
             if s.sharp is None:
                 continue
-            ok = s.t > 0
+            ok = _drawable(s.t, s.sharp)
             ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
             ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
             ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta),
                           xycoords=("axes fraction", "data"), xytext=(-4, 2), textcoords="offset points",
                           ha="right", va="bottom", fontsize=7, color=col[s.eta])
             if s.verdict == "diverged":
-                ax_s.plot(s.t[-1], s.sharp[-1], marker="x", ms=9, mew=2, color=col[s.eta])
+                ax_s.plot(s.t[ok][-1], s.sharp[ok][-1], marker="x", ms=9, mew=2, color=col[s.eta])
         if flow_sharp is not None:
             t, lam, flow_name = flow_sharp
-            ok = t > 0
+            ok = _drawable(t, lam)
             ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
             ax_s.annotate(f"flow `{flow_name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
                           textcoords="offset points", fontsize=8, color="0.3")
@@ -760,7 +784,7 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
     if any(p.unresolved is not None for p in pairs):
         handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
         handles.append(Line2D([], [], ls="none", marker="o", mfc="none", mec="k", ms=8, label="unresolved gap"))
-    next(ax for ax in (ax_w, ax_l, ax_s, ax_o) if ax is not None).legend(
+    next(ax for ax in panel.values() if ax is not None).legend(
         handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
     return fig
 

@@ -77,7 +77,7 @@ MEANING = {
     "run.checkpoints.times": "explicit increasing times in (0, t_end]",
     "run.solvers": "solver presets by name (files in solvers/) or inline tables; each runs every seed "
                    "of every sweep point",
-    "run.observe": "the series recorded at every checkpoint (see the README's list of observables)",
+    "run.observe": "the series recorded at every checkpoint (docs/scenarios.md lists the observables)",
     "run.ntg_points": "the NTG (and observables built on it) uses the first k training points",
     "run.stop_loss": "> 0: a flow stops (status `stopped`) once the loss falls to this value",
     # ---- [sweep]
@@ -111,7 +111,9 @@ MEANING = {
     "solver.name": "the preset's name in the archive (an inline table's own; a file's is its stem)",
     "solver.description": "one line shown by `flowsim list`",
     "solver.method": ("the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), "
-                      "or filippov: event-driven through ReLU kinks"),
+                      "rock4: stabilised explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows "
+                      "like √sharpness, an explicit method's like sharpness), or filippov: "
+                      "event-driven through ReLU kinks"),
     "solver.rtol": "relative tolerance of the adaptive step control",
     "solver.atol": "absolute tolerance of the adaptive step control",
     "solver.dtmin": "smallest step allowed (0 = none)",
@@ -129,6 +131,11 @@ MEANING = {
     "solver.slots": "filippov: kink surfaces one node may slide on at once; a node that meets more "
                     "ends the run with status `failed` (a larger value goes on, at a cost growing as "
                     "slots² per node while more than 4 are in use; never more than min(n, d) are used)",
+    "solver.rho_every": "rock4: accepted steps between estimates of the spectral radius ρ of the "
+                        "flow's Jacobian (one power-iteration Hessian-vector product each; also "
+                        "estimated again after a rejected step)",
+    "solver.rho_safety": "rock4: the factor ρ's estimate is multiplied by (power iteration approaches ρ "
+                         "from below, slowly where the top of the Hessian spectrum is clustered)",
     "solver.reference": "a tighter flow preset solved beside this one: the archive then holds this "
                         "flow's global-error estimate (`flow_error`)",
     "solver.learning_rate": "the step η (modified-flow: the GD step whose modified equation it solves)",

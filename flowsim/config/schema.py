@@ -460,6 +460,9 @@ _FLOW_KEYS: dict[str, Spec] = {
     "icoeff": Float(lo=0.0, lo_open=True, default=1.0),
     # filippov: kink surfaces one node may slide on at once (the state holds m × slots²)
     "slots": Int(lo=1, default=8),
+    # rock4: accepted steps between estimates of the spectral radius ρ, and ρ's safety factor
+    "rho_every": Int(lo=1, default=10),
+    "rho_safety": Float(lo=1.0, default=1.2),
     # A second, tighter flow solved beside this one: the archive then holds this flow's
     # global-error estimate at every checkpoint (series `flow_error`).
     "reference": Custom(fn=lambda v, k, c: _check_reference(v, k, c),

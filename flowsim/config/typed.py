@@ -364,6 +364,8 @@ class FlowPreset:
     pcoeff: float
     icoeff: float
     slots: int
+    rho_every: int
+    rho_safety: float
     reference: FlowPreset | None = field(default=None, metadata=_NONE_IS_EMPTY)
 
     def __post_init__(self):

@@ -19,6 +19,8 @@ same pytree structure and the advance function compiles once.
 from collections.abc import Callable
 from typing import ClassVar
 
+import numpy as np
+
 import diffrax as dfx
 import equinox as eqx
 import jax
@@ -33,6 +35,7 @@ from ..problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
 from .filippov import FilippovIntegrator
 from .registry import FLOW_METHODS
+from .rock4 import Rock4, init_hvps as rock4_init_hvps
 
 # Tries in a row whose values were not finite after which a member ends `nonfinite`: each
 # shrinks the step by the controller's factormin (0.2), so the last was ~1e-14 of the first
@@ -42,6 +45,18 @@ _NONFINITE_TRIES = 20
 # Vector-field evaluations outside the per-step count: the initial step-size search (2)
 # plus, for FSAL methods, the first step's extra evaluation of f(t0, y0) (1).
 _INIT_EVALS_STEP_SEARCH = 2
+
+# An accepted step of an explicit method counts as held by stability (`stiff_steps`) when its
+# estimate of h·ρ reaches this share of the method's stability limit on the negative real
+# axis. The estimate is Hairer's (DOPRI5's stiffness detection): ‖k_s − k_{s−1}‖ / ‖Y_s −
+# Y_{s−1}‖ from the last two stages, free of extra evaluations; it approaches h·ρ from below
+# when the stiff components dominate the stages' differences, as they do at the limit.
+_HELD_SHARE = 0.5
+
+# A flow's statistics, in the order its advance accumulates them: `hvps` counts ROCK4's
+# Jacobian-vector products (power iteration for ρ), `stiff_steps` the accepted steps held by
+# stability (explicit Runge–Kutta methods).
+FLOW_STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals", "hvps", "stiff_steps")
 
 
 class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
@@ -92,6 +107,7 @@ class Ahead(Scratch):
     solver_state: object
     controller_state: object
     stages: object          # the step's dense output without its ends (see `_stages`)
+    held: jax.Array         # whether the step was held by stability (counted when committed)
     at: jax.Array
     y_at: Params
 
@@ -155,10 +171,17 @@ class FlowIntegrator(AbstractIntegrator):
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
-    evals_per_step: int = eqx.field(static=True)    # 0 when not countable (implicit)
+    evals_per_step: int = eqx.field(static=True)    # 0 when not countable (implicit); rock4: per step
+    # Explicit Runge–Kutta methods: the weights of the stages' increments in Y_s − Y_{s−1}, and
+    # the method's stability limit on the negative real axis (see `_HELD_SHARE`); None otherwise.
+    stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True, default=None)
 
     discrete: ClassVar[bool] = False
-    certificate_series: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def certificate_series(self) -> tuple[str, ...]:
+        # ROCK4 certifies its steps with its spectral radius estimate and its last stage count
+        return ("rho", "stages") if isinstance(self.solver, Rock4) else ()
 
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FlowState:
         """The state at t = 0: solver state and the controller's first step proposal (the
@@ -169,15 +192,39 @@ class FlowIntegrator(AbstractIntegrator):
                                              self.solver.func, self.solver.error_order(terms))
         sstate = self.solver.init(terms, t0, tnext, params, problem)
         step = jax.eval_shape(lambda: self._attempt(problem, t0, params, sstate, cstate, t0))
-        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6])
+        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6] + step[8:])
         return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate,
                          ahead=Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params))
 
     @property
     def init_evals(self) -> int:
+        """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
+        if isinstance(self.solver, Rock4):
+            return _INIT_EVALS_STEP_SEARCH + 1
         if not self.evals_per_step:
             return 0
         return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
+
+    @property
+    def init_hvps(self) -> int:
+        """Jacobian-vector products of `init` (ROCK4's first ρ), outside the statistics."""
+        return rock4_init_hvps() if isinstance(self.solver, Rock4) else 0
+
+    def _cost(self, sstate) -> tuple[jax.Array, jax.Array]:
+        """Field evaluations and Jacobian-vector products of the try that left `sstate`."""
+        if isinstance(self.solver, Rock4):
+            return sstate.stages, sstate.hvps
+        return jnp.asarray(self.evals_per_step), jnp.asarray(0)
+
+    def _held(self, dense: dict) -> jax.Array:
+        """Whether a step's h·ρ estimate reached `_HELD_SHARE` of the stability limit."""
+        if self.stiffness_probe is None:
+            return jnp.asarray(False)
+        weights, limit = self.stiffness_probe
+        k = jax.tree.leaves(dense["k"])    # each leaf: the stages' increments h·f(Y_i), stacked
+        dk = sum(jnp.sum((x[-1] - x[-2]) ** 2) for x in k)
+        dy = sum(jnp.sum(jnp.tensordot(jnp.asarray(weights, x.dtype), x, 1) ** 2) for x in k)
+        return dk >= (_HELD_SHARE * limit) ** 2 * dy
 
     @eqx.filter_jit
     def _attempt(self, problem: Problem, t, y, solver_state, controller_state, clip):
@@ -187,6 +234,8 @@ class FlowIntegrator(AbstractIntegrator):
         traced once per process: `init` traces it for the shapes of a step held ahead, and
         the first segment's program finds that trace (JAX inlines the call)."""
         proposal = controller_state[1]
+        if isinstance(self.solver, Rock4):    # no longer than its highest degree keeps stable
+            proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
         y1, y_err, dense, sstate, solver_result = self.solver.step(self.term, t, t1, y, problem, solver_state, False)
@@ -196,7 +245,7 @@ class FlowIntegrator(AbstractIntegrator):
             t, t1, y, y1, problem, y_err, self.solver.error_order(self.term), controller_state)
         # a rejected step's solver failure only makes the next try smaller (as in Diffrax)
         result = dfx.RESULTS.where(keep & (solver_result != dfx.RESULTS.successful), solver_result, result)
-        return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup
+        return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup, self._held(dense)
 
     def advance(self, problem: Problem, state: FlowState, t_next, horizon=None) -> tuple[FlowState, dict]:
         """Integrate from the member's position to `t_next`, ending a step there only if it is
@@ -206,11 +255,12 @@ class FlowIntegrator(AbstractIntegrator):
         t_next = jnp.asarray(t_next, state.t.dtype)
         clip = t_next if horizon is None else jnp.maximum(jnp.asarray(horizon, t_next.dtype), t_next)
 
-        def commit(s: FlowState, take, t1, y1, sstate, cstate, stats, code):
+        def commit(s: FlowState, take, t1, y1, sstate, cstate, held, stats, code):
+            evals, hvps = self._cost(sstate)
             t, y, sstate, cstate = _where(take, (t1, y1, sstate, cstate),
                                           (s.t, s.y, s.solver_state, s.controller_state))
             s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
-            stats = stats + jnp.stack([take, take, False]).astype(stats.dtype)
+            stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held]).astype(stats.dtype)
             if self.stop_loss > 0:
                 code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), status.STOPPED, code)
             return s, stats, code
@@ -222,25 +272,30 @@ class FlowIntegrator(AbstractIntegrator):
 
         def body(c):
             s, stats, code, streak, tries = c
-            keep, t1, y1, sstate, cstate, stages, result, blowup = self._attempt(
+            keep, t1, y1, sstate, cstate, stages, result, blowup, held = self._attempt(
                 problem, s.t, s.y, s.solver_state, s.controller_state, clip)
             hold = keep & (t1 > t_next)
             a = s.ahead     # not valid here (the loop runs only without a step held)
             ahead = _where(hold, Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate, controller_state=cstate,
-                                       stages=stages, at=a.at, y_at=a.y_at), a)
+                                       stages=stages, held=held, at=a.at, y_at=a.y_at), a)
             # a rejected try updates the committed controller (its next proposal); a step held
-            # ahead leaves it as it was, so that the step is proposed again after a restore
-            s = FlowState(t=s.t, y=s.y, solver_state=s.solver_state,
+            # ahead leaves it as it was, so that the step is proposed again after a restore.
+            # ROCK4 also keeps what the rejected try learnt of ρ.
+            sstate_kept = s.solver_state
+            if isinstance(self.solver, Rock4):
+                sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
+            s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
                           controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
-            stats = stats + jnp.stack([~keep, False, ~keep]).astype(stats.dtype)
-            s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, stats, code)
+            evals, hvps = self._cost(sstate)
+            stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0]).astype(stats.dtype)
+            s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
             code = jnp.where(result != dfx.RESULTS.successful, status.FAILED, code)
             return s, stats, code, jnp.where(blowup & ~keep, streak + 1, 0), tries + 1
 
         a = state.ahead
         # the step held ahead is committed once the new checkpoint is past its end
         s, stats, code = commit(state, a.valid & (a.t1 <= t_next), a.t1, a.y1, a.solver_state,
-                                a.controller_state, jnp.zeros(3, jnp.int64), jnp.asarray(status.RUNNING))
+                                a.controller_state, a.held, jnp.zeros(6, jnp.int64), jnp.asarray(status.RUNNING))
         s = eqx.tree_at(lambda s: s.ahead.valid, s, a.valid & (a.t1 > t_next))
         s, stats, code, streak, _ = jax.lax.while_loop(
             cond, body, (s, stats, code, jnp.asarray(0), jnp.asarray(0)))
@@ -257,9 +312,7 @@ class FlowIntegrator(AbstractIntegrator):
         dense = self.solver.interpolation_cls(t0=s.t, t1=a.t1, y0=s.y, y1=a.y1, **a.stages).evaluate(t_next)
         s = eqx.tree_at(lambda s: (s.ahead.valid, s.ahead.at, s.ahead.y_at), s,
                         (a.valid & done, jnp.where(done, t_next, s.t), _where(inside, dense, s.y)))
-        steps, accepted, rejected = stats[0], stats[1], stats[2]
-        return s, {"steps": steps, "accepted": accepted, "rejected": rejected,
-                   "vf_evals": steps * self.evals_per_step, "status": code}
+        return s, dict(zip(FLOW_STAT_KEYS, stats)) | {"status": code}
 
     def time(self, state: FlowState) -> jax.Array:
         # (a restored state's scratch is zero: it is where its committed step ended)
@@ -272,6 +325,8 @@ class FlowIntegrator(AbstractIntegrator):
         return None
 
     def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        if isinstance(self.solver, Rock4):
+            return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
         return {}
 
     def out_of_steps(self, steps: int) -> bool:
@@ -288,8 +343,11 @@ def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> Abstr
                                   stop_loss=float(stop_loss), slots=preset.slots)
     pid = dfx.PIDController(rtol=preset.rtol, atol=preset.atol, pcoeff=preset.pcoeff,
                             icoeff=preset.icoeff, dtmin=preset.dtmin or None, dtmax=preset.dtmax or None)
-    solver_class = getattr(dfx, method.diffrax)
-    if method.implicit:
+    probe = None
+    if method.stabilised:
+        solver = Rock4(rho_every=preset.rho_every, rho_safety=preset.rho_safety)
+        evals = 0    # per step: the state's stage count
+    elif method.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
         # default VeryChord root finder would build is never formed.
@@ -297,13 +355,31 @@ def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> Abstr
                              linear_solver=lx.GMRES(rtol=preset.linear_rtol, atol=preset.linear_atol,
                                                     restart=preset.krylov_restart,
                                                     max_steps=preset.krylov_max_steps))
-        solver = solver_class(root_finder=newton)
+        solver = getattr(dfx, method.diffrax)(root_finder=newton)
         evals = 0
     else:
-        solver = solver_class()
+        solver = getattr(dfx, method.diffrax)()
         tab = solver.tableau
         evals = len(tab.c) + 1 - int(tab.fsal)
+        probe = stiffness_probe(tab)
     field = _modified_velocity(preset.learning_rate) if preset.kind == "modified-flow" else _velocity
     controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
     return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
-                          max_steps=int(preset.max_steps), stop_loss=float(stop_loss), evals_per_step=evals)
+                          max_steps=int(preset.max_steps), stop_loss=float(stop_loss), evals_per_step=evals,
+                          stiffness_probe=probe)
+
+
+def stiffness_probe(tableau: dfx.ButcherTableau) -> tuple[tuple[float, ...], float]:
+    """An explicit tableau's `FlowIntegrator.stiffness_probe`: the weights w with Y_s − Y_{s−1}
+    = Σ_j w_j k_j (its last two stages' inputs, k_j = h·f(Y_j)), and the length of the
+    stability interval on the negative real axis, where |R(x)| = |1 + x bᵀ(I − xA)⁻¹ 1| ≤ 1
+    (Tsit5: 3.5; Dopri5: 3.3)."""
+    s = len(tableau.b_sol)
+    a = np.zeros((s, s))
+    for i, row in enumerate(tableau.a_lower):
+        a[i + 1, : len(row)] = row
+    # A is strictly lower triangular: R(x) = 1 + Σ_{k=1..s} bᵀA^(k−1)1 xᵏ, a polynomial
+    coeffs = [1.0] + [float(tableau.b_sol @ np.linalg.matrix_power(a, k - 1) @ np.ones(s)) for k in range(1, s + 1)]
+    x = -np.arange(1, 2001) * 1e-2     # [-20, 0] holds every registered method's interval
+    limit = -x[np.argmax(np.abs(np.polyval(coeffs[::-1], x)) > 1 + 1e-12) - 1]
+    return tuple(float(w) for w in a[-1] - a[-2]), float(limit)

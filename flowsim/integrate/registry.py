@@ -32,6 +32,10 @@ class FlowMethod:
     # Event-driven through the kinks of a shallow ReLU net (flowsim.integrate.filippov),
     # rather than a plain Diffrax solve of the raw field.
     filippov: bool = False
+    # A stabilised explicit (Runge–Kutta–Chebyshev) method of flowsim's own
+    # (flowsim.integrate.rock4): its stage count follows h·ρ, so a stiff flow's step is set
+    # by accuracy.
+    stabilised: bool = False
 
 
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
@@ -50,6 +54,9 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
     FlowMethod("bosh3", implicit=False, state_copies=15, diffrax="Bosh3"),
     FlowMethod("ralston", implicit=False, state_copies=11, diffrax="Ralston"),
     FlowMethod("kvaerno5", implicit=True, state_copies=50, diffrax="Kvaerno5"),
+    # the recurrence's three iterates and a stage, four finishing stages, y1, f(y0), f(y1),
+    # the error, the power iteration's vector; and the step held ahead (+ 5)
+    FlowMethod("rock4", implicit=False, state_copies=19, diffrax="", stabilised=True),
     # Dormand–Prince stages, its dense output's five coefficients, the event point
     FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", filippov=True),
 )}

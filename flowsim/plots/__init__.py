@@ -60,7 +60,7 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
         name = scenario_name(arch, path)
         kind = chen.figure_kind(arch)
         traces = [] if kind else gather(arch)
-    out.mkdir(parents=True, exist_ok=True)   # once the archive reads: a refused one leaves no folder
+    out.mkdir(parents=True, exist_ok=True)    # once the archive has opened: a missing one leaves nothing
     if kind:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
         return chen.plot_archive(path, out, formats=formats, name=name)
     figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name),

@@ -20,7 +20,7 @@ from flowsim import theory
 from flowsim.config.typed import Config, ShallowModel
 from flowsim.integrate.registry import DISCRETE_KINDS
 
-from .reader import TOP_NODES, Trace
+from .reader import PER_LEAF_MODELS, TOP_NODES, Trace
 from .style import (
     Style,
     draw,
@@ -106,12 +106,14 @@ def _loss_bound(ax: Axes, have: list[Trace], style: Style) -> None:
     ax.set_ylim(ylim)
 
 
-def panel_weight_change(ax: Axes, traces: list[Trace], style: Style) -> None:
+def panel_weight_change(ax: Axes, traces: list[Trace], style: Style, letter: str = "b") -> None:
     """The largest mover's ‖w_tj − w_0j‖ (bold, band over seeds) and ranks 2–5 (thin): hidden
-    nodes of a shallow network, trainable leaves of a user's model (flowsim.simulate)."""
-    per_leaf = any(tr.params.model.kind == "module" for tr in traces)
-    unit, symbol = ("trainable leaves", r"\theta_{\ell}") if per_leaf else ("nodes", "w_{j}")
-    ax.set_title(f"(b) weight change of the top-{TOP_NODES} {unit} (per seed, by final value)",
+    nodes of a shallow network, ranked per seed; or the trainable leaves of an Equinox
+    model (flowsim.simulate, the mlp and python kinds), ranked over every run and named."""
+    if any(tr.params.model.kind in PER_LEAF_MODELS for tr in traces):
+        _leaf_change(ax, traces, style, letter)
+        return
+    ax.set_title(f"({letter}) weight change of the top-{TOP_NODES} nodes (per seed, by final value)",
                  loc="left", fontsize=11)
     have = with_series(traces, "weight_change_top")
     if not have:
@@ -124,13 +126,45 @@ def panel_weight_change(ax: Axes, traces: list[Trace], style: Style) -> None:
         draw(ax, tr, top[:, :, 0], style)
     set_time_axis(ax, have)
     set_y_auto_log(ax, [tr.series["weight_change_top"][:, 1:] for tr in have])
-    ax.set_ylabel(rf"$\|{symbol}(t) - {symbol}(0)\|$" + "\n"
-                  f"(bold: largest mover, thin: ranks 2–{TOP_NODES})")
+    ax.set_ylabel(r"$\|w_{j}(t) - w_{j}(0)\|$" + "\n" f"(bold: largest mover, thin: ranks 2–{TOP_NODES})")
 
 
-def panel_ntg_change(ax: Axes, traces: list[Trace], style: Style) -> None:
+def _leaf_change(ax: Axes, traces: list[Trace], style: Style, letter: str) -> None:
+    """‖θ_ℓ(t) − θ_ℓ(0)‖ of the leaves that moved most (largest final value over every run),
+    each named at its curve's end."""
+    have = with_series(traces, "weight_change")
+    ax.set_title(f"({letter}) weight change per trainable leaf"
+                 + (f" (top {TOP_NODES})" if have and have[0].series["weight_change"].shape[2] > TOP_NODES else ""),
+                 loc="left", fontsize=11)
+    if not have:
+        not_recorded(ax, "weight change")
+        return
+    # a sweep of the depth changes the leaves: the runs shaped like the first are drawn
+    have = [tr for tr in have if tr.series["weight_change"].shape[2] == have[0].series["weight_change"].shape[2]]
+    # each leaf's largest final value over every run (NaN where every run ended early)
+    final = quiet(np.nanmax, np.concatenate([tr.series["weight_change"][:, -1] for tr in have]), axis=0)
+    top = np.argsort(np.where(np.isfinite(final), final, -np.inf))[::-1][:TOP_NODES]
+    names = list(getattr(have[0].params.model, "leaves", ())) or [f"leaf {i}" for i in range(final.size)]
+    for rank, leaf in enumerate(top):
+        for tr in have:
+            draw(ax, tr, tr.series["weight_change"][:, :, leaf], style, band=rank == 0,
+                 lw=1.6 if rank == 0 else 0.9, alpha=1.0 if rank == 0 else 0.6, mark=rank == 0)
+    set_time_axis(ax, have)
+    set_y_auto_log(ax, [tr.series["weight_change"][:, 1:] for tr in have])
+    # each name at the height of its curve's end (the first run's), pushed apart where close
+    to_axes = ax.transData + ax.transAxes.inverted()
+    ends = [(float(to_axes.transform((have[0].t[-1], quiet(np.nanmean, have[0].series["weight_change"][:, -1, i])))[1]),
+             names[i]) for i in top]
+    y_prev = -1.0
+    for y, label in sorted((y if np.isfinite(y) else 0.0, label) for y, label in ends):
+        y_prev = max(y + 0.01, y_prev + 0.045)
+        ax.text(0.99, y_prev, label, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.25")
+    ax.set_ylabel(r"$\|\theta_{\ell}(t) - \theta_{\ell}(0)\|$ (bold: the largest mover)")
+
+
+def panel_ntg_change(ax: Axes, traces: list[Trace], style: Style, letter: str = "c") -> None:
     """Spectral norm of the NTG change since t = 0."""
-    ax.set_title("(c) NTG change", loc="left", fontsize=11)
+    ax.set_title(f"({letter}) NTG change", loc="left", fontsize=11)
     have = with_series(traces, "ntg_change")
     if not have:
         not_recorded(ax, "NTG change")
@@ -142,9 +176,12 @@ def panel_ntg_change(ax: Axes, traces: list[Trace], style: Style) -> None:
     ax.set_ylabel(r"$\|\hat\Theta_t - \hat\Theta_0\|_2$  (spectral)")
 
 
-def panel_eig_min(ax: Axes, traces: list[Trace], style: Style) -> None:
-    """Smallest NTG eigenvalue, with Caron's lower bound γκ_n/4 (dotted) per point."""
-    ax.set_title("(d) smallest NTG eigenvalue", loc="left", fontsize=11)
+def panel_eig_min(ax: Axes, traces: list[Trace], style: Style, letter: str = "d") -> None:
+    """Smallest NTG eigenvalue, with Caron's lower bound γκ_n/4 (dotted) per point. The NTG
+    is that of the first output: the title says so where the model has several."""
+    outputs = max((getattr(tr.params.data, "outputs", 1) for tr in traces), default=1)
+    first = f" (of output 0 of {outputs})" if outputs > 1 else ""
+    ax.set_title(f"({letter}) smallest NTG eigenvalue{first}", loc="left", fontsize=11)
     have = with_series(traces, "eig_min")
     if not have:
         not_recorded(ax, "NTG eigenvalues")
@@ -162,18 +199,28 @@ def panel_eig_min(ax: Axes, traces: list[Trace], style: Style) -> None:
 
 
 def figure_fig1(traces: list[Trace], name: str) -> Figure:
-    """The four-panel figure of Caron et al. Fig. 1 (a Figure with four axes)."""
-    fig = Figure(figsize=(12, 9.5), layout="constrained", dpi=110)
-    axes = fig.subplots(2, 2).ravel()
+    """The panels of Caron et al. Fig. 1 that the archive records (four at most): those whose
+    series it lacks are left out, and named under the title."""
+    panels = [("training loss", ("loss",), lambda ax, letter: panel_loss(ax, traces, style, title=f"({letter}) "
+                                                                         "training loss")),
+              ("weight change", ("weight_change_top",), lambda ax, letter: panel_weight_change(ax, traces, style,
+                                                                                             letter)),
+              ("NTG change", ("ntg_change",), lambda ax, letter: panel_ntg_change(ax, traces, style, letter)),
+              ("NTG eigenvalues", ("eig_min",), lambda ax, letter: panel_eig_min(ax, traces, style, letter))]
+    shown = [p for p in panels if any(with_series(traces, s) for s in p[1])] or panels[:1]
+    missing = [p[0] for p in panels if p not in shown]
+    rows, cols = (1, len(shown)) if len(shown) <= 2 else (2, 2)
+    fig = Figure(figsize=(12 if cols == 2 else 7, 5.2 * rows + 0.6), layout="constrained", dpi=110)
+    grid = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in grid[len(shown):]:    # three panels: the fourth cell stays empty, without axes
+        ax.remove()
     style = Style.of(traces)
-    panel_loss(axes[0], traces, style)
-    panel_weight_change(axes[1], traces, style)
-    panel_ntg_change(axes[2], traces, style)
-    panel_eig_min(axes[3], traces, style)
-    for ax in axes:
+    for ax, (_, _, panel), letter in zip(grid, shown, "abcd"):
+        panel(ax, letter)
         if ax.has_data():
             ax.grid(True, which="major", alpha=0.3)
-    fig.suptitle(f"{name}   ({seeds_note(traces)})" if traces else name, fontsize=13)
+    title = f"{name}   ({seeds_note(traces)})" if traces else name
+    fig.suptitle(title + (f"\nnot recorded: {', '.join(missing)}" if missing else ""), fontsize=13)
     if traces:
         legends(fig, traces, style, theory=any(theory_constants(tr) is not None for tr in traces))
     return fig

@@ -71,8 +71,14 @@ FIGURE_SERIES = ("loss", "test_loss", "accuracy", "test_accuracy", "sharpness", 
                  "ntg_change_spectral", "ntg_eig")
 
 
-def _derived(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The per-seed quantities the figures need, each with time first, from one seed's rows."""
+# Models whose `weight_change` is per trainable leaf (flowsim.models.ModuleNet), not per node
+PER_LEAF_MODELS = ("module", "mlp", "python")
+
+
+def _derived(arrays: dict[str, np.ndarray], per_leaf: bool) -> dict[str, np.ndarray]:
+    """The per-seed quantities the figures need, each with time first, from one seed's rows.
+    Per-leaf weight changes are kept whole (a model has few leaves, each named in panel (b));
+    per-node ones only for the nodes that moved most."""
     out: dict[str, np.ndarray] = {}
     for name in ("loss", "test_loss", "accuracy", "test_accuracy", "sharpness"):
         if name in arrays:
@@ -84,6 +90,8 @@ def _derived(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
             final = np.where(np.isfinite(wc[-1]), wc[-1], -np.inf)
             top = np.argsort(final)[::-1][:TOP_NODES]
             out["weight_change_top"] = wc[:, top]          # (k, r), largest final first
+            if per_leaf:
+                out["weight_change"] = wc                      # (k, leaves)
     if "ntg_change_spectral" in arrays:
         out["ntg_change"] = arrays["ntg_change_spectral"]
     elif "ntg" in arrays:
@@ -139,11 +147,12 @@ def gather(arch: _archive.Archive) -> list[Trace]:
         seeds = range(len(b.seeds))
         ts = [b.t[b.rows[i]] for i in seeds]
         t = max(ts, key=len)
-        derived = [_derived({n: b.own(i, n) for n in b.series}) for i in seeds]
+        params = from_dict(Config, b.params)
+        derived = [_derived({n: b.own(i, n) for n in b.series}, params.model.kind in PER_LEAF_MODELS)
+                   for i in seeds]
         names = sorted({n for d in derived for n in d})
         scalars = [{k: float(np.asarray(v)) for k, v in b.init[i].items() if np.ndim(v) == 0 and k in
                     ("kappa_n", "loss0")} for i in seeds]
-        params = from_dict(Config, b.params)
         traces.append(Trace(
             point=b.point, solver=b.solver, label=short_label(params, b.label), params=params,
             preset=from_dict(Preset, b.preset), t=t, seeds=list(b.seeds), statuses=list(b.statuses),

@@ -151,9 +151,14 @@ def legends(fig: Figure, traces: list[Trace], style: Style, *, theory: bool) -> 
         s_labels.append(r"theory: $\gamma\kappa_n/4$ on (d), $L_0\,e^{-\gamma\kappa_n t/2}$ on (a)")
     s_handles.append(Line2D([], [], color="0.6", lw=6, alpha=0.3))
     s_labels.append("line: mean over seeds, band: min–max")
+    blank = Line2D([], [], ls="none")
+    if len(points) == 1 and not points[0].label:   # no sweep: the solvers alone
+        leg = fig.legend([blank, *s_handles], ["solver", *s_labels], loc="outside lower center", fontsize=9,
+                         frameon=False, handlelength=3.0)
+        leg.get_texts()[0].set_fontweight("bold")
+        return
     # One legend, two columns (points | solvers) with a bold header row each, so the two
     # lists are top-aligned under the panels.
-    blank = Line2D([], [], ls="none")
     rows = max(len(labels), len(s_labels))
     col1 = [(blank, "sweep point")] + list(zip(handles, labels))
     col2 = [(blank, "solver")] + list(zip(s_handles, s_labels))

@@ -1,0 +1,203 @@
+"""ROCK4 (Abdulle 2002): a stabilised explicit Runge–Kutta–Chebyshev method of order 4, as a
+Diffrax solver that `FlowIntegrator` steps like any other.
+
+Why: the Jacobian of a gradient flow is −rate ∇²L, symmetric, so its spectrum is real. An
+explicit method of fixed stages is stable only while h·λ_max stays below a constant (Tsit5:
+about 3.5), so on a sharp network its steps are held by stability, not accuracy, and its
+cost per unit time grows like λ_max. A ROCK4 step of degree s is stable on the negative real
+axis up to h·ρ ≈ 0.353 (s + 4)², so the step is set by accuracy and the stage count grows
+only like √(h·ρ) (`STIFF-FLOWS.md`).
+
+A step: s − 1 evaluations of a three-term Chebyshev recurrence (the first uses f(y0), kept
+from the last step), a 4-stage finishing procedure, and f(y1) for the embedded third-order
+error estimate and the next step's first stage: s + 4 evaluations. The degree is chosen per
+step from h and the spectral radius ρ of ∂f/∂y, as rock4.f chooses it. The coefficients are
+the published tables (`rock4.json`, with their provenance); degrees whose stability
+polynomial leaves [−1, 1] on their interval are not used (`tests/test_rock4.py`).
+
+ρ comes from power iteration on Jacobian-vector products of the vector field itself (a
+`jvp` of the field: Hessian-vector products for a gradient flow, no access to the loss),
+warm-started from the last vector, refreshed every `rho_every` accepted steps and at the
+next try after a rejection, times a safety factor: the top of a network's Hessian spectrum
+is clustered, so a few iterations underestimate it. ρ, its vector and the refresh counter
+are solver state, so a checkpoint holds them and a resumed run is the same computation.
+
+ROCK4 has no dense output of its own: a checkpoint inside a step is read from the cubic
+Hermite interpolant of y0, y1, f(y0), f(y1) (Diffrax's third-order Hermite interpolation):
+its error is O(h⁴) where the step's is O(h⁵) (on the closed-form linear flow at rtol 1e-8:
+1.5e-8 inside steps against 1.2e-8 at their ends, relative to the displacement;
+`tests/test_rock4.py` holds it within 3× rtol).
+"""
+
+import json
+from importlib import resources
+from typing import ClassVar
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..problem import Params
+
+# Power iterations at t = 0 from f(y0): enough for a first estimate within the safety factor
+# on the clustered spectra measured (1.72, 1.57, 1.50 at t = 0 on cohen-eos-quick).
+_INIT_ITERATIONS = 20
+# Power iterations per refresh, continuing from the last vector.
+_REFRESH_ITERATIONS = 1
+
+
+def _load_tables() -> dict:
+    raw = json.loads(resources.files(__package__).joinpath("rock4.json").read_text())
+    ms = np.asarray(raw["ms"], np.int64)
+    starts = np.concatenate([[0], np.cumsum(2 * ms - 1)[:-1]])
+    usable = ~np.isin(ms, raw["unstable"])
+    return {"ms": ms[usable], "start": starts[usable], "fpa": np.asarray(raw["fpa"])[usable],
+            "fpb": np.asarray(raw["fpb"])[usable], "fpbe": np.asarray(raw["fpbe"])[usable],
+            "recf": np.asarray(raw["recf"]), "source": raw["source"]}
+
+
+TABLES = _load_tables()
+
+
+def stability_bound(ms: int) -> float:
+    """The largest h·ρ that rock4.f's degree rule gives a Chebyshev part of degree `ms`."""
+    return 0.353 * (ms + 4) ** 2 - 3.0
+
+
+#: The largest h·ρ a step can take: the highest usable degree's interval.
+MAX_H_RHO = stability_bound(int(TABLES["ms"][-1]))
+
+
+def _dot(a: Params, b: Params) -> jax.Array:
+    return sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _axpy(a, x: Params, y: Params) -> Params:
+    """a·x + y, leaf by leaf."""
+    return jax.tree.map(lambda xi, yi: a * xi + yi, x, y)
+
+
+def _normalised(v: Params) -> Params:
+    norm = jnp.sqrt(_dot(v, v))
+    # a zero vector (a start at a stationary point) becomes the constant direction
+    ones = jax.tree.map(jnp.ones_like, v)
+    v = jax.tree.map(lambda x, o: jnp.where(norm > 0, x, o), v, ones)
+    norm = jnp.sqrt(_dot(v, v))
+    return jax.tree.map(lambda x: x / norm, v)
+
+
+def power_iteration(field, y: Params, v: Params, iterations: int) -> tuple[jax.Array, Params]:
+    """`iterations` steps of power iteration on J = ∂field/∂y at y from v: (‖J v‖ for the last
+    unit v, the next unit vector). ‖J v‖ ≤ ρ(J) for symmetric J, and approaches it."""
+    def one(_, carry):
+        _, v = carry
+        jv = jax.jvp(field, (y,), (v,))[1]
+        return jnp.sqrt(_dot(jv, jv)), _normalised(jv)
+
+    v = _normalised(v)
+    zero = jnp.zeros((), jax.tree.leaves(y)[0].dtype)
+    return jax.lax.fori_loop(0, iterations, one, (zero, v))
+
+
+class Rock4State(eqx.Module):
+    f0: Params              # the field at the step's start (the last step's f(y1))
+    rho: jax.Array          # spectral radius estimate of ∂f/∂y (safety factor included)
+    v: Params               # the power iteration's unit vector
+    age: jax.Array          # accepted steps since ρ was estimated (counting the one that estimated it)
+    stages: jax.Array       # the last try's field evaluations (s + 4)
+    hvps: jax.Array         # the last try's Jacobian-vector products
+
+
+class Rock4(dfx.AbstractSolver):
+    """ROCK4 for an autonomous ODE dy/dt = f(y) (the time argument is passed on, unused by
+    a gradient flow's field)."""
+
+    rho_every: int = eqx.field(static=True, default=10)
+    rho_safety: float = eqx.field(static=True, default=1.2)
+
+    term_structure: ClassVar = dfx.AbstractTerm
+    interpolation_cls: ClassVar = dfx.ThirdOrderHermitePolynomialInterpolation.from_k
+
+    def order(self, terms) -> int:
+        return 4
+
+    def error_order(self, terms) -> int:
+        # the embedded solution is of order 3: the estimate is O(h⁴), and rock4.f scales the
+        # step by err^(-1/4)
+        return 4
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)
+
+    def init(self, terms, t0, t1, y0, args) -> Rock4State:
+        f0 = self.func(terms, t0, y0, args)
+        field = lambda y: self.func(terms, t0, y, args)
+        rho, v = power_iteration(field, y0, f0, _INIT_ITERATIONS)
+        int_zero = jnp.zeros((), jnp.int32)
+        return Rock4State(f0=f0, rho=self.rho_safety * rho, v=v, age=int_zero, stages=int_zero,
+                          hvps=jnp.asarray(_INIT_ITERATIONS, jnp.int32))
+
+    def max_step(self, state: Rock4State) -> jax.Array:
+        """The longest step the highest usable degree keeps stable at the estimated ρ."""
+        return MAX_H_RHO / jnp.maximum(state.rho, jnp.finfo(state.rho.dtype).tiny)
+
+    def rejected(self, committed: Rock4State, tried: Rock4State) -> Rock4State:
+        """The committed state after a rejected try: the try's ρ and vector kept, and ρ
+        estimated again at the next try (a rejection may be a stability failure)."""
+        return eqx.tree_at(lambda s: (s.rho, s.v, s.age), committed,
+                           (tried.rho, tried.v, jnp.asarray(self.rho_every, jnp.int32)))
+
+    def step(self, terms, t0, t1, y0, args, state: Rock4State, made_jump):
+        del made_jump
+        h = t1 - t0
+        field = lambda y: self.func(terms, t0, y, args)
+        refresh = state.age >= self.rho_every
+        rho, v = jax.lax.cond(refresh,
+                              lambda: power_iteration(field, y0, state.v, _REFRESH_ITERATIONS),
+                              lambda: (state.rho / self.rho_safety, state.v))
+        rho = self.rho_safety * rho
+
+        # the degree, as rock4.f: the smallest usable ms ≥ ⌊√((3 + h·ρ)/0.353)⌋ + 1 − 4
+        need = jnp.floor(jnp.sqrt((3.0 + h * rho) / 0.353)) + 1 - 4
+        ms = jnp.asarray(TABLES["ms"])
+        index = jnp.minimum(jnp.searchsorted(ms, jnp.maximum(need, 1), side="left"), ms.size - 1)
+        degree = ms[index]
+        start = jnp.asarray(TABLES["start"])[index]
+        recf = jnp.asarray(TABLES["recf"], h.dtype)
+
+        # the Chebyshev part: u_1 = y0 + h μ1 f0, u_i = h μ_i f(u_{i-1}) + (1 + κ_i) u_{i-1} − κ_i u_{i-2}
+        def chebyshev(i, carry):
+            before, last = carry
+            mu, kappa = recf[start + 2 * i - 3], recf[start + 2 * i - 2]
+            u = jax.tree.map(lambda f, a, b: h * mu * f + (1 + kappa) * a - kappa * b, field(last), last, before)
+            return last, u
+
+        first = _axpy(h * recf[start], state.f0, y0)
+        _, u = jax.lax.fori_loop(2, degree + 1, chebyshev, (y0, first))
+
+        # the finishing procedure: four stages from u, and the embedded estimate with f(y1)
+        fpa = jnp.asarray(TABLES["fpa"], h.dtype)[index] * h
+        b = jnp.asarray(TABLES["fpb"], h.dtype)[index] * h
+        be = jnp.asarray(TABLES["fpbe"], h.dtype)[index] * h
+        k1 = field(u)
+        k2 = field(_axpy(fpa[0], k1, u))
+        k3 = field(jax.tree.map(lambda x, p, q: x + fpa[1] * p + fpa[2] * q, u, k1, k2))
+        k4 = field(jax.tree.map(lambda x, p, q, r: x + fpa[3] * p + fpa[4] * q + fpa[5] * r, u, k1, k2, k3))
+        y1 = jax.tree.map(lambda x, p, q, r, s: x + b[0] * p + b[1] * q + b[2] * r + b[3] * s, u, k1, k2, k3, k4)
+        f1 = field(y1)
+        d = be[:4] - b
+        y_error = jax.tree.map(lambda p, q, r, s, f: d[0] * p + d[1] * q + d[2] * r + d[3] * s + be[4] * f,
+                               k1, k2, k3, k4, f1)
+
+        dense = {"y0": y0, "y1": y1, "k": jax.tree.map(lambda a, c: jnp.stack([h * a, h * c]), state.f0, f1)}
+        new = Rock4State(f0=f1, rho=rho, v=v, age=jnp.where(refresh, 1, state.age + 1).astype(jnp.int32),
+                         stages=(degree + 4).astype(jnp.int32),
+                         hvps=jnp.where(refresh, _REFRESH_ITERATIONS, 0).astype(jnp.int32))
+        return y1, y_error, dense, new, dfx.RESULTS.successful
+
+
+def init_hvps() -> int:
+    """Jacobian-vector products of `Rock4.init`: the first estimate of ρ."""
+    return _INIT_ITERATIONS

@@ -1,0 +1,60 @@
+"""The solver advisor (flowsim.advice): from a flow's statistics, a word on its preset; in
+the run's report as soon as the statistics show it, in its summary, its JSON log and
+`flowsim inspect`."""
+
+import json
+
+import pytest
+from helpers import call_cli, run_cli
+
+from flowsim.advice import MIN_STEPS, advise
+
+
+def stats(steps, rejected=0, held=0):
+    return {"steps": steps, "accepted": steps - rejected, "rejected": rejected, "stiff_steps": held}
+
+
+def test_steps_held_by_stability_advise_rock4_with_the_figure():
+    text = advise("tsit5", stats(1457, rejected=247, held=1041))
+    assert "rock4" in text and "86 % of 1210 accepted steps" in text
+    assert advise("tsit5", stats(1457, rejected=247, held=500)) is None      # under half: silent
+    assert advise("tsit5", stats(MIN_STEPS - 1, held=MIN_STEPS - 1)) is None  # too early to tell
+
+
+def test_clustered_rejections_advise_the_kink_aware_presets():
+    text = advise("tsit5", stats(2134, rejected=889))
+    assert "889 of 2134 steps" in text and "filippov" in text and "bosh3-relu" in text
+    assert advise("tsit5", stats(2134, rejected=100)) is None
+
+
+@pytest.mark.parametrize("method", ["rock4", "kvaerno5", "filippov"])
+def test_methods_that_are_the_cure_are_not_advised_against_stiffness(method):
+    assert advise(method, stats(1000, held=1000)) is None
+    assert (advise(method, stats(1000, rejected=600)) is None) == (method == "filippov")
+
+
+def test_a_descent_or_an_unknown_method_gets_no_advice():
+    assert advise("", stats(1000, rejected=900)) is None
+
+
+@pytest.mark.slow
+def test_the_advisor_speaks_on_cohen_eos_quick_under_tsit5_and_not_on_quickstart(tmp_path):
+    """cohen-eos-quick's flow is stiff (tsit5 held by stability on 86 % of its steps): the
+    advice comes during the run (before the summary), in the summary, the JSON log and
+    `inspect`. quickstart's flow is not (0 steps held): no advice anywhere."""
+    log = tmp_path / "eos.jsonl"
+    rc, _, err = call_cli("run", "cohen-eos-quick", "-o", tmp_path / "eos.h5", "--log-jsonl", log,
+                          "--set", 'run.solvers=["tsit5"]', "--set", 'run.observe=["loss"]',
+                          "--set", "run.checkpoints={count=20}")
+    assert rc == 0, err[-2000:]
+    early = err.index("advice: tsit5's steps were held by stability")
+    assert early < err.index("cohen-eos-quick · tsit5: 1 done")
+    assert "rock4" in err[early:] and err.count("advice:") == 2
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    advice = [r for r in records if r["event"] == "advice"]
+    assert len(advice) == 1 and advice[0]["t"] < 1980 and "rock4" in advice[0]["advice"]
+    assert "advice: tsit5's steps were held by stability" in run_cli("inspect", tmp_path / "eos.h5")
+
+    rc, _, err = call_cli("run", "quickstart", "-o", tmp_path / "q.h5")
+    assert rc == 0 and "advice" not in err
+    assert "advice" not in run_cli("inspect", tmp_path / "q.h5")

@@ -1,0 +1,170 @@
+"""What the commands print and write tells the truth: `-q` is quiet, a missing archive
+leaves nothing behind, and the reports say what they can and cannot show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import call_cli, run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "scenarios" / "tiny.toml"
+ONE = ["--set", "seeds=[0]", "--set", 'run.solvers=["gd-lr1"]', "--set", 'run.observe=["loss"]']
+
+
+def test_quiet_run_prints_nothing(tmp_path):
+    out = tmp_path / "tiny.h5"
+    rc, stdout, stderr = call_cli("run", TINY, "-o", out, "-q", *ONE)
+    assert rc == 0 and out.exists()
+    assert stdout == "" and stderr == "", (stdout, stderr)
+
+
+def test_plot_of_a_missing_archive_creates_nothing(tmp_path):
+    rc, _, err = call_cli("plot", tmp_path / "nope.h5", "-o", tmp_path / "figs")
+    assert rc == 2 and "nope.h5" in err
+    rc, _, err = call_cli("plot", "runs/nope.h5", cwd=tmp_path)     # the default folder, runs/nope
+    assert rc == 2
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def no_weights(tmp_path_factory):
+    """tiny (two sweep points of two seeds), flow and GD recording the NTG, weight changes
+    and sharpness but not `weights`."""
+    out = tmp_path_factory.mktemp("cmp") / "tiny.h5"
+    run_cli("run", TINY, "-o", out, "-q", "--set", 'run.observe=["loss", "ntg", "weight_change", "sharpness"]')
+    return out
+
+
+@pytest.mark.slow
+def test_compare_shows_the_gaps_it_reports_and_names_the_missing_ones(no_weights):
+    from flowsim.analysis.compare import compare_archive, figure_run
+
+    text = run_cli("compare", no_weights)
+    head = next(line for line in text.splitlines() if line.strip().startswith("discrete"))
+    assert head.split()[4:] == ["|ΔL|", "max/final", "‖ΔΘ̂‖", "max/final", "Δ‖w−w0‖", "max/final",
+                                "unresolved"], head
+    assert "— / —" not in text
+    assert "every run: not reported: rel ‖ΔW‖ (needs `weights`) recorded by both solvers" in text
+    # stability is judged where sharpness was recorded: tiny's 12 checkpoints and t = 0
+    assert "stability gd-lr1 (η = 1): stayed below 2/η at its 13 recorded checkpoints: max η·sharpness" in text
+    assert "(between checkpoints unknown)" in text
+    rep = compare_archive(no_weights)
+    fig = figure_run(rep, next(iter(rep.runs)))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert [t.split(") ", 1)[1].split(";")[0] for t in titles] == [
+        "loss gap", "NTG gap", "weight-change gap", "sharpness"], titles
+
+
+@pytest.mark.slow
+def test_inspect_shows_a_batch_wall_time_once_and_the_final_loss(no_weights):
+    import numpy as np
+
+    import flowsim
+
+    text = run_cli("inspect", no_weights)
+    with flowsim.open(no_weights) as arch:
+        for name, run in arch.runs.items():
+            block = text.split(f"run {name}:", 1)[1].split("\n  run ", 1)[0]
+            for solver, sv in run.solvers.items():
+                line = next(x for x in block.splitlines() if x.strip().startswith(solver + " "))
+                assert f"loss {float(np.asarray(sv['loss'])[-1]):.6g}," in line, line
+                first = run.seed == 0       # tiny's seeds 0 and 1 form each sweep point's batch
+                assert ("wall" in line) == first, line
+                if first:
+                    assert f", wall {sv.wall_time:.3g} s for its 2 seeds together (observing ≈ " in line, line
+
+
+@pytest.mark.parametrize("solver, shown, hidden", [
+    ("tsit5", {"rtol", "pcoeff", "dtmax", "max_steps"},
+     {"newton_rtol", "linear_atol", "krylov_restart", "slots", "rho_every"}),
+    ("kvaerno5", {"rtol", "pcoeff", "newton_rtol", "krylov_max_steps"}, {"slots", "rho_safety"}),
+    ("rock4", {"rtol", "pcoeff", "rho_every", "rho_safety"}, {"newton_rtol", "slots"}),
+])
+def test_show_lists_only_the_keys_a_flow_preset_uses(solver, shown, hidden):
+    text = run_cli("show", "quickstart", "--set", f'run.solvers=["{solver}", "gd-lr1"]')
+    keys = {line.split("=")[0].strip().split(".")[-1] for line in text.splitlines()
+            if line.strip().startswith("run.solvers[0].")}
+    assert shown <= keys and not hidden & keys, keys
+
+
+def test_list_tells_a_quick_file_from_its_twin(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    text = run_cli("list")
+    blocks: dict[str, list[str]] = {}     # name -> its description's lines (the name column cut off)
+    for line in text.splitlines():
+        if line.startswith("  ") and line[2] != " ":
+            name = line.split()[0]
+            blocks[name] = [line[31:]]
+        elif line.startswith(" " * 31):
+            blocks[name].append(line[31:])
+    assert all(len(line) <= 100 for line in text.splitlines())
+    twins = [n for n in blocks if n.endswith("-quick") and n[: -len("-quick")] in blocks]
+    assert len(twins) >= 5
+    for quick in twins:
+        assert blocks[quick] != blocks[quick[: -len("-quick")]], quick
+
+
+@pytest.mark.slow
+def test_plot_of_a_simulate_run_names_its_leaves_and_draws_no_empty_panel_or_sweep(tmp_path):
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    import flowsim
+    from flowsim import plots
+
+    X = np.random.default_rng(0).normal(size=(10, 3))
+    model = eqx.nn.MLP(3, 1, 6, 2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    out = tmp_path / "mine.h5"
+    flowsim.simulate(model, data=(X, np.sin(X[:, 0])), solvers=["tsit5", "gd-lr0.1"], t_end=1.0,
+                     checkpoints={"count": 4}, observe=["loss", "weight_change", "ntg_eig"], output=out,
+                     progress=False).close()
+    with flowsim.open(out) as arch:
+        fig = plots.figure_fig1(plots.gather(arch), "mine")
+    assert [ax.get_title(loc="left") for ax in fig.axes] == [
+        "(a) training loss", "(b) weight change per trainable leaf (top 5)", "(c) smallest NTG eigenvalue"]
+    leaves = {"layers.0.weight", "layers.0.bias", "layers.1.weight", "layers.1.bias", "layers.2.weight",
+              "layers.2.bias"}
+    named = {t.get_text() for t in fig.axes[1].texts}
+    assert len(named) == 5 and named <= leaves, named
+    legend = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert "sweep point" not in legend and not any(t.startswith("point ") for t in legend), legend
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    for ax in fig.axes:      # every title inside the figure
+        box = ax._left_title.get_window_extent(renderer)      # the panels' titles sit on the left
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.x1, ax.get_title(loc="left")
+
+
+@pytest.mark.slow
+def test_log_and_inspect_tell_observation_from_integration(tmp_path):
+    import json
+
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import flowsim
+    from flowsim.progress import Progress
+
+    X = np.random.default_rng(0).normal(size=(10, 3))
+    model = eqx.nn.MLP(3, 1, 6, 1, activation=jnp.tanh, key=jax.random.PRNGKey(0))
+    out, log = tmp_path / "obs.h5", tmp_path / "obs.jsonl"
+    flowsim.simulate(model, data=(X, np.sin(X[:, 0])), solvers=["tsit5"], t_end=1.0, checkpoints={"count": 5},
+                     observe=["loss", "sharpness"], output=out, progress=Progress(False, jsonl=log)).close()
+    (end,) = [r for r in map(json.loads, log.read_text().splitlines()) if r["event"] == "finished"]
+    assert 0 <= end["observe_s"] <= end["wall_s"]
+    assert end["integrate_s"] == pytest.approx(end["wall_s"] - end["observe_s"], abs=2e-3)
+    with flowsim.open(out) as arch:
+        sv = arch.runs["seed0"].solvers["tsit5"]
+        observing, wall = sv.stats["observe_time"], sv.wall_time
+    assert end["observe_s"] == pytest.approx(observing, abs=1e-3) and end["wall_s"] == pytest.approx(wall, abs=1e-3)
+    line = next(x for x in run_cli("inspect", out).splitlines() if x.strip().startswith("tsit5"))
+    assert line.endswith(f"wall {wall:.3g} s (observing ≈ {observing:.3g} s, integrating and compiling ≈ "
+                         f"{wall - observing:.3g} s)"), line
