@@ -74,6 +74,18 @@ def build_run(config: Config, seed: int) -> Built:
     return MODELS[config.model.kind].build(config, ds, seed)
 
 
+def program_signature(built_runs: list[Built], config: Config) -> tuple:
+    """What the programs compiled for a sweep point's batch depend on: the problems' and
+    weights' structure (static fields included) and shapes, the seeds batched, the solvers.
+    Where it changes from one point to the next, the last point's programs cannot serve
+    and are released (`jax.clear_caches`): each compiled program holds its own memory
+    mappings, and a 200-point sweep of varied widths, keeping ~100-400 per point, reached
+    the system's limit of 65 530 and crashed."""
+    tree = (built_runs[0].problem, built_runs[0].params)
+    leaves = tuple((getattr(x, "shape", None), str(getattr(x, "dtype", type(x)))) for x in jax.tree.leaves(tree))
+    return jax.tree.structure(tree), leaves, len(built_runs), repr(config.run.solvers)
+
+
 @eqx.filter_jit
 def _finite_start(problem, params):
     """Whether the loss is finite at `params`, and each gradient leaf (one compiled program
@@ -249,10 +261,21 @@ def point_estimates(scenario) -> list[tuple[list, dict[str, float] | None]]:
     return out
 
 
-def check_resources(scenario, out_dir=None) -> None:
+def _share_to_write(runs, cfg: Config, written: dict[str, dict[str, int]] | None) -> float:
+    """The share of a sweep point's checkpoint rows that a (resumed) archive still lacks."""
+    if written is None:
+        return 1.0
+    rows = len(cfg.run.checkpoint_times()) + 1
+    names = [s.name for s in cfg.run.solvers]
+    done = sum(min(rows, written.get(r.name, {}).get(s, 0)) for r in runs for s in names)
+    return 1.0 - done / (rows * len(runs) * len(names))
+
+
+def check_resources(scenario, out_dir=None, written: dict[str, dict[str, int]] | None = None) -> None:
     """Refuse, before anything is built, a scenario whose largest sweep point would not fit
     in memory (or whose archive would not fit on the disk). The message gives the estimate,
-    the limit and the keys that drive it."""
+    the limit and the keys that drive it. `written`: a resumed archive's committed rows (run
+    -> solver -> rows); the disk then needs room only for the rows still to come."""
     import shutil
 
     limit, source = memory_limit()
@@ -269,7 +292,7 @@ def check_resources(scenario, out_dir=None) -> None:
             continue   # the factory's network is unknown until it is built: no estimate
         cfg = runs[0].settings
         n, d = int(est["n"]), int(est["d"])
-        disk_total += est["disk"]
+        disk_total += est["disk"] * _share_to_write(runs, cfg, written)
         if est["memory"] > limit:
             where = f" (sweep point {runs[0].label})" if runs[0].label else ""
             size, key = (f"`model.widths` = {list(cfg.model.widths)}: {int(est['params'])} parameters",
@@ -283,8 +306,10 @@ def check_resources(scenario, out_dir=None) -> None:
                 f"allowed: a scenario whose estimate fits (lower {key}, data.n, run.ntg_points or the "
                 "number of seeds; FLOWSIM_MEMORY_LIMIT sets the limit)")
     if disk_free is not None and disk_total > disk_free:
+        what = "the rest of the resumed archive" if written is not None else "the archive"
         raise ResourceError(
-            f"{file}: the archive would need an estimated {disk_total / _GIB:.3g} GiB (uncompressed: every "
+            f"{file}: {what} would need an estimated {disk_total / _GIB:.3g} GiB (uncompressed: every "
             f"checkpoint row of `run.observe` = {list(scenario.settings.run.observe)} for every run and "
-            f"solver), more than the {disk_free / _GIB:.3g} GiB free at {out_dir}; allowed: fewer "
+            f"solver{' still to come' if written is not None else ''}), more than the "
+            f"{disk_free / _GIB:.3g} GiB free at {out_dir}; allowed: fewer "
             "checkpoints (`run.checkpoints`), no `weights`/`ntg` in `run.observe`, or a smaller model")

@@ -45,12 +45,25 @@ class _StopRequest:
 
     def __init__(self):
         self.requested = False
+        # Before the archive is opened a stop loses nothing, so the process ends at once
+        # (exit 130), also inside a plug-in's import or factory that never returns. It ends
+        # rather than raising: an exception raised in the middle of an import or of JAX's
+        # tracing can turn into an ImportError or a crash at exit.
+        self.at_once = False
+        self.children: set[int] = set()    # processes to end with this one (plugins.rehearse)
         self._saved: dict = {}
 
     def __call__(self) -> bool:
         return self.requested
 
     def _handle(self, signum, frame):
+        if self.at_once:
+            import os
+
+            for pid in self.children:
+                os.kill(pid, signal.SIGKILL)
+            os.write(2, b"flowsim: error: interrupted\n")
+            os._exit(EXIT_INTERRUPTED)
         if self.requested:
             raise KeyboardInterrupt
         self.requested = True
@@ -145,8 +158,16 @@ def cmd_run(args) -> int:
     from . import session
     from .devices import any_process, is_primary
 
-    job = session.prepare(args.scenario, args.set, output=args.output, shard=args.shard, resume=args.resume,
-                          overwrite=args.overwrite)
+    _STOP.at_once = not args.distributed      # several processes stop after the same checkpoint
+    prepare = lambda: session.prepare(args.scenario, args.set, output=args.output,  # noqa: E731
+                                      shard=args.shard, resume=args.resume, overwrite=args.overwrite)
+    _rehearse(args, prepare)
+    try:
+        job = prepare()
+    except SystemExit as exit_:   # a plug-in's sys.exit where no key could be named (its first call)
+        raise InputError(f"user code (a plug-in) raised SystemExit({exit_.code!r}) while the scenario was "
+                         "prepared; a plug-in may not end the process; nothing was written") from None
+    _STOP.at_once = False
     out, shard = job.out, job.shard
     resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
                            "--resume", *(["--distributed"] if args.distributed else []),
@@ -179,6 +200,9 @@ def cmd_run(args) -> int:
                                  report=(lambda s: print(s, file=sys.stderr)) if speak else (lambda s: None),
                                  should_stop=lambda: any_process(_STOP()),
                                  stop_now=None if args.distributed else _STOP)
+    except SystemExit as exit_:   # a plug-in's sys.exit while the run traces or calls it
+        raise InputError(f"user code (a plug-in) raised SystemExit({exit_.code!r}) during the run; a plug-in "
+                         f"may not end the process; {out} holds every finished checkpoint") from None
     except KeyboardInterrupt:
         if primary:
             print(f"flowsim: interrupted; {out} holds every finished checkpoint — continue with "
@@ -215,6 +239,30 @@ def cmd_run(args) -> int:
         atexit._run_exitfuncs()
         _leave(EXIT_OK)
     return EXIT_OK
+
+
+def _rehearse(args, work) -> None:
+    """A scenario naming plug-ins is prepared first in a forked child (`plugins.rehearse`):
+    one that ends the process there is an input error naming it, instead of a silent exit
+    with status 0. Only in the command's own process, whose JAX has not started yet."""
+    import os
+    import tomllib
+
+    from . import plugins
+    from .config import find_scenario
+
+    if not _COMMAND_LINE or getattr(args, "distributed", False) or not hasattr(os, "fork"):
+        return
+    try:
+        raw = tomllib.loads(find_scenario(args.scenario).read_text())
+    except (OSError, ValueError, _input_errors()):   # the loader says what is wrong, in the parent
+        return
+    values = [s.partition("=")[2].strip().strip("\"'") for s in args.set]
+    if plugins.named_in(raw) or any(map(plugins.is_path, values)):
+        ended = plugins.rehearse(work, started=_STOP.children.add)
+        if ended:
+            raise InputError(f"{args.scenario}: {ended}; a plug-in may not end the process; "
+                             "allowed: plug-ins that return or raise")
 
 
 def cmd_merge(args) -> int:
@@ -267,7 +315,9 @@ def cmd_show(args) -> int:
     from .config import find_scenario, load_scenario
     from .show import show
 
-    print(show(load_scenario(find_scenario(args.scenario), args.set)))
+    load = lambda: load_scenario(find_scenario(args.scenario), args.set)  # noqa: E731
+    _rehearse(args, load)
+    print(show(load()))
     return EXIT_OK
 
 
@@ -474,8 +524,8 @@ def main(argv: list[str] | None = None) -> int:
         warnings.formatwarning = lambda message, category, *a, **k: f"flowsim: warning: {message}\n"
     args = parser().parse_args(argv)
     if args.command == "run":
-        _STOP.requested = False
-        _STOP.install()          # first, so that a stop during start-up is graceful too
+        _STOP.requested, _STOP.at_once = False, not args.distributed
+        _STOP.install()          # first, so that a stop during start-up is honoured too
     errors: tuple = ()
     try:
         errors = _load_engine() if _COMMAND_LINE and args.command == "run" else _input_errors()

@@ -277,6 +277,31 @@ def _standardize(splits: dict[str, np.ndarray], prefix: str) -> dict[str, np.nda
     return {f"{prefix}_mean": mean, f"{prefix}_std": std}
 
 
+def _refuse_degenerate(source: str, splits: dict[str, np.ndarray], *, targets: list[str],
+                       inputs: list[str] | None = None, test_asked: str | None = None) -> None:
+    """Data a run cannot learn from, refused by name rather than run: one training row
+    standardises to zeros (the loss is then 0 throughout and the run ends `done`), a constant
+    target leaves nothing to fit, a constant input column has no scale to standardise by, and
+    a test fraction that rounds to no rows gives no test loss. `source` names the file (and
+    the key that made the split); `inputs`: the input columns' names, when they are
+    standardised; `test_asked`: the key that asked for a test set."""
+    X, y = splits["X_train"], splits["y_train"]
+    if len(X) < 2:
+        raise DataError(f"{source}: {len(X)} training row(s); need at least 2")
+    if test_asked and len(splits["X_test"]) == 0:
+        raise DataError(f"{source}: {test_asked} leaves no test rows of {len(X)}; need at least 1 (more "
+                        "rows or a larger fraction), or a fraction of 0 for no test set")
+    for j, name in enumerate(targets):
+        if np.ptp(y[:, j]) == 0:
+            raise DataError(f"{source}: target {name!r} is constant ({y[0, j]:g}) over the {len(X)} "
+                            "training rows; need a target that varies")
+    for j, name in enumerate(inputs or ()):
+        if np.ptp(X[:, j]) == 0:
+            raise DataError(f"{source}: column {name!r} is constant ({X[0, j]:g}) over the {len(X)} "
+                            "training rows, so standardize = true has no scale for it (std 0); need a "
+                            "column that varies there, or the file without it")
+
+
 def _uci(data: UciData, rng: np.random.Generator) -> Dataset:
     """A shipped UCI regression CSV, split as in Caron et al. §8.2.1.
 
@@ -307,6 +332,8 @@ def _uci(data: UciData, rng: np.random.Generator) -> Dataset:
              "valid": table[n_train + n_test :]}  # fmt: skip
     splits = {f"X_{p}": rows[:, inputs] for p, rows in parts.items()}
     splits |= {f"y_{p}": rows[:, [t]] for p, rows in parts.items()}
+    _refuse_degenerate(f"{path} ([data] split = {split})", splits, targets=[target],
+                       test_asked="split.test" if fractions[1] > 0 else None)
     stats = (
         _standardize(splits, "X") | _standardize(splits, "y") if data.standardize else {}
     )
@@ -383,12 +410,11 @@ def _csv(data: CsvData, rng: np.random.Generator) -> Dataset:
     table = table[rng.permutation(len(table))]
     n_test = math.floor(fraction * len(table))
     n_train = len(table) - n_test
-    if n_train < 1:
-        raise DataError(
-            f"{path}: {len(table)} rows leave no training rows at test_fraction {fraction}"
-        )
     splits = {"X_train": table[:n_train, inputs], "X_test": table[n_train:, inputs],
               "y_train": table[:n_train][:, t], "y_test": table[n_train:][:, t]}  # fmt: skip
+    _refuse_degenerate(f"{path} ({len(table)} rows, test_fraction = {fraction:g})", splits, targets=targets,
+                       inputs=[header[j] for j in inputs] if data.standardize else None,
+                       test_asked=f"test_fraction = {fraction:g}" if fraction > 0 else None)
     stats = (
         _standardize(splits, "X") | _standardize(splits, "y") if data.standardize else {}
     )
@@ -480,8 +506,8 @@ def _npz(data: NpzData, rng: np.random.Generator) -> Dataset:
     for key, A in out.items():
         if not np.isfinite(A).all():
             raise DataError(f"{path}: {key} holds NaN or infinite values")
-    if len(X_train) == 0:
-        raise DataError(f"{path}: X_train has no rows")
+    _refuse_degenerate(f"{path} (X_train, y_train)", out, targets=[] if classes else
+                       [f"y_train[:, {j}]" for j in range(out["y_train"].shape[1])])
     return Dataset(out["X_train"], out["y_train"], out["X_test"], out["y_test"], classes, {})
 
 

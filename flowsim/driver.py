@@ -22,7 +22,7 @@ import numpy as np
 from . import batch, checkpoint, status
 from .advice import advise
 from .archive import ArchiveWriter
-from .build import Built, data_seed, dataset_arrays
+from .build import Built, data_seed, dataset_arrays, program_signature
 from .config import Data, Preset, RunSpec, Scenario, to_dict
 from .devices import is_primary, shard, to_host
 from .integrate.base import AbstractIntegrator
@@ -163,7 +163,11 @@ class Driver:
         if not self.writer.has_run(self.runs[0].name):
             self.writer.write_data(dataset_arrays(built[first.name].dataset))
         horizons = self.writer.horizons()   # earlier t_ends of an extended archive
-        for runs in points.values():
+        signatures = [program_signature([built[r.name] for r in runs], runs[0].settings)
+                      for runs in points.values()]
+        for at, runs in enumerate(points.values()):
+            if at and signatures[at] != signatures[at - 1]:
+                jax.clear_caches()   # see `program_signature`
             built_runs = [built[r.name] for r in runs]
             for r, b in zip(runs, built_runs):
                 if self.writer.has_run(r.name):
@@ -200,7 +204,9 @@ class Driver:
         spec = _series_spec(integ, built_runs[0].problem, built_runs[0].params, names)
         for r in runs:
             self.writer.create_solver(r.name, name, preset=to_dict(preset), series=spec, discrete=integ.discrete)
-        state = batch.init(integ, problems, params0, shard(batch.stack([b.key for b in built_runs])))
+        # compiled on first use (seconds for a large model): a stop meanwhile acts at once too
+        state = self._interruptible(lambda: batch.init(integ, problems, params0,
+                                                       shard(batch.stack([b.key for b in built_runs]))))
         members, restored = [], None
         for i, r in enumerate(runs):
             stored = self.writer.read_checkpoint(r.name, name)
@@ -215,7 +221,7 @@ class Driver:
             members.append(member)
         if restored is not None:
             state = shard(restored)
-        refs = batch.references(problems, params0)
+        refs = self._interruptible(lambda: batch.references(problems, params0))
         times = checkpoint_grid(preset, config.run, horizons)
         start = min(m.done_rows for m in members)
         t_start = float(times[start - 1]) if start else 0.0
@@ -330,14 +336,16 @@ class Driver:
 
         return max(call(1) - call(0), 0.0)
 
-    def _interruptible(self, work: Callable[[], Any], bar: BatchProgress, target: float) -> Any:
-        """`work()` (a segment: minutes, for a stiff or kinked flow), computed on a helper
-        thread while this one wakes every POLL seconds: a stop asked for meanwhile
-        (`stop_now`) abandons the segment at once (nothing of it is committed, and `--resume`
-        continues from the last checkpoint), and the progress line keeps coming. A thread
-        rather than JAX's asynchronous dispatch: XLA on CPU runs a program it deems cheap (a
-        while loop is costed as one iteration) inline, in the caller."""
-        if self.stop_now is None and not bar.waiting_shown:
+    def _interruptible(self, work: Callable[[], Any], bar: BatchProgress | None = None,
+                       target: float | None = None) -> Any:
+        """`work()` (a segment: minutes, for a stiff or kinked flow; or a first call that
+        compiles), computed on a helper thread while this one wakes every POLL seconds: a
+        stop asked for meanwhile (`stop_now`) abandons the work at once (nothing of it is
+        committed, and `--resume` continues from the last checkpoint), and the progress line
+        of a segment (`bar`, `target`) keeps coming. A thread rather than JAX's asynchronous
+        dispatch: XLA on CPU runs a program it deems cheap (a while loop is costed as one
+        iteration) inline, in the caller."""
+        if self.stop_now is None and (bar is None or not bar.waiting_shown):
             return work()
         out: dict[str, Any] = {}
         ready = threading.Event()
@@ -353,8 +361,10 @@ class Driver:
         threading.Thread(target=run, daemon=True, name="flowsim-segment").start()
         while not ready.wait(POLL):   # a lock wait: Python's signal handlers run meanwhile
             if self.stop_now is not None and self.stop_now():
-                raise Interrupted(f"stopped during the segment to t = {target:.6g}")
-            bar.waiting(target)
+                raise Interrupted("stopped while compiling" if bar is None else
+                                  f"stopped during the segment to t = {target:.6g}")
+            if bar is not None:
+                bar.waiting(target)
         if "error" in out:
             raise out["error"]
         return out["value"]

@@ -55,7 +55,9 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     choose the runs of `shard` ("i/N"), check the output path, the memory and the disk,
     and build every run: bad data or shapes fail here, before the archive is touched.
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
-    from .build import build_run, check_resources, start_problem
+    import jax
+
+    from .build import build_run, check_resources, program_signature, start_problem
     from .models import BuildError
     from .devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
@@ -82,17 +84,35 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     # Under --distributed only process 0 touches the archive; every process raises its errors.
     on_primary(lambda: _check_output(out, resume=resume, overwrite=overwrite))
     # Refuse what would exhaust memory (or the disk) before anything is allocated.
-    check_resources(sc, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None))
+    check_resources(sc, out_dir=next((p for p in (out.parent, *out.parents) if p.exists()), None),
+                    written=_committed_rows(out) if resume else None)
     # the scenario's first run (whose data /data holds) with this process's runs, each once
     todo = {r.name: r for r in [sc.runs[0], *runs]}
-    built = {name: build_run(r.settings, r.seed) for name, r in todo.items()}
-    for name, b in built.items():
-        why = start_problem(b)
+    built, last = {}, None
+    for name, r in todo.items():
+        built[name] = build_run(r.settings, r.seed)
+        why = start_problem(built[name])
         if why:
             raise BuildError(f"run {name}: the loss or its gradient is not finite at t = 0: {why}; allowed: "
                              "data and a model whose loss and gradient are finite at the initial weights "
                              "(nothing was run)")
+        signature = program_signature([built[name]], r.settings)
+        if last is not None and signature != last:
+            jax.clear_caches()    # building compiles too: the last shape's programs go
+        last = signature
     return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
+
+
+def _committed_rows(out: Path) -> dict[str, dict[str, int]] | None:
+    """An archive's committed rows, run -> solver -> rows (None where it cannot be read:
+    resuming it then says why)."""
+    from .archive import Archive, ArchiveError
+
+    try:
+        with Archive(out) as a:    # read as it is: the repair, where needed, is the resume's
+            return {name: {s: v.n_checkpoints for s, v in run.solvers.items()} for name, run in a.runs.items()}
+    except (ArchiveError, OSError):
+        return None
 
 
 def _check_output_folder(out: Path) -> None:

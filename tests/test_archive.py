@@ -432,3 +432,88 @@ def test_a_kill_inside_set_status_keeps_the_solvers_rows(tmp_path, monkeypatch):
         sv = a.runs["r0"].solvers["gd"]
         assert sv.n_checkpoints == 3 and sv.status == "running"
         check_rows(sv, 3)
+
+
+# ----------------------------------------------------------------------------------------
+# damaged files: one message and exit 2 from every command that reads them, no stray file
+# ----------------------------------------------------------------------------------------
+
+# A `flowsim run tests/scenarios/tiny.toml --set run.checkpoints={count=3000} --set
+# run.t_end=3000 --set seeds=[0]` SIGKILLed 4 s in, then cut by 1000 bytes: its metadata
+# checksums fail (HDF5 1.14, h5py 3), so it can be neither read nor rebuilt.
+KILLED_THEN_TRUNCATED = Path(__file__).resolve().parent / "archives" / "killed-then-truncated.h5"
+
+
+def _damaged(kind: str, path: Path) -> str:
+    """Write a damaged archive of `kind` at `path`; the words its refusal must hold."""
+    if kind == "killed then truncated":
+        path.write_bytes(KILLED_THEN_TRUNCATED.read_bytes())
+        return "damaged: its HDF5 structure cannot be read"
+    if kind == "truncated":
+        with A.ArchiveWriter.create(str(path), scenario_text="x", resolved={}, provenance={}, dtype="float64") as w:
+            w.create_run("r0", params={}, seed=0, label="", point=0, init={"W0": np.ones(3)})
+            w.create_solver("r0", "gd", preset={}, series=SERIES, discrete=True)
+            for k in range(3):
+                w.append("r0", "gd", t=0.1 * k, step=k, values=rows(k), checkpoint=state(k)[0])
+        path.write_bytes(path.read_bytes()[:-1000])
+        return "truncated HDF5 file"
+    if kind == "zero bytes":
+        path.write_bytes(b"")
+        return "not an HDF5 file"
+    if kind == "another HDF5 file":
+        with h5py.File(path, "w") as f:
+            f["x"] = [1, 2, 3]
+        return "not a flowsim archive"
+    path.write_text("a,b\n1,2\n")
+    return "not an HDF5 file"
+
+
+@pytest.mark.parametrize("kind", ["killed then truncated", "truncated", "zero bytes", "another HDF5 file",
+                                  "not HDF5"])
+def test_a_damaged_archive_is_one_message_and_exit_2_from_every_reader(tmp_path, kind):
+    from helpers import call_cli
+
+    path = tmp_path / "a.h5"
+    words = _damaged(kind, path)
+    before = path.read_bytes()
+    tiny = Path(__file__).resolve().parent / "scenarios" / "tiny.toml"
+    for command in (["inspect", path], ["plot", path, "-o", tmp_path / "figs"], ["compare", path],
+                    ["run", tiny, "-o", path, "--resume", "-q"]):
+        code, _, err = call_cli(*command)
+        assert code == 2, (command, err)
+        assert err.count("\n") == 1 and err.startswith("flowsim: error: ") and words in err, (command, err)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["a.h5"], command   # no stray file
+        assert path.read_bytes() == before, command
+
+
+def test_a_run_stores_only_the_tables_its_sweep_point_changes(tmp_path):
+    """A long scenario (10 000 checkpoint times) is stored in the text and the resolved
+    scenario, not again in each run's parameters, which still read back whole."""
+    import json
+
+    from flowsim.session import prepare
+
+    times = ", ".join(f"{(i + 1) / 1000:.9f}" for i in range(10_000))
+    tiny = (Path(__file__).resolve().parent / "scenarios" / "tiny.toml").read_text()
+    path = tmp_path / "long.toml"
+    path.write_text(tiny.replace("checkpoints = { count = 12 }", f"checkpoints = {{ times = [{times}] }}")
+                    .replace("t_end = 30.0", "t_end = 10.0"))
+    job = prepare(path, ["seeds=[0]"], output=tmp_path / "a.h5")
+    sc = job.scenario
+    with A.ArchiveWriter.create(str(job.out), scenario_text=sc.text, resolved=sc.resolved, provenance={},
+                                dtype="float64") as w:
+        for r in sc.runs:
+            w.create_run(r.name, params=r.config, seed=r.seed, label=r.label, point=r.point,
+                         init={"W0": np.ones(3)})
+        extend = json.loads(json.dumps(sc.resolved))
+        extend["run"]["t_end"] = 20.0
+        w.extend_horizon(extend)
+    with h5py.File(job.out, "r") as f:
+        text = len(f.attrs["scenario_text"])
+        assert text > 100_000
+        assert all(len(run.attrs["params"]) < 1000 for run in f["runs"].values())
+    with A.open(job.out) as a:
+        for r in sc.runs:
+            want = json.loads(json.dumps(r.config))
+            want["run"]["t_end"] = 20.0
+            assert a.runs[r.name].params == want

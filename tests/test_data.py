@@ -432,3 +432,64 @@ def test_load_idx_errors(tmp_path):
     with pytest.raises(DataError, match="not an IDX file") as err:
         load_idx(path)
     assert str(path) in str(err.value)
+
+
+def _csv_cfg(path, **kw):
+    return dict(kind="csv", path=str(path), target="t", test_fraction=0.0, standardize=True) | kw
+
+
+DEGENERATE_CSV = {   # text, config changes, what the message must name
+    "one row": ("a,t\n1,2\n", {}, ["1 training row(s)", "need at least 2"]),
+    "one row left by the split": ("a,t\n1,2\n3,4\n", {"test_fraction": 0.5},
+                                  ["1 training row(s)", "test_fraction = 0.5", "need at least 2"]),
+    "no test rows": ("a,t\n1,2\n3,4\n5,7\n", {"test_fraction": 0.2},
+                     ["test_fraction = 0.2 leaves no test rows", "need at least 1"]),
+    "constant target": ("a,t\n1,2\n3,2\n5,2\n", {}, ["target 't' is constant (2)", "a target that varies"]),
+    "constant column": ("a,b,t\n1,0,2\n3,0,4\n5,0,7\n", {},
+                        ["column 'b' is constant (0)", "std 0", "need a column that varies"]),
+}
+
+
+@pytest.mark.parametrize("case", DEGENERATE_CSV)
+def test_degenerate_csv_is_refused_by_name(tmp_path, case):
+    text, changes, words = DEGENERATE_CSV[case]
+    path = write(tmp_path / "user.csv", text)
+    with pytest.raises(DataError) as err:
+        make(_csv_cfg(path, **changes), 0)
+    assert str(path) in str(err.value) and all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_a_constant_column_is_kept_when_not_standardised(tmp_path):
+    path = write(tmp_path / "user.csv", "a,b,t\n1,0,2\n3,0,4\n5,0,7\n")
+    assert make(_csv_cfg(path, standardize=False), 0).X_train.shape == (3, 2)
+
+
+@pytest.mark.parametrize("y, words", [(np.array([1.0]), "1 training row(s)"),
+                                      (np.array([3.0, 3.0, 3.0]), "target 'y_train[:, 0]' is constant (3)")])
+def test_degenerate_npz_is_refused_by_name(tmp_path, y, words):
+    path = tmp_path / "d.npz"
+    np.savez(path, X_train=np.arange(len(y) * 2.0).reshape(len(y), 2), y_train=y)
+    with pytest.raises(DataError, match=re.escape(words)) as err:
+        make(npz_cfg(path), 0)
+    assert str(path) in str(err.value)
+
+
+def test_a_one_row_csv_run_is_exit_2_naming_the_file(tmp_path):
+    from tests.helpers import call_cli
+
+    path = write(tmp_path / "one.csv", "a,b,t\n1,2,3\n")
+    scenario = write(tmp_path / "one.toml", f"""name = "one"
+[data]
+kind = "csv"
+path = "{path}"
+target = "t"
+[model]
+width = 4
+[run]
+t_end = 1.0
+solvers = ["gd-lr0.1"]
+observe = ["loss"]
+""")
+    code, _, err = call_cli("run", scenario, "-o", tmp_path / "out.h5", "-q")
+    assert code == 2 and str(path) in err and "need at least 2" in err, err
+    assert not (tmp_path / "out.h5").exists()

@@ -130,3 +130,115 @@ def test_plugins_run_and_the_archive_reads_without_importing_them(folder):
         loss = np.asarray(arch.runs["seed0"].solvers["gd-lr0.1"]["loss"])
     assert MODULE not in sys.modules          # nothing read above imported the user's code
     assert loss[-1] < loss[0]
+
+
+# Plug-ins that try to end the process, or never return: named by key, exit 2 (or 130 for a
+# stop), nothing written and an existing archive left as it was.
+ENDING = """
+import os, pathlib, sys
+import equinox as eqx, jax.numpy as jnp
+
+HOW = os.environ.get("FLOWSIM_TEST_HOW", "")
+
+def _end(where):
+    if HOW == "sys.exit":
+        sys.exit(0)
+    if HOW == "os._exit":
+        os._exit(0)
+    if HOW == "loop":
+        pathlib.Path(os.environ["FLOWSIM_TEST_MARK"]).write_text(where)
+        while True:
+            pass
+
+if os.environ.get("FLOWSIM_TEST_WHERE") == "import":
+    _end("import")
+
+def make(key, d, k):
+    if os.environ.get("FLOWSIM_TEST_WHERE") == "factory":
+        _end("factory")
+    return eqx.nn.MLP(d, k, 4, 1, activation=jnp.tanh, key=key)
+
+def half_mse(pred, y):
+    if os.environ.get("FLOWSIM_TEST_WHERE") == "loss":
+        _end("loss")
+    if os.environ.get("FLOWSIM_TEST_WHERE") == "run" and pred.shape[0] != 4:   # not in the probe
+        _end("run")
+    return 0.5 * jnp.mean((pred - y) ** 2)
+"""
+
+ENDING_MODULE = "flowsim_test_ending"
+
+
+@pytest.fixture
+def ending(tmp_path, monkeypatch):
+    """A scenario whose plug-ins end the process (FLOWSIM_TEST_HOW) at FLOWSIM_TEST_WHERE,
+    with an archive already at its output that `--overwrite` would replace."""
+    (tmp_path / f"{ENDING_MODULE}.py").write_text(ENDING)
+    (tmp_path / "plug.toml").write_text(SCENARIO.replace(MODULE, ENDING_MODULE))
+    old = tmp_path / "out.h5"
+    old.write_bytes(b"an archive that must survive")
+    yield tmp_path
+    sys.modules.pop(ENDING_MODULE, None)
+
+
+@pytest.mark.parametrize("where, key", [("import", "model.factory"), ("factory", "model.factory"),
+                                        ("loss", "loss.kind")])
+def test_sys_exit_in_a_plugin_is_exit_2_naming_it(ending, monkeypatch, where, key):
+    monkeypatch.setenv("FLOWSIM_TEST_HOW", "sys.exit")
+    monkeypatch.setenv("FLOWSIM_TEST_WHERE", where)
+    code, _, err = call_cli("run", ending / "plug.toml", "-o", ending / "out.h5", "--overwrite", "-q")
+    assert code == 2, err
+    assert f"`{key}`" in err and "SystemExit(0)" in err and "may not end the process" in err, err
+    assert (ending / "out.h5").read_bytes() == b"an archive that must survive"
+
+
+def test_sys_exit_in_a_plugin_during_the_run_is_exit_2(ending, monkeypatch):
+    monkeypatch.setenv("FLOWSIM_TEST_HOW", "sys.exit")
+    monkeypatch.setenv("FLOWSIM_TEST_WHERE", "run")
+    code, _, err = call_cli("run", ending / "plug.toml", "-o", ending / "new.h5", "-q")
+    assert code == 2 and "SystemExit(0)" in err and "may not end the process" in err, err
+    assert not (ending / "new.h5").exists()
+
+
+def _command(folder, *args, how, where, **env):
+    import os
+    import subprocess
+
+    env = {**os.environ, "FLOWSIM_CACHE_DIR": "", "FLOWSIM_TEST_HOW": how, "FLOWSIM_TEST_WHERE": where,
+           "FLOWSIM_TEST_MARK": str(folder / "mark"), **env}
+    return subprocess.Popen([sys.executable, "-m", "flowsim.cli", *map(str, args)], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, key", [("import", "model.factory"), ("factory", "model.factory"),
+                                        ("loss", "loss.kind")])
+def test_os_exit_in_a_plugin_is_a_non_zero_status_naming_it(ending, where, key):
+    """os._exit cannot be caught in the process: the command rehearses the preparation in
+    a child first, and says which plug-in ended it."""
+    for command in (["run", "plug.toml", "-o", "out.h5", "--overwrite", "-q"], ["show", "plug.toml"]):
+        if where == "factory" and command[0] == "show":
+            continue    # `show` builds nothing: the factory is not called
+        proc = _command(ending, *command, how="os._exit", where=where)
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 2, (command, err)
+        assert f"`{key}` = '{ENDING_MODULE}:" in err and "ended the process (exit status 0" in err, err
+    assert (ending / "out.h5").read_bytes() == b"an archive that must survive"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["import", "factory"])
+def test_sigterm_stops_a_plugin_that_never_returns(ending, where):
+    import signal
+    import time
+
+    proc = _command(ending, "run", "plug.toml", "-o", "out.h5", "--overwrite", "-q", how="loop", where=where)
+    deadline = time.monotonic() + 120
+    while not (ending / "mark").exists():    # the plug-in is in its loop
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=1.0)    # within a second
+    assert proc.returncode == 130 and "interrupted" in err, err
+    assert (ending / "out.h5").read_bytes() == b"an archive that must survive"

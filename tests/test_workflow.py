@@ -242,3 +242,33 @@ def test_an_earlier_t_end_or_another_change_is_refused_naming_the_key(tmp_path):
                         (["run.t_end=60.0", "model.width=5"], "`model.width`: 24 -> 5")):
         rc, _, err = call_cli("run", TINY, "-o", out, "--resume", *_sets(*EXTEND, *sets))
         assert rc == 2 and named in err and "run.t_end can only grow" in err
+
+
+def test_the_resume_disk_check_counts_only_the_rows_still_to_come(tmp_path, monkeypatch):
+    """A stopped archive needs room only for its rows still to come: a disk with room for
+    those, not for a whole new archive, is enough to resume on."""
+    import shutil
+
+    from flowsim.build import ResourceError, point_estimates
+
+    out = tmp_path / "a.h5"
+    sets = ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]']
+    checks = iter(range(1000))
+    with pytest.raises(Interrupted):   # after a few chunks of the flow's 13 checkpoints
+        run_scenario(TINY, sets, output=out, progress=False, report=lambda s: None,
+                     should_stop=lambda: next(checks) >= 2)
+    with archive.open(out) as a:
+        done = sum(v.n_checkpoints for run in a.runs.values() for v in run.solvers.values())
+    share = 1 - done / (2 * 13)        # two solvers, 13 rows each
+    assert 0 < share < 1, done
+    whole = sum(e["disk"] for _, e in point_estimates(load_scenario(TINY, sets)))
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=int(whole * (1 + share) / 2)))
+    with pytest.raises(ResourceError, match="the archive would need an estimated"):   # a new one does not fit
+        prepare(TINY, sets, output=tmp_path / "new.h5")
+    prepare(TINY, sets, output=out, resume=True)                                       # the rest does
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=1000))
+    with pytest.raises(ResourceError, match="the rest of the resumed archive would need an estimated") as err:
+        prepare(TINY, sets, output=out, resume=True)
+    need = float(re.search(r"estimated ([\d.e+-]+) GiB", str(err.value)).group(1)) * (1 << 30)
+    assert need == pytest.approx(whole * share, rel=0.01), (need, whole, share)

@@ -6,7 +6,10 @@ Root attrs ``flowsim_version``, ``created``, ``scenario_text``, ``scenario_resol
 (JSON), ``dtype``, ``provenance`` (JSON, and each str entry as its own attr)::
 
     /data/                    X_train, y_train, X_test, y_test
-    /runs/<run>/              attrs params (JSON), seed, label, point
+    /runs/<run>/              attrs params (JSON), seed, label, point; with params_changes = 1,
+                              params holds only the tables (data, model, run, …) that differ
+                              from scenario_resolved's: the scenario is stored once, not once
+                              per run (a long checkpoint list, an inline array)
         data/                 optional per-run dataset
         init/                 named arrays
         <solver>/             attrs preset, status, stats, wall_time, status_time, message,
@@ -81,6 +84,24 @@ def decode_root_attrs(attrs) -> dict:
             v = loads(v)
         out[k] = v
     return out
+
+
+PARAMS_CHANGES = "params_changes"
+
+
+def params_changes(params: dict, resolved: dict) -> dict:
+    """A run's resolved parameters as stored: the top-level tables that differ from the
+    scenario's (`run_params` puts them back)."""
+    as_json = lambda x: json.loads(dumps(x))  # noqa: E731  (tuples as lists, as they read back)
+    return {k: v for k, v in params.items() if as_json(resolved.get(k)) != as_json(v)}
+
+
+def run_params(g: h5py.Group, resolved: dict) -> dict:
+    """A run's resolved parameters, from its `params` attr and the scenario's `resolved`."""
+    stored = loads(g.attrs.get("params", "{}"))
+    if not g.attrs.get(PARAMS_CHANGES, False):   # an archive written before: stored whole
+        return stored
+    return {k: v for k, v in resolved.items() if k != "sweep"} | stored
 
 
 def series_spec(g: h5py.Group) -> dict:

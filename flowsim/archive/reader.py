@@ -9,9 +9,10 @@ import h5py
 import numpy as np
 
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
-from .format import attr_str, decode_root_attrs, loads, read_arrays, series_spec
+from .format import attr_str, decode_root_attrs, loads, read_arrays, run_params, series_spec
 from .lock import writer_pid
-from .recovery import open_h5_readonly, repair_stale, require_flowsim
+from .recovery import (damaged, is_read_failure, open_h5_readonly, repair_stale, require_flowsim,
+                       warnings_unless_failed)
 
 
 INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with no live writer
@@ -32,11 +33,24 @@ class Archive:
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        self._f = open_h5_readonly(self.path)
-        require_flowsim(self.path, self._f)
-        self.attrs = decode_root_attrs(self._f.attrs)
-        self.scenario_text = self.attrs.get("scenario_text", "")
         self.writer_pid = writer_pid(self.path)   # a live writer's pid (at open), or None
+        # What every reader reads first (each run's solvers, their committed state and
+        # times) is read here: a damaged structure is then refused in one message, and the
+        # warnings of opening a short file are given only for one that reads.
+        with warnings_unless_failed():
+            self._f = open_h5_readonly(self.path)
+            require_flowsim(self.path, self._f)
+            try:
+                self.attrs = decode_root_attrs(self._f.attrs)
+                for run in self.runs.values():
+                    for solver in run.solvers.values():
+                        solver.t
+            except Exception as exc:
+                if not is_read_failure(exc):
+                    raise
+                self._f.close()
+                raise damaged(self.path, exc) from None
+        self.scenario_text = self.attrs.get("scenario_text", "")
 
     @property
     def data(self) -> dict[str, np.ndarray]:
@@ -79,7 +93,7 @@ class RunView:
         self.seed = int(g.attrs.get("seed", -1))
         self.label = attr_str(g.attrs.get("label", ""))
         self.point = int(g.attrs.get("point", -1))
-        self.params = loads(g.attrs.get("params", "{}"))
+        self.params = run_params(g, archive.attrs.get("scenario_resolved") or {})
 
     @property
     def data(self) -> dict[str, np.ndarray]:

@@ -184,17 +184,63 @@ def repair_stale(path: str) -> bool:
             return False
         rebuild(path)
         return True
-    except (OSError, ArchiveError):
-        with contextlib.suppress(OSError):
-            os.remove(path + ".rebuild")
+    except (OSError, ArchiveError):   # rebuild leaves no partial copy; the reader says what is wrong
         return False
     finally:
         lock.release()
 
 
+def damaged(path: str, exc: BaseException) -> ArchiveError:
+    """The one message for a file whose HDF5 structure cannot be read (a killed writer's
+    file that was also cut short, a corrupted copy)."""
+    return ArchiveError(f"{path}: damaged: its HDF5 structure cannot be read ({exc}); it cannot be read or "
+                        "repaired (a copy cut short, or a killed writer's file truncated afterwards?); allowed: "
+                        "a complete archive, or one whose writer was stopped or killed")
+
+
+@contextlib.contextmanager
+def warnings_unless_failed():
+    """Warnings of the block given when it ends, and dropped when it raises: opening a short
+    file warns, and for a file that then proves damaged the refusal is the one message."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        yield
+    for w in said:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def is_read_failure(exc: BaseException) -> bool:
+    """Whether h5py failed reading a structure (rather than the OS failing a write, whose
+    message carries an errno)."""
+    if isinstance(exc, OSError):
+        return exc.errno is None and "errno" not in str(exc)
+    return isinstance(exc, (RuntimeError, KeyError, ValueError))
+
+
 def rebuild(path: str) -> None:
-    """Copy every committed row/checkpoint of ``path`` into a fresh file, then replace."""
+    """Copy every committed row/checkpoint of ``path`` into a fresh file, then replace.
+    A file that cannot be copied raises ArchiveError and leaves no partial copy."""
     tmp = path + ".rebuild"
+    try:
+        with warnings_unless_failed():
+            _copy_committed(path, tmp)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if is_read_failure(exc):
+            raise damaged(path, exc) from None
+        raise
+    with io.open(tmp, "rb+") as fh:
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _copy_committed(path: str, tmp: str) -> None:
     src = open_h5_readonly(path)
     try:
         require_flowsim(path, src)
@@ -211,14 +257,6 @@ def rebuild(path: str) -> None:
                     warnings.warn(f"{path}: run {name!r} unreadable after a crash, dropped: {exc}")
     finally:
         src.close()
-    with io.open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def _copy_run(run: h5py.Group, runs: h5py.Group, path: str) -> None:

@@ -67,8 +67,8 @@ from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, chec
                          mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_row,
                          write_slot)
 from .errors import ArchiveError, ArchiveFull
-from .format import (HORIZONS_ATTR, attr_str, build_solver, dumps, init_solver_attrs, iter_solvers, loads,
-                     series_spec, write_arrays, write_root_attrs)
+from .format import (HORIZONS_ATTR, PARAMS_CHANGES, attr_str, build_solver, dumps, init_solver_attrs, iter_solvers,
+                     loads, params_changes, series_spec, write_arrays, write_root_attrs)
 from .lock import Lock
 from .recovery import check_signature, explain, rebuild, require_flowsim, truncate_to_commits
 
@@ -260,7 +260,8 @@ class ArchiveWriter:
         self._pending = sum(np.asarray(v).nbytes for v in init.values())
         with self._structure() as f:
             g = f["runs"].create_group(run, track_order=True)
-            g.attrs["params"] = dumps(params)
+            g.attrs["params"] = dumps(params_changes(params, self.resolved))
+            g.attrs[PARAMS_CHANGES] = True
             g.attrs["seed"] = int(seed)
             g.attrs["label"] = str(label)
             g.attrs["point"] = int(point)
@@ -417,10 +418,11 @@ class ArchiveWriter:
         with self._structure() as f:
             f.attrs[HORIZONS_ATTR] = dumps([*loads(f.attrs.get(HORIZONS_ATTR, "[]")), old])
             f.attrs["scenario_resolved"] = dumps(resolved)
-            for g in f["runs"].values():
+            for g in f["runs"].values():   # a run whose run table is the scenario's has it already
                 params = loads(g.attrs.get("params", "{}"))
-                params["run"]["t_end"] = resolved["run"]["t_end"]
-                g.attrs["params"] = dumps(params)
+                if "run" in params:
+                    params["run"]["t_end"] = resolved["run"]["t_end"]
+                    g.attrs["params"] = dumps(params)
             for solver in iter_solvers(f):
                 solver.attrs["status"] = "running"
         self.resolved = dict(resolved)

@@ -197,11 +197,12 @@ class Plugin(Str):
             if not self.choices:
                 raise ctx.bad(key, value, "is not an import path", self.allowed())
             return super().check(value, key, ctx)
-        try:
-            obj = plugins.load(value, ctx.base_dir)
-        except plugins.PluginError as err:
-            raise ctx.bad(key, value, str(err), self.allowed()) from None
-        wrong = self.probe(obj)
+        with plugins.running(key, value, "imported and probed"):
+            try:
+                obj = plugins.load(value, ctx.base_dir)
+            except plugins.PluginError as err:
+                raise ctx.bad(key, value, str(err), self.allowed()) from None
+            wrong = self.probe(obj)
         if wrong:
             raise ctx.bad(key, value, wrong, self.allowed())
         return value
@@ -222,8 +223,8 @@ def _probe(shapes: tuple[tuple[int, ...], ...], want: tuple[int, ...], what: str
             return _callable(obj)
         try:
             out = jax.eval_shape(obj, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
-        except Exception as err:  # noqa: BLE001 - the user's code may raise anything
-            return f"fails on arrays of shapes {list(shapes)} ({type(err).__name__}: {err})"
+        except plugins.RAISED as err:  # the user's code may raise anything
+            return f"fails on arrays of shapes {list(shapes)} ({plugins.describe(err)})"
         shape = getattr(out, "shape", None)
         return "" if shape == want else f"returns shape {shape} on {list(shapes)}; {what} returns {want}"
     return probe

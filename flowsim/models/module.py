@@ -91,11 +91,12 @@ def build_python(config: Config, ds: Dataset, seed: int) -> Built:
     model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
     dtype = dtype_of(config)
     try:
-        model = plugins.load(path)(model_key, d, k)
-        out = jax.eval_shape(model, jax.ShapeDtypeStruct((d,), dtype)) if isinstance(model, eqx.Module) else None
-    except Exception as err:  # noqa: BLE001 - the user's code may raise anything
+        with plugins.running("model.factory", path, f"factory(key, d={d}, k={k}) and its module called"):
+            model = plugins.load(path)(model_key, d, k)
+            out = jax.eval_shape(model, jax.ShapeDtypeStruct((d,), dtype)) if isinstance(model, eqx.Module) else None
+    except plugins.RAISED as err:  # the user's code may raise anything
         raise BuildError(f"`model.factory` = {path!r}: factory(key, d={d}, k={k}) raised "
-                         f"{type(err).__name__}: {err}; allowed: {allowed}") from None
+                         f"{plugins.describe(err)}; allowed: {allowed}") from None
     if out is None or getattr(out, "shape", None) != (k,):
         what = f"returned an object of type {type(model).__name__}" if out is None else \
             f"returned a module mapping ({d},) to {getattr(out, 'shape', out)}"
