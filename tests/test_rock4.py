@@ -1,7 +1,8 @@
 """ROCK4 (flowsim.integrate.rock4) against its oracles: the published coefficients' order
 conditions and stability polynomials, the JAX step against those polynomials, order 4 on a
-nonlinear ODE, closed-form flows (linear activation; a stiff quadratic), checkpoints read
-inside steps, ρ's estimate, resume and vmap."""
+nonlinear ODE, a stiff quadratic's closed-form flow, ρ's estimate, resume and vmap. With the
+other flow methods in tests/test_engine.py: a tight reference, the closed-form linear flow
+read inside steps, and the evaluation counts."""
 
 import json
 from importlib import resources
@@ -13,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import make_problem, rel_err
-from test_engine import linear_closed_form, make_flow_integrator
+from test_engine import make_flow_integrator
 
 from flowsim import batch, checkpoint, status
 from flowsim.integrate.rock4 import MAX_H_RHO, TABLES, Rock4, power_iteration, stability_bound
@@ -131,31 +132,6 @@ def test_fixed_steps_converge_at_order_four():
 
 # ---------------------------------------------------------------- flows
 
-def test_flow_matches_the_closed_form_linear_flow_and_reads_checkpoints_inside_steps():
-    """The linear-activation flow (DESIGN.md §1) at 40 checkpoints, most inside steps, read from
-    the cubic Hermite interpolant: within 3× rtol of the closed form relative to the
-    displacement (measured at rtol 1e-8: 1.5e-8 inside steps, 1.2e-8 at their ends); and the checkpoints
-    cost no step: the same steps, and the same weights at the horizon bit for bit, as a run
-    observed only there."""
-    problem, p0 = make_problem(activation="identity", scaling="ntk", n=30, d=8, m=40)
-    integ = make_flow_integrator(rock4(1e-8))
-    advance = eqx.filter_jit(integ.advance)
-    horizon = jnp.asarray(40.0)
-    alone, stats = advance(problem, integ.init(problem, p0), horizon, horizon)
-    state, steps, inside, worst = integ.init(problem, p0), 0, 0, 0.0
-    for t in np.geomspace(0.05, 40.0, 40):
-        state, seg = advance(problem, state, jnp.asarray(t), horizon)
-        assert int(seg["status"]) == status.DONE and float(integ.time(state)) == t
-        steps += int(seg["steps"])
-        inside += float(state.t) < t
-        W, _ = linear_closed_form(problem, p0, t=t)
-        disp = np.linalg.norm(W - np.asarray(p0["W"]))
-        worst = max(worst, np.linalg.norm(np.asarray(integ.params(state)["W"]) - W) / disp)
-    assert inside >= 20 and steps == int(stats["steps"])
-    assert np.array_equal(np.asarray(state.y["W"]), np.asarray(alone.y["W"])) and float(state.t) == 40.0
-    assert worst <= 3e-8, worst
-
-
 class _Linear(eqx.Module):
     w: jax.Array
 
@@ -225,24 +201,6 @@ def test_the_longest_step_keeps_the_highest_usable_degree_stable():
     assert MAX_H_RHO == pytest.approx(stability_bound(138))
     state = Rock4().init(dfx.ODETerm(lambda t, y, a: -1e4 * y), 0.0, 1.0, jnp.ones(3), None)
     assert float(Rock4().max_step(state)) == pytest.approx(MAX_H_RHO / 1.2e4, rel=1e-9)
-
-
-def test_evaluation_and_hvp_counts_match_a_counting_callback():
-    problem, p0 = make_problem()
-    calls = []
-
-    class Counting(type(problem)):
-        def velocity(self, params):
-            jax.debug.callback(lambda: calls.append(1))
-            return super().velocity(params)
-
-    counting = Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})
-    integ = make_flow_integrator(rock4(1e-8, rho_every=3))
-    state = integ.init(counting, p0)
-    state, stats = eqx.filter_jit(integ.advance)(counting, state, 20.0)
-    # a Jacobian-vector product of the field evaluates the field once (its primal)
-    assert len(calls) == integ.init_evals + integ.init_hvps + int(stats["vf_evals"]) + int(stats["hvps"])
-    assert int(stats["hvps"]) >= (int(stats["accepted"]) - 1) // 3     # every third step, and rejections
 
 
 @pytest.mark.slow

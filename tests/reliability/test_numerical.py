@@ -107,8 +107,9 @@ def test_failures_are_recorded_and_the_rest_completes(result):
                     assert sv.t[-1] == 20.0
                     continue
                 assert sv.message                           # advice for the user
-                # the last good state: finite weights and loss, before t_end
-                assert 0 < sv.status_time < 20.0
+                # the last good state: finite weights and loss, before t_end (GD at η = 4 on
+                # big.csv diverges at its first step: its last good state is the start)
+                assert 0 < sv.status_time < 20.0 or (sv.status_time == 0.0 and "big.csv" in run.label)
                 assert np.isfinite(sv["weights"][-1]).all() and np.isfinite(sv["loss"][-1])
                 assert all(np.isfinite(v).all() for v in state.values())
 
