@@ -7,11 +7,24 @@ import json
 import pytest
 from helpers import call_cli, run_cli
 
+import diffrax as dfx
+
 from flowsim.advice import MIN_STEPS, advise
+from flowsim.integrate.flow import stiffness_probe
 
 
 def stats(steps, rejected=0, held=0):
     return {"steps": steps, "accepted": steps - rejected, "rejected": rejected, "stiff_steps": held}
+
+
+@pytest.mark.parametrize("method, limit", [("Tsit5", 3.5), ("Dopri5", 3.3), ("Heun", 2.0), ("Bosh3", 2.5)])
+def test_the_stability_limits_are_the_methods_real_axis_intervals(method, limit):
+    """Published real-axis stability intervals (Hairer & Wanner; Tsitouras 2011), to 0.03."""
+    tableau = getattr(dfx, method)().tableau
+    weights, found = stiffness_probe(tableau)
+    assert found == pytest.approx(limit, abs=0.03)
+    c = [0.0, *tableau.c]      # Y_s − Y_{s−1} = h Σ w_j f_j: on a constant field, (c_s − c_{s−1}) h f
+    assert sum(weights) == pytest.approx(c[-1] - c[-2], abs=1e-12)
 
 
 def test_steps_held_by_stability_advise_rock4_with_the_figure():

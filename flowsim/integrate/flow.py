@@ -19,13 +19,12 @@ same pytree structure and the advance function compiles once.
 from collections.abc import Callable
 from typing import ClassVar
 
-import numpy as np
-
 import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import lineax as lx
+import numpy as np
 import optimistix as optx
 
 from .. import status
@@ -171,7 +170,7 @@ class FlowIntegrator(AbstractIntegrator):
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
-    evals_per_step: int = eqx.field(static=True)    # 0 when not countable (implicit); rock4: per step
+    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit), or per try (rock4)
     # Explicit Runge–Kutta methods: the weights of the stages' increments in Y_s − Y_{s−1}, and
     # the method's stability limit on the negative real axis (see `_HELD_SHARE`); None otherwise.
     stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True, default=None)
