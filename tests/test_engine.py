@@ -13,11 +13,14 @@ from flowsim.integrate.descent import make_descent_integrator as descent_integra
 from flowsim.integrate.flow import make_flow_integrator as flow_integrator
 from flowsim.integrate.presets import checkpoint_grid, make_integrator
 from flowsim.integrate.reference import ReferencePair
-from flowsim.integrate.registry import SOLVER_KINDS
+from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
 from flowsim.ntg import jacobian_ntg
 from flowsim.config import CheckpointCount, Preset, Run, from_dict, load_solver
 
 ACTIVATIONS = ["relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"]
+# Every flow method of the registry that integrates any network's field (filippov, which
+# integrates shallow ReLU networks only, has its own guarantee tests in test_filippov.py).
+SMOOTH_METHODS = [m for m, spec in FLOW_METHODS.items() if not spec.filippov]
 
 
 def typed(preset) -> Preset:
@@ -138,7 +141,7 @@ def test_ntg_trained_output_zeroed_and_multi_output(activation):
 # ---------------------------------------------------------------- solvers against a tight reference
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4"])
+@pytest.mark.parametrize("method", SMOOTH_METHODS)
 def test_every_solver_matches_tight_reference(method):
     problem, p0 = make_problem(m=50, n=20, d=5, activation="swish")
     (ref,) = flow_to(problem, p0, [50.0], tight())
@@ -270,11 +273,11 @@ def _stack(trees):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["flow", "gd"])
+@pytest.mark.parametrize("kind", [*SMOOTH_METHODS, "gd"])
 def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
     pairs = [make_problem(seed=s) for s in range(3)]
-    if kind == "flow":
-        integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10})
+    if kind != "gd":
+        integ = make_flow_integrator({"kind": "flow", "method": kind, "rtol": 1e-8, "atol": 1e-10})
         states = [integ.init(p, w) for p, w in pairs]
     else:
         integ = make_descent_integrator({"kind": "gd", "learning_rate": 0.5})
@@ -389,18 +392,25 @@ def test_sgd_with_full_batch_equals_gd_and_is_seeded():
 # ---------------------------------------------------------------- every kind through the batch kernels
 
 
-def _kind_preset(kind):
+def _kind_preset(kind, method=None):
     extra = {} if kind == "flow" else {"learning_rate": 0.1}     # a step size: GD's, or the modified flow's
-    return typed({"name": kind, "kind": kind, **extra, **({"batch_size": 5} if kind == "sgd" else {})})
+    return typed({"name": kind, "kind": kind, **extra, **({"batch_size": 5} if kind == "sgd" else {}),
+                  **({"method": method} if method else {})})
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", SOLVER_KINDS)
-def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind):
+# kvaerno5 is left out: resumed inside a vmapped batch it differs from the uninterrupted batch
+# in the last bit (2e-16 relative, measured), its Newton-GMRES iterations being shared by the
+# batch's members, so a step computed again beside another member's step is not the same sum.
+@pytest.mark.parametrize("kind, method", [(k, None) for k in SOLVER_KINDS]
+                         + [("flow", m) for m in SMOOTH_METHODS if m != "tsit5" and not FLOW_METHODS[m].implicit])
+def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind, method):
     """Two seeds through `flowsim.batch`; seed 1's state stored as named arrays after t = 1
-    and restored into a fresh batch goes on to t = 2 exactly as the uninterrupted batch."""
+    and restored into a fresh batch goes on to t = 2 exactly as the uninterrupted batch
+    (every kind with its default method, and every flow method: rock4's ρ, its vector and
+    its refresh count included)."""
     pairs = [make_problem(seed=s) for s in range(2)]
-    integ = make_integrator(_kind_preset(kind), run_table())
+    integ = make_integrator(_kind_preset(kind, method), run_table())
     assert integ.discrete == SOLVER_KINDS[kind].discrete
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
     keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])

@@ -1,8 +1,9 @@
 """ROCK4 (flowsim.integrate.rock4) against its oracles: the published coefficients' order
 conditions and stability polynomials, the JAX step against those polynomials, order 4 on a
-nonlinear ODE, a stiff quadratic's closed-form flow, ρ's estimate, resume and vmap. With the
-other flow methods in tests/test_engine.py: a tight reference, the closed-form linear flow
-read inside steps, and the evaluation counts."""
+nonlinear ODE, a stiff quadratic's closed-form flow, ρ's estimate. With the other flow
+methods in tests/test_engine.py (through the registry): a tight reference, the closed-form
+linear flow read inside steps, the evaluation counts, resume bit for bit and vmapped seeds;
+the compilation cache in tests/test_scale.py."""
 
 import json
 from importlib import resources
@@ -13,10 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_problem, rel_err
 from test_engine import make_flow_integrator
 
-from flowsim import batch, checkpoint, status
+from flowsim import status
 from flowsim.integrate.rock4 import MAX_H_RHO, TABLES, Rock4, power_iteration, stability_bound
 from flowsim.models.module import ModuleNet
 from flowsim.problem import Problem
@@ -201,30 +201,3 @@ def test_the_longest_step_keeps_the_highest_usable_degree_stable():
     assert MAX_H_RHO == pytest.approx(stability_bound(138))
     state = Rock4().init(dfx.ODETerm(lambda t, y, a: -1e4 * y), 0.0, 1.0, jnp.ones(3), None)
     assert float(Rock4().max_step(state)) == pytest.approx(MAX_H_RHO / 1.2e4, rel=1e-9)
-
-
-@pytest.mark.slow
-def test_resumes_bit_identically_and_vmapped_seeds_equal_single_runs():
-    """Two seeds through `flowsim.batch`: seed 1's state stored as named arrays (ρ and its
-    vector included) and restored goes on exactly as the uninterrupted batch; each member of
-    the batch equals its own single run to 1e-12."""
-    pairs = [make_problem(seed=s) for s in range(2)]
-    integ = make_flow_integrator(rock4(1e-8))
-    problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
-    keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
-    horizon = jnp.asarray(30.0)
-    state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(2, 10.0), horizon)
-    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
-    restored = checkpoint.restore(jax.tree.map(np.asarray, batch.init(integ, problems, params, keys)), 1, stored)
-    for part in (lambda s: s.solver_state.rho, lambda s: s.solver_state.v["W"], lambda s: s.solver_state.age):
-        assert np.array_equal(np.asarray(part(restored))[1], np.asarray(part(state))[1])
-    a, stats = batch.advance(integ, problems, state, jnp.full(2, 20.0), horizon)
-    b, stats_b = batch.advance(integ, problems, restored, jnp.full(2, 20.0), horizon)
-    assert (np.asarray(stats["status"]) == status.DONE).all()
-    assert np.array_equal(integ.params(a)["W"][1], integ.params(b)["W"][1])
-    assert int(stats["steps"][1]) == int(stats_b["steps"][1]) and int(stats["hvps"][1]) == int(stats_b["hvps"][1])
-    for i, (p, w) in enumerate(pairs):
-        single = eqx.filter_jit(integ.advance)
-        s, _ = single(p, integ.init(p, w), jnp.asarray(10.0), horizon)
-        s, _ = single(p, s, jnp.asarray(20.0), horizon)
-        assert rel_err(integ.params(a)["W"][i], integ.params(s)["W"]) <= 1e-12

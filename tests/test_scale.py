@@ -18,6 +18,7 @@ from flowsim import archive
 from flowsim.archive import ArchiveWriter
 from flowsim.build import build_run
 from flowsim.driver import STAT_KEYS, Driver, Interrupted
+from flowsim.integrate.registry import FLOW_METHODS
 from flowsim.config import load_scenario
 from helpers import call_cli as _cli
 from reliability.conftest import committed, set_args, wait_for
@@ -92,13 +93,17 @@ _LOGGED_RUN = textwrap.dedent("""
 @pytest.mark.slow
 def test_a_second_identical_run_compiles_nothing(tmp_path):
     """Two `flowsim run` processes, one compilation cache: the second finds every program
-    (flows, rock4's too, and GD) in the cache, per JAX's own compiler log. A host callback in a program
-    (Equinox's runtime checks) would keep it out of the cache."""
+    (each flow method's of the registry, and GD's) in the cache, per JAX's own compiler
+    log. A host callback in a program (Equinox's runtime checks) would keep it out of the
+    cache."""
     env = dict(os.environ, FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
+    # every flow method that runs on the tiny scenario's swish network (filippov needs ReLU)
+    flows = [f'{{name = "{m}", kind = "flow", method = "{m}"}}' for m, spec in FLOW_METHODS.items() if not spec.filippov]
+    solvers = ", ".join([*flows, '"gd-lr1"'])
     logs = []
     for i in range(2):
         proc = subprocess.run([sys.executable, "-c", _LOGGED_RUN, "run", TINY, "-o", tmp_path / f"{i}.h5", "-q",
-                               "--set", "run.checkpoints={count=3}", "--set", 'run.solvers=["tsit5", "rock4", "gd-lr1"]'],
+                               "--set", "run.checkpoints={count=3}", "--set", f"run.solvers=[{solvers}]"],
                               env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         logs.append(proc.stderr)
