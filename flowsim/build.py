@@ -14,6 +14,7 @@ from .config.typed import Config, FlowPreset, MlpModel, PythonModel, ShallowMode
 from .data import DataError, Dataset, make_dataset
 from .integrate.registry import state_copies
 from .models import MODELS, BuildError, Built
+from .models.module import leaf_paths
 from .observe import OBSERVABLES
 from .precision import enable_x64
 
@@ -94,11 +95,6 @@ def _finite_start(problem, params):
     return jnp.isfinite(loss), [jnp.all(jnp.isfinite(g)) for g in jax.tree.leaves(grad)]
 
 
-def _leaf_names(tree) -> list[str]:
-    return [jax.tree_util.keystr(path, simple=True, separator=".")
-            for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]]
-
-
 def start_problem(built: Built) -> str | None:
     """Why no solver can start from the run's initial weights, naming the first offending
     leaf or training sample (row of X); None when the loss and its gradient are finite.
@@ -108,7 +104,7 @@ def start_problem(built: Built) -> str | None:
     loss_ok, grad_ok = _finite_start(problem, params)
     if bool(loss_ok) and all(map(bool, grad_ok)):
         return None
-    names, leaves = _leaf_names(params), jax.tree.leaves(params)
+    names, leaves = leaf_paths(params), jax.tree.leaves(params)
     bad = next((n for n, v in zip(names, leaves) if not np.all(np.isfinite(np.asarray(v)))), None)
     if bad is not None:
         return f"the initial weights hold NaN or infinite values in leaf `{bad}`"
