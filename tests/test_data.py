@@ -149,13 +149,15 @@ def test_xor_noise_structure_and_proportions():
 
 
 def test_unknown_kind_and_missing_key():
-    # Validation names an unknown kind; a typed table cannot lack a key; a count out of
-    # range is refused by the data layer too.
+    # Validation names an unknown kind; a typed table lacking a key has the default its
+    # setting declares (the one the schema fills in); a count out of range is refused by
+    # the data layer too.
     ctx = Ctx(file="test.toml", base_dir=Path.cwd())
     with pytest.raises(ScenarioError, match='data.kind. = "nope" is not an allowed value'):
         DATA.check({"kind": "nope"}, "data", ctx)
-    with pytest.raises(TypeError, match="'noise'"):
-        make({"kind": "sphere-sine", "n": 3, "d": 2, "n_test": 0}, 0)
+    table = {"kind": "sphere-sine", "n": 3, "d": 2, "n_test": 0}
+    assert from_dict(Data, table) == from_dict(Data, DATA.check(table, "data", ctx))
+    assert from_dict(Data, table).noise == 1.0
     with pytest.raises(DataError, match="n = 0"):
         make(SYNTHETIC["xor-noise"] | {"n": 0}, 0)
 

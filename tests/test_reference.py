@@ -5,16 +5,15 @@ from pathlib import Path
 
 from flowsim.config import loads_scenario
 from flowsim.config.spec import ABSENT, toml_value
-from flowsim.config.meaning import MEANING
-from flowsim.config.reference import markdown, scenario_rows, solver_rows
+from flowsim.config.reference import MEANING, markdown, scenario_rows, solver_rows
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "scenario-keys.md"
 
 
 def test_every_key_has_a_meaning_and_every_meaning_a_key():
     keys = {r.key for r in scenario_rows()} | {"solver." + r.key for r in solver_rows()}
-    assert sorted(keys - MEANING.keys()) == [], "keys without a line in flowsim/config/meaning.py"
-    assert sorted(MEANING.keys() - keys) == [], "lines in flowsim/config/meaning.py for no key"
+    assert sorted(keys - MEANING.keys()) == [], "keys without a meaning in flowsim/config/typed.py"
+    assert sorted(MEANING.keys() - keys) == [], "meanings in flowsim/config/typed.py for no key"
 
 
 def test_the_checked_in_reference_is_the_generated_one():

@@ -441,7 +441,7 @@ def test_missing_file(tmp_path):
 
 def test_bad_preset_file_names_the_preset(tmp_path, monkeypatch):
     (tmp_path / "odd.toml").write_text('description = "x"\nkind = "flow"\nrtl = 1e-3\n')
-    monkeypatch.setattr(sc, "solvers_dir", lambda: tmp_path)
+    monkeypatch.setattr(typed, "solvers_dir", lambda: tmp_path)
     with pytest.raises(ScenarioError) as e:
         load_solver("odd")
     assert "odd.toml" in str(e.value) and "`rtl`" in str(e.value)

@@ -28,7 +28,8 @@ import numpy as np
 
 from ..config.schema import ANALYSIS, ANALYSIS_TABLES
 from ..config.spec import Ctx
-from ..config.typed import Analysis, Config, Preset, from_dict
+from ..config.declare import from_dict
+from ..config.typed import Analysis, Config, Preset
 from . import pca as _pca
 from . import prune as _prune
 from . import transfer as _transfer

@@ -51,7 +51,8 @@ from typing import Any
 import numpy as np
 
 from flowsim import archive as _archive
-from flowsim.config.typed import DescentPreset, FlowPreset, Preset, from_dict
+from flowsim.config.declare import from_dict
+from flowsim.config.typed import DescentPreset, FlowPreset, Preset
 from flowsim.integrate.registry import SOLVER_KINDS
 from flowsim.toml_text import is_number, sweep_axes, toml_value, value_at
 

@@ -1,11 +1,12 @@
 """Scenario and solver files: schema and messages, ``--set`` and [sweep], typed configs.
 
     spec       declarative validators and `ScenarioError` (the message contract)
-    schema     flowsim's scenario and solver-preset schema, reading the kind registries
+    declare    how a table is declared: `setting`, `table`, the derived specs, `from_dict` / `to_dict`
+    typed      every table, declared once: frozen typed classes whose fields carry their rules
+    schema     the scenario and solver-preset spec trees the classes give
     overrides  ``--set KEY=VALUE``
     sweep      expansion of a [sweep] into `RunSpec`s
     times      checkpoint times of a [run] table
-    typed      frozen typed configs, `from_dict` / `to_dict`
     files      TOML in (with messages) and out
     load       `load_scenario`, `loads_scenario`, `load_solver`, `solver_preset`, `differences`
     catalog    the shipped scenarios, solver presets and datasets (package data)
@@ -27,11 +28,11 @@ from .load import loads_scenario as loads_scenario
 from .spec import ScenarioError as ScenarioError
 from .sweep import RunSpec as RunSpec
 from .times import checkpoint_times as checkpoint_times
+from .declare import Frozen as Frozen
+from .declare import from_dict as from_dict
+from .declare import table_class as table_class
+from .declare import to_dict as to_dict
 from .typed import (
-    Frozen as Frozen,
-    from_dict as from_dict,
-    to_dict as to_dict,
-    table_class as table_class,
     Config as Config,
     Data as Data,
     Model as Model,

@@ -22,7 +22,8 @@ from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
 from ..integrate.registry import FLOW_METHODS
 from .spec import ABSENT, Ctx, ScenarioError, toml_value
 from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
-from .typed import Config, FlowPreset, Preset, from_dict
+from .declare import from_dict
+from .typed import Config, FlowPreset, Preset
 
 
 KINK_RTOL = 1e-4   # the rtol of the `bosh3-relu` preset, measured to pass ReLU kinks

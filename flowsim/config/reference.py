@@ -1,7 +1,7 @@
 """The reference of every scenario and solver-preset key, generated from the schema.
 
-Type, allowed values and default come from the specs that validate the files; the one line
-of meaning per key comes from `MEANING` (flowsim/config/meaning.py). `tests/test_reference.py`
+Type, allowed values and default come from the specs that validate the files, the one line
+of meaning per key from the same settings (`flowsim.config.typed`). `tests/test_reference.py`
 checks that every schema key has a meaning, that no meaning names a key the schema lacks,
 and that docs/scenario-keys.md equals `markdown()` (regenerate it with
 `python -m flowsim.config.reference > docs/scenario-keys.md`).
@@ -10,9 +10,14 @@ and that docs/scenario-keys.md equals `markdown()` (regenerate it with
 from collections.abc import Iterator
 from typing import NamedTuple
 
-from .meaning import MEANING
+from .declare import meanings
 from .schema import SCENARIO, SOLVER_INLINE
+from .typed import Config, Preset
 from .spec import ABSENT, REQUIRED, Custom, OneOf, Spec, Table, Tagged, join, toml_value
+
+
+#: One line of meaning per key, dotted as `--set` names it; solver-preset keys carry `solver.`.
+MEANING = {**meanings(Config), "solver.kind": SOLVER_INLINE.meaning, **meanings(Preset, "solver")}
 
 
 class Row(NamedTuple):

@@ -11,7 +11,8 @@ from typing import Any
 from .overrides import assign, kind_first
 from .schema import MAX_RUNS, SCENARIO, sweep_axes, sweep_key
 from .spec import ABSENT, Ctx, toml_key, toml_value
-from .typed import Config, from_dict
+from .declare import from_dict
+from .typed import Config
 
 
 @dataclass(frozen=True)

@@ -1,43 +1,89 @@
-"""Typed configs: the resolved scenario and solver presets as frozen, hashable objects.
+"""The configuration tables of a scenario and a solver preset, each declared once.
 
-Validation (`flowsim.config.schema`) turns a raw TOML table into the *resolved* dict: every
-default filled in, presets inlined, paths made absolute.  The classes here are the same
-information read by attribute: `from_dict` builds them from a resolved dict and `to_dict`
-gives that dict back exactly, key order included (the archive stores it as JSON and
-``--resume`` compares it).  Tagged tables are one class per `kind` (`SphereSineData`,
-`AsymmetricScaling`, `ShallowModel` ...); solver presets are `FlowPreset` for the
-continuous kinds and `DescentPreset` for the discrete ones, as `flowsim.integrate.registry`
-declares them.  Keys that only some kinds of a class have (`FlowPreset.learning_rate`,
-`DescentPreset.beta`) are None for the others; so are tables the scenario may leave out
-([sweep], [analysis], [plot]) and digits' `n` / `n_test` (None = every point).  Lists are
-tuples, so that every object is hashable; change one with `dataclasses.replace`.
+Each table is a frozen, hashable class (`flowsim.config.declare.table`); each of its keys a
+`setting` carrying its type (the annotation, `Literal` for an enumeration), its validator
+and TOML default (a `flowsim.config.spec` spec) and its one line of meaning. The few rules
+that relate two keys (``low < high``, ``k <= width``, checkpoint times within ``t_end``
+...) are small functions in the class's `RULES`. From these classes come the TOML schema
+(`flowsim.config.schema`), the key reference (docs/scenario-keys.md), the typed defaults a
+Python caller relies on (`FlowPreset(method="tsit5", rtol=1e-8)`), `flowsim show` and the
+archive's JSON (`to_dict`). The kinds accepted come from the registries where they are
+implemented (solver kinds and flow methods from `flowsim.integrate.registry`, activations
+from `flowsim.activations`, losses from `flowsim.losses`).
 
-Why frozen dataclasses and not pydantic models: the message contract (file, dotted key,
-value, what is allowed, did-you-mean, the `--set` origin) is produced by the declarative
-`Spec` validator in `flowsim.config.spec`, and the tests pin its wording.  Pydantic would
-validate a second time and word its errors its own way; keeping the contract would mean
-translating each of its error types back into ours, with the did-you-mean and `--set`
-logic rewritten around it.  Here validation stays one pass with one set of messages, and
-the typed layer is a lossless view of its output: no second validator, no translation.
+Tagged tables are one class per `kind` (`SphereSineData`, `AsymmetricScaling` ...); solver
+presets are `FlowPreset` for the continuous kinds and `DescentPreset` for the discrete ones.
+Keys only some kinds of a class take (`FlowPreset.learning_rate`, `DescentPreset.beta`) are
+None for the others; so are tables a scenario may leave out ([sweep], [analysis], [plot])
+and digits' `n` / `n_test` (None = every point). Lists are tuples. A few classes and fields
+are filled by `flowsim.simulate` from Python objects, never by a file (`ArraysData`,
+`ModuleModel`, `Loss.function`): they are plain fields, not settings.
+
+Resolution details worth knowing:
+
+- ``seeds = {count = 3, start = 5}`` resolves to ``seeds = [5, 6, 7]``.
+- ``run.checkpoints`` resolves to exactly one form: ``{every}``, ``{count, spacing}`` or
+  ``{times}``; an empty table means the default ``{count = 50, spacing = "linear"}``.
+- ``run.solvers`` resolves to a list of full preset tables, each with its ``name``.
+- ``data.seed = "run"`` is kept as is: the consumer substitutes the run's seed.
+
+Why dataclasses and not pydantic: the message contract (file, dotted key, value, what is
+allowed, did-you-mean, the `--set` origin) is produced by the declarative specs, and tests
+pin its wording; pydantic would validate a second time and word its errors its own way.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
-import types
-import typing
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+import itertools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
 import numpy as np
 
+from .. import plugins
+from ..activations import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..integrate.registry import DISCRETE_KINDS, FLOW_KINDS
+from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
+from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
+from ..losses import LOSSES as _LOSS_REGISTRY
+from ..observe import OBSERVABLES as _OBSERVABLE_REGISTRY
+from ..toml_text import sweep_axes
+from .catalog import solvers_dir
+from .declare import Frozen, Kinds, freeze, setting, table, table_spec, tagged_spec, to_dict
+from .files import display, read_toml
+from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Spec, Str,
+                   Table, did_you_mean, join, num, show, toml_key, toml_string)
 from .times import checkpoint_times
 
+SEED_MAX = 2**32 - 1  # seeds feed jax.random.PRNGKey and numpy generators
+MAX_SEEDS = 10_000
+MAX_CHECKPOINTS = 1_000_000
+MAX_POINTS = 10_000
+MAX_RUNS = 100_000
+
+# The kinds the registries declare, in their order (the order of every "allowed: ..." text).
+ACTIVATIONS = tuple(_ACTIVATION_REGISTRY)
+LOSSES = tuple(_LOSS_REGISTRY)
+SOLVER_KINDS = tuple(_SOLVER_KIND_REGISTRY)
+FLOW_METHODS = tuple(_FLOW_METHOD_REGISTRY)
+OBSERVABLES = tuple(_OBSERVABLE_REGISTRY)
+DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
+UCI_NAMES = ("concrete", "energy", "airfoil", "plant")
+EMBEDDINGS = ("identity", "quadratic", "random-features")
+CHEN_SCALINGS = ("theirs", "ntk", "mean-field")
+MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field", "mup")   # flowsim/models/mlp.py
+SHALLOW_KINDS = ("shallow", "embedded")     # the one-hidden-layer networks (ShallowNet)
+SWEEP_MODES = ("product", "zip")
+# `flowsim plot` layout: "default" (Caron Fig. 1 panels) or a paper figure (flowsim/plots/chen.py).
+PLOT_FIGURES = ("default", "chen-exp1", "chen-exp2", "chen-exp3")
+# float32 resolves about 1.2e-7 relative; an error target within ~100 units of it makes the
+# step-size controller chase rounding noise (tens of times more steps, and no better answer).
+FLOAT32_MIN_RTOL = 1e-5
+
 __all__ = [
-    "Frozen", "from_dict", "to_dict", "table_class",
     "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset",
     "SphereSineData", "SingleReluData", "RandomLabelsData", "XorNoiseData",
     "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData", "ArraysData",
@@ -48,144 +94,226 @@ __all__ = [
     "Run", "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
 ]
 
-_frozen = dataclass(frozen=True, kw_only=True)
-#: Field metadata: None stands for the empty string in the resolved dict (not for absence).
-_NONE_IS_EMPTY = {"none": ""}
+
+# --------------------------------------------------------------------------------------
+# Validators of flowsim's own (the generic ones are in flowsim.config.spec)
+# --------------------------------------------------------------------------------------
 
 
-class Frozen(Mapping):
-    """An immutable, hashable table: how a [sweep] keeps the values it lists (any TOML)."""
+@dataclass(frozen=True)
+class Plugin(Str):
+    """One of `choices`, or a plug-in "package.module:name" that imports (from the scenario's
+    folder first) and passes `probe` (which returns what is wrong with the object, or "")."""
 
-    __slots__ = ("_items",)
+    probe: Callable[[Any], str] = lambda obj: ""
+    what: str = "a function"
 
-    def __init__(self, items: Mapping[str, Any] = ()):
-        self._items = dict(items)
+    def allowed(self) -> str:
+        plugin = f'a plug-in {plugins.FORM} naming {self.what}'
+        return f"{super().allowed()}, or {plugin}" if self.choices else plugin
 
-    def __getitem__(self, key: str) -> Any:
-        return self._items[key]
+    def check(self, value, key, ctx):
+        if not plugins.is_path(value):
+            if not self.choices:
+                raise ctx.bad(key, value, "is not an import path", self.allowed())
+            return super().check(value, key, ctx)
+        with plugins.running(key, value, "imported and probed"):
+            try:
+                obj = plugins.load(value, ctx.base_dir)
+            except plugins.PluginError as err:
+                raise ctx.bad(key, value, str(err), self.allowed()) from None
+            wrong = self.probe(obj)
+        if wrong:
+            raise ctx.bad(key, value, wrong, self.allowed())
+        return value
 
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._items)
 
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def __hash__(self) -> int:
-        return hash(tuple(self._items.items()))
-
-    def __repr__(self) -> str:
-        return f"Frozen({self._items!r})"
+def _callable(obj) -> str:
+    return "" if callable(obj) else f"is of type {type(obj).__name__}, not callable"
 
 
-def _freeze(v: Any) -> Any:
-    if isinstance(v, Mapping):
-        return Frozen({k: _freeze(x) for k, x in v.items()})
-    if isinstance(v, list):
-        return tuple(_freeze(x) for x in v)
-    return v
+def _probe(shapes: tuple[tuple[int, ...], ...], want: tuple[int, ...], what: str):
+    """A probe calling the object on zeros of `shapes` (abstractly, no compute) and asking
+    for an output of shape `want`."""
+    def probe(obj) -> str:
+        import jax
+        import jax.numpy as jnp
+
+        if not callable(obj):
+            return _callable(obj)
+        try:
+            out = jax.eval_shape(obj, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
+        except plugins.RAISED as err:  # the user's code may raise anything
+            return f"fails on arrays of shapes {list(shapes)} ({plugins.describe(err)})"
+        shape = getattr(out, "shape", None)
+        return "" if shape == want else f"returns shape {shape} on {list(shapes)}; {what} returns {want}"
+    return probe
+
+
+def _positive(default: Any = REQUIRED) -> Float:
+    return Float(lo=0.0, lo_open=True, default=default)
+
+
+def _fraction(default: float) -> Float:
+    return Float(lo=0.0, hi=1.0, default=default)
+
+
+_SEED = Int(lo=0, hi=SEED_MAX)
 
 
 # --------------------------------------------------------------------------------------
 # [data]: one class per kind
 # --------------------------------------------------------------------------------------
 
+def _n(default: int) -> Any:
+    return setting(Int(lo=1, default=default), "training points (digits: the first n of the shipped training "
+                   "file; absent = all)")
 
-@_frozen
+
+def _d(default: int, lo: int = 1) -> Any:
+    return setting(Int(lo=lo, default=default), "input dimension")
+
+
+def _n_test(default: int) -> Any:
+    return setting(Int(lo=0, default=default), "test points, drawn like the training points (digits: absent "
+                   "= all)")
+
+
+def _noise(default: float) -> Any:
+    return setting(Float(lo=0, default=default), "standard deviation of the Gaussian noise added to the "
+                   "targets")
+
+
+def _standardize() -> Any:
+    return setting(Bool(default=True), "standardise X and y with the training set's mean and deviation (kept "
+                   "in the archive's /data attributes)")
+
+
+def _file(meaning: str = "the file (csv: one header row, numeric columns; npz: X_train, y_train, optional "
+                         "X_test, y_test and an integer `classes`)") -> Any:
+    return setting(FilePath(), meaning)
+
+
+@table
 class _DataBase:
     kind: str
-    seed: int | Literal["run"]  # "run": the run's seed
+    seed: int | Literal["run"] = setting(
+        OneOf(options=(_SEED, Str(choices=("run",))), default=0),
+        "seed of the data's random draws and splits, shared by every run; \"run\": each run's own seed")
 
 
-@_frozen
+@table
 class SphereSineData(_DataBase):
     kind: Literal["sphere-sine"] = "sphere-sine"
-    n: int
-    d: int
-    noise: float
-    n_test: int
+    n: int = _n(100)
+    d: int = _d(50)
+    noise: float = _noise(1.0)
+    n_test: int = _n_test(100)
 
 
-@_frozen
+@table
 class SingleReluData(_DataBase):
     kind: Literal["single-relu"] = "single-relu"
-    n: int
-    d: int
-    noise: float
-    n_test: int
+    n: int = _n(100)
+    d: int = _d(50)
+    noise: float = _noise(0.0)
+    n_test: int = _n_test(1000)
 
 
-@_frozen
+def _low_below_high(t: dict, key: str, ctx: Ctx) -> None:
+    if not t["low"] < t["high"]:
+        low = join(key, "low")
+        raise ctx.bad(join(key, "high"), t["high"], f"is not above `{low}` = {show(t['low'])}",
+                      f"a number > {low}")
+
+
+@table
 class RandomLabelsData(_DataBase):
+    RULES: ClassVar = (_low_below_high,)
     kind: Literal["random-labels"] = "random-labels"
-    n: int
-    d: int
-    n_test: int
-    low: float
-    high: float
+    n: int = _n(20)
+    d: int = _d(20)
+    n_test: int = _n_test(0)
+    low: float = setting(Float(default=-0.5), "lower end of the uniform random labels")
+    high: float = setting(Float(default=0.5), "upper end of the uniform random labels")
 
 
-@_frozen
+@table
 class XorNoiseData(_DataBase):
     kind: Literal["xor-noise"] = "xor-noise"
-    n: int
-    d: int
-    n_test: int
+    n: int = _n(600)
+    d: int = _d(50, lo=3)   # the XOR pattern in 2 coordinates plus at least one noise one
+    n_test: int = _n_test(500)
 
 
-@_frozen
+@table
 class QuadraticTeacherData(_DataBase):
     kind: Literal["quadratic-teacher"] = "quadratic-teacher"
-    n: int
-    d: int
-    n_test: int
-    teacher_width: int
-    noise: float
+    n: int = _n(100)
+    d: int = _d(30)
+    n_test: int = _n_test(500)
+    teacher_width: int = setting(Int(lo=1, default=5), "hidden nodes of the quadratic teacher network")
+    noise: float = _noise(0.0)
 
 
-@_frozen
+def _split_sums_to_one(t: dict, key: str, ctx: Ctx) -> None:
+    total = t["train"] + t["test"] + t["valid"]
+    if abs(total - 1.0) > 1e-9:
+        raise ctx.bad(key, t, f"sums to {total!r}, not 1",
+                      "train, test and valid, each in [0, 1], summing to 1 (within 1e-9)")
+
+
+@table
 class Split:
-    train: float
-    test: float
-    valid: float
+    RULES: ClassVar = (_split_sums_to_one,)
+    train: float = setting(_fraction(0.4), "share of the rows in the training set")
+    test: float = setting(_fraction(0.2), "share of the rows in the test set")
+    valid: float = setting(_fraction(0.4), "share of the rows held out as validation (not used by the flow)")
 
 
-@_frozen
+@table
 class UciData(_DataBase):
     kind: Literal["uci"] = "uci"
-    name: str
-    split: Split
-    permute_seed: int
-    standardize: bool
+    name: Literal[UCI_NAMES] = setting(
+        Str(choices=UCI_NAMES), "which shipped UCI regression dataset (data/<name>.csv)")
+    split: Split = setting(table_spec(Split, what="a table {train, test, valid} of fractions summing to 1"))
+    permute_seed: int = setting(Int(lo=0, hi=SEED_MAX, default=10),
+                                "seed of the row permutation before the split (Caron et al. used 10)")
+    standardize: bool = _standardize()
 
 
-@_frozen
+@table
 class DigitsData(_DataBase):
     kind: Literal["digits"] = "digits"
-    n: int | None = None  # None: every training point
-    n_test: int | None = None  # None: every test point
-    standardize: bool
+    n: int | None = _n(ABSENT)   # None: every training point
+    n_test: int | None = _n_test(ABSENT)   # None: every test point
+    standardize: bool = _standardize()
 
 
-@_frozen
+@table
 class CsvData(_DataBase):
     kind: Literal["csv"] = "csv"
-    path: str
-    target: str | tuple[str, ...]
-    test_fraction: float
-    standardize: bool
+    path: str = _file()
+    target: str | tuple[str, ...] = setting(
+        OneOf(options=(Str(nonempty=True), ListOf(item=Str(nonempty=True), nonempty=True, distinct=True))),
+        "the column name(s) that form y; every other column is an input")
+    test_fraction: float = setting(Float(lo=0.0, hi=1.0, hi_open=True, default=0.2),
+                                   "share of the (permuted) rows held out as the test set; 0 = none")
+    standardize: bool = _standardize()
 
 
-@_frozen
+@table
 class NpzData(_DataBase):
     kind: Literal["npz"] = "npz"
-    path: str
+    path: str = _file()
 
 
-@_frozen
+@table
 class ArraysData(_DataBase):
     """Arrays passed to `flowsim.simulate` (no scenario file names this kind): their sizes and
     a digest, so that resuming with other arrays is refused."""
 
+    IN_FILES: ClassVar = False
     kind: Literal["arrays"] = "arrays"
     n: int
     d: int
@@ -203,44 +331,49 @@ Data = Union[SphereSineData, SingleReluData, RandomLabelsData, XorNoiseData,
 # --------------------------------------------------------------------------------------
 
 
-@_frozen
+def _gamma(default: float) -> Any:
+    return setting(_fraction(default), "share γ of the symmetric (NTK) part of the scaling")
+
+
+@table
 class NtkScaling:
     kind: Literal["ntk"] = "ntk"
 
 
-@_frozen
+@table
 class AsymmetricScaling:
     kind: Literal["asymmetric"] = "asymmetric"
-    gamma: float
-    alpha: float
+    gamma: float = _gamma(0.5)
+    alpha: float = setting(Float(lo=0.0, hi=1.0, lo_open=True, hi_open=True, default=0.5),
+                           "Zipf exponent α of the asymmetric part")
 
 
-@_frozen
+@table
 class SingleScaling:
     kind: Literal["single"] = "single"
-    gamma: float
+    gamma: float = _gamma(0.0)
 
 
-@_frozen
+@table
 class FiniteScaling:
     kind: Literal["finite"] = "finite"
-    k: int
-    gamma: float
+    k: int = setting(Int(lo=1), "the non-symmetric part is shared equally by the first k nodes")
+    gamma: float = _gamma(0.0)
 
 
-@_frozen
+@table
 class CustomScaling:
     kind: Literal["custom"] = "custom"
-    path: str
-    gamma: float
+    path: str = _file("an .npy or .npz holding the m scalings λ_j")
+    gamma: float = _gamma(0.0)
 
 
-@_frozen
+@table
 class MeanFieldScaling:
     kind: Literal["mean-field"] = "mean-field"
 
 
-@_frozen
+@table
 class StandardScaling:
     kind: Literal["standard"] = "standard"
 
@@ -249,56 +382,129 @@ Scaling = Union[NtkScaling, AsymmetricScaling, SingleScaling, FiniteScaling, Cus
                 MeanFieldScaling, StandardScaling]
 
 
-@_frozen
+def _activation(default: str) -> Any:
+    return setting(Plugin(choices=ACTIVATIONS, default=default, what="an elementwise function z -> σ(z)",
+                          probe=_probe(((3,),), (3,), "an elementwise function")),
+                   "σ, by name or as a plug-in \"package.module:function\"")
+
+
+def _init_std() -> Any:
+    return setting(_positive(1.0), "standard deviation of the Gaussian initial weights")
+
+
+def _zeroed() -> Any:
+    return setting(Bool(default=False), "subtract a frozen copy of the initial network so that f = 0 at "
+                   "t = 0 (Caron Assumption 7.7)")
+
+
+@table
 class _ModelBase:
     kind: str
-    width: int
-    activation: str
-    init_std: float
+    width: int = setting(Int(lo=1, default=1000), "hidden nodes m")
+    activation: str = _activation("relu")
+    init_std: float = _init_std()
 
 
-@_frozen
+# Caron et al.: f = Σ_j c_j a_j σ(w_j·x/√d) with a node scaling.
+@table
 class ShallowModel(_ModelBase):
     kind: Literal["shallow"] = "shallow"
-    output: str  # "fixed" | "trained"
-    zeroed: bool
-    init_path: str  # "" = none
-    scaling: Scaling
+    output: Literal["fixed", "trained"] = setting(
+        Str(choices=("fixed", "trained"), default="fixed"),
+        "output weights a_j: fixed ±1 drawn once, or trained with the hidden layer")
+    zeroed: bool = _zeroed()
+    init_path: str = setting(FilePath(empty_ok=True, default=""),
+                             "an .npz with W0 (m×d) and a (m) to start from instead of a random draw")
+    scaling: Scaling = setting(tagged_spec(
+        (NtkScaling, AsymmetricScaling, SingleScaling, FiniteScaling, CustomScaling, MeanFieldScaling,
+         StandardScaling), tag_default="ntk",
+        meaning="node scaling λ_j of Caron et al. (ntk: all equal; asymmetric: a Zipf part; single, finite, "
+                "custom; mean-field, standard: 1/m, 1)"))
 
 
-@_frozen
+def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
+    """`features` is D of the random-features embedding only (default D = width, as in
+    Chen et al.'s P-3L net); the NTK scaling pairs nodes, so it needs an even width."""
+    fk = join(key, "features")
+    if t["embedding"] == "random-features":
+        t.setdefault("features", t["width"])
+    elif "features" in t:
+        raise ctx.bad(fk, t["features"], f"does not apply to `{join(key, 'embedding')}` = "
+                      f"{toml_string(t['embedding'])} (its D is fixed by the embedding)",
+                      'no `features` key, or `embedding` = "random-features"')
+    if t["chen_scaling"] == "ntk" and t["width"] % 2:
+        raise ctx.bad(join(key, "width"), t["width"], 'is odd; `chen_scaling` = "ntk" '
+                      "symmetrises the initialisation with pairs of nodes",
+                      "an even integer >= 2")
+
+
+# Chen, Vanden-Eijnden & Bruna: f = (1/m) Σ c_i σ(D^{-1/2} Σ_j W_ij φ_j(x)), c_i = ±ĉ
+# (flowsim/embedding.py); chen_scaling picks a column of their Table 1.
+@table
 class EmbeddedModel(_ModelBase):
+    RULES: ClassVar = (_embedded_keys,)
     kind: Literal["embedded"] = "embedded"
-    zeroed: bool
-    embedding: str
-    chen_scaling: str
-    c_hat: float
-    features: int | None = None  # D of the random-features embedding; None for the others
+    zeroed: bool = _zeroed()
+    embedding: Literal[EMBEDDINGS] = setting(
+        Str(choices=EMBEDDINGS, default="identity"),
+        "features φ(x) the hidden layer sees (Chen et al.): x itself, quadratic monomials, or random features")
+    chen_scaling: Literal[CHEN_SCALINGS] = setting(
+        Str(choices=CHEN_SCALINGS, default="theirs"),
+        "which column of Chen et al.'s Table 1 sets the output scale (theirs = the paper's code)")
+    c_hat: float = setting(_positive(1.0), "magnitude ĉ of the fixed output weights c_i = ±ĉ")
+    # last: the default D (filled in by _embedded_keys) lands there too, so the resolved
+    # table has one key order, given or not; None for the other embeddings
+    features: int | None = setting(Int(lo=1, default=ABSENT),
+                                   "number D of random features (random-features embedding only)")
 
 
-@_frozen
+def _train_within_layers(t: dict, key: str, ctx: Ctx) -> None:
+    layers = len(t["widths"]) + 1
+    if t["train"] != "all" and max(t["train"]) >= layers:
+        raise ctx.bad(join(key, "train"), t["train"], f"names a layer past the last ({layers} layers: "
+                      f"{len(t['widths'])} hidden and the output)",
+                      f'"all", or layer indices in [0, {layers - 1}]')
+
+
+# A fully connected network of any depth (flowsim/models/mlp.py).
+@table
 class MlpModel:
+    RULES: ClassVar = (_train_within_layers,)
     kind: Literal["mlp"] = "mlp"
-    widths: tuple[int, ...]     # hidden layers
-    activation: str
-    parameterisation: str       # "standard" | "ntk" | "mean-field" | "mup"
-    init_std: float
-    bias: bool
-    train: str | tuple[int, ...]   # "all", or the indices of the layers that train
+    widths: tuple[int, ...] = setting(ListOf(item=Int(lo=1), nonempty=True, default=[100, 100]),
+                                      "hidden widths, input side first (the depth is their number)")
+    activation: str = _activation("tanh")
+    parameterisation: Literal[MLP_PARAMETERISATIONS] = setting(
+        Str(choices=MLP_PARAMETERISATIONS, default="standard"),
+        "how widths scale initial variances and the forward pass: standard, ntk, mean-field or µP (Yang & "
+        "Hu's abc form)")
+    init_std: float = _init_std()
+    bias: bool = setting(Bool(default=True), "whether each dense layer has a bias")
+    train: Literal["all"] | tuple[int, ...] = setting(
+        OneOf(options=(Str(choices=("all",)), ListOf(item=Int(lo=0), nonempty=True, distinct=True)),
+              default="all"),
+        "\"all\", or the indices of the layers that train (0 = the input layer); the others stay at their "
+        "initial values")
 
 
-@_frozen
+# The user's own network: factory(key, d, k) -> an Equinox module mapping one input (d,) to
+# outputs (k,); every floating array trains (flowsim/models/module.py).
+@table
 class PythonModel:
     kind: Literal["python"] = "python"
-    factory: str      # "package.module:name": factory(key, d, k) -> an Equinox module
+    factory: str = setting(
+        Plugin(what="a function (key, d, k) -> an Equinox module", probe=_callable),
+        "\"package.module:function\" called as factory(key, d, k), returning an Equinox module that maps one "
+        "input (d,) to outputs (k,)")
 
 
-@_frozen
+@table
 class ModuleModel:
     """A user's Equinox model passed to `flowsim.simulate` (no scenario file names this
     kind): what it was, how many parameters train, and a digest of every seed's initial
     weights, so that resuming with another model is refused."""
 
+    IN_FILES: ClassVar = False
     kind: Literal["module"] = "module"
     source: str       # the model's class (an instance) or the factory's qualified name
     trainable: str    # the Equinox filter's name
@@ -310,102 +516,311 @@ class ModuleModel:
 Model = Union[ShallowModel, EmbeddedModel, MlpModel, PythonModel, ModuleModel]
 
 
-@_frozen
+@table
 class Loss:
-    kind: str
-    function: str | None = None   # kind "callable": the function's qualified name
+    kind: str = setting(
+        Plugin(choices=LOSSES, default="half-sse", what="a function (pred (n, k), y (n, k)) -> scalar, a mean "
+               "over samples", probe=_probe(((4, 2), (4, 2)), (), "a loss")),
+        "the training loss, by name or as a plug-in \"package.module:function\" (pred, y) -> scalar")
+    function: str | None = None   # kind "callable" (`flowsim.simulate`): the function's qualified name
 
 
 # --------------------------------------------------------------------------------------
-# [run]: checkpoints (one of three forms) and solver presets
+# Solver presets (a file in solvers/, or an inline table in run.solvers)
 # --------------------------------------------------------------------------------------
 
 
-@_frozen
-class CheckpointEvery:
-    every: float
-
-
-@_frozen
-class CheckpointCount:
-    count: int
-    spacing: str  # "linear" | "log"
-
-
-@_frozen
-class CheckpointTimes:
-    times: tuple[float, ...]
-
-
-Checkpoints = Union[CheckpointEvery, CheckpointCount, CheckpointTimes]
-
-
-@_frozen
-class FlowPreset:
-    """A continuous solver: the exact gradient flow, or GD's modified flow at `learning_rate`."""
-
-    KINDS: ClassVar[tuple[str, ...]] = FLOW_KINDS
-    name: str
-    kind: str
-    description: str
-    learning_rate: float | None = None  # modified-flow only
-    method: str
-    rtol: float
-    atol: float
-    dtmin: float
-    dtmax: float
-    max_steps: int
-    linear_rtol: float
-    linear_atol: float
-    newton_rtol: float
-    newton_atol: float
-    krylov_restart: int
-    krylov_max_steps: int
-    pcoeff: float
-    icoeff: float
-    slots: int
-    rho_every: int
-    rho_safety: float
-    reference: FlowPreset | None = field(default=None, metadata=_NONE_IS_EMPTY)
-
-    def __post_init__(self):
-        _check_kind(self)
-
-
-@_frozen
-class DescentPreset:
-    """A discrete solver: GD, heavy-ball momentum (`beta`) or SGD (`batch_size`)."""
-
-    KINDS: ClassVar[tuple[str, ...]] = DISCRETE_KINDS
-    name: str
-    kind: str
-    description: str
-    learning_rate: float
-    beta: float | None = None  # momentum only
-    batch_size: int | None = None  # sgd only
-    divergence_factor: float
-
-    def __post_init__(self):
-        _check_kind(self)
+def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
+    if t["dtmax"] > 0 and t["dtmin"] > t["dtmax"]:
+        raise ctx.bad(join(key, "dtmin"), t["dtmin"], f"exceeds `{join(key, 'dtmax')}` = "
+                      f"{show(t['dtmax'])}", "dtmin <= dtmax (0 means no bound)")
 
 
 def _check_kind(preset) -> None:
     if preset.kind not in preset.KINDS:
         raise ValueError(f"`kind` = {preset.kind!r} is not a kind of {type(preset).__name__}; "
                          f"allowed: {', '.join(preset.KINDS)}")
+    if not preset.name:    # a preset written in Python: named after what it is
+        object.__setattr__(preset, "name", getattr(preset, "method", preset.kind))
+
+
+def _name() -> Any:
+    return setting(Str(nonempty=True), "the preset's name in the archive (an inline table's own; a file's "
+                   "is its stem)", default="")
+
+
+def _description() -> Any:
+    return setting(Str(default=""), "one line shown by `flowsim list`")
+
+
+def _learning_rate(kinds: tuple[str, ...] = ()) -> Any:
+    return setting(_positive(), "the step η (modified-flow: the GD step whose modified equation it solves)",
+                   kinds=kinds)
+
+
+def _check_reference(value: Any, key: str, ctx: Ctx) -> str | dict:
+    if value == "":
+        return ""
+    preset = load_preset(value, key, ctx)
+    if preset["kind"] != "flow" or preset["reference"]:
+        raise ctx.bad(key, value, "is not a plain `flow` preset",
+                      "the name or inline table of a `flow` preset without a reference of its own")
+    return preset
+
+
+@table
+class FlowPreset:
+    """A continuous solver: the exact gradient flow, or GD's modified flow at `learning_rate`."""
+
+    KINDS: ClassVar[tuple[str, ...]] = FLOW_KINDS
+    RULES: ClassVar = (_dt_bounds,)
+    name: str = _name()
+    kind: Literal[FLOW_KINDS] = "flow"
+    description: str = _description()
+    learning_rate: float | None = _learning_rate(kinds=("modified-flow",))
+    method: Literal[FLOW_METHODS] = setting(
+        Str(choices=FLOW_METHODS, default="tsit5"),
+        "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
+        "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
+        "method's like sharpness), or filippov: event-driven through ReLU kinks")
+    rtol: float = setting(_positive(1e-8), "relative tolerance of the adaptive step control")
+    atol: float = setting(_positive(1e-10), "absolute tolerance of the adaptive step control")
+    dtmin: float = setting(Float(lo=0.0, default=0.0), "smallest step allowed (0 = none)")
+    dtmax: float = setting(Float(lo=0.0, default=0.0), "largest step allowed (0 = none)")
+    max_steps: int = setting(Int(lo=1, default=1_000_000), "steps allowed over the whole run; reaching it "
+                             "ends the flow with status `max_steps`")
+    # Implicit methods (kvaerno5) solve their stages by matrix-free Newton-Krylov:
+    linear_rtol: float = setting(_positive(1e-10), "GMRES relative tolerance inside implicit stages")
+    linear_atol: float = setting(_positive(1e-10), "GMRES absolute tolerance inside implicit stages")
+    newton_rtol: float = setting(_positive(1e-8), "Newton relative tolerance of implicit stages")
+    newton_atol: float = setting(_positive(1e-10), "Newton absolute tolerance of implicit stages")
+    krylov_restart: int = setting(Int(lo=1, default=20), "GMRES restart length")
+    krylov_max_steps: int = setting(Int(lo=1, default=200), "GMRES iterations per linear solve")
+    # PID step control (Diffrax's PIDController): pcoeff ≈ 0.2–0.4, icoeff ≈ 0.3–0.4 suit
+    # stiff problems; the defaults (0, 1) are plain integral control.
+    pcoeff: float = setting(Float(lo=0.0, default=0.0),
+                            "proportional coefficient of the PID step control (0 = integral control only)")
+    icoeff: float = setting(Float(lo=0.0, lo_open=True, default=1.0),
+                            "integral coefficient of the PID step control")
+    slots: int = setting(Int(lo=1, default=8), "filippov: kink surfaces one node may slide on at once; a node "
+                         "that meets more ends the run with status `failed` (a larger value goes on, at a cost "
+                         "growing as slots² per node while more than 4 are in use; never more than min(n, d) "
+                         "are used)")
+    rho_every: int = setting(Int(lo=1, default=10), "rock4: accepted steps between estimates of the spectral "
+                             "radius ρ of the flow's Jacobian (one power-iteration Hessian-vector product each; "
+                             "also estimated again after a rejected step)")
+    rho_safety: float = setting(Float(lo=1.0, default=1.2), "rock4: the factor ρ's estimate is multiplied by "
+                                "(power iteration approaches ρ from below, slowly where the top of the Hessian "
+                                "spectrum is clustered)")
+    # A second, tighter flow solved beside this one: the archive then holds this flow's
+    # global-error estimate at every checkpoint (series `flow_error`).
+    reference: FlowPreset | None = setting(
+        Custom(fn=_check_reference, text="\"\" (none), or the name or inline table of a `flow` preset",
+               types=(str, dict), default=""),
+        "a tighter flow preset solved beside this one: the archive then holds this flow's global-error "
+        "estimate (`flow_error`)", none="")
+
+    def __post_init__(self):
+        _check_kind(self)
+
+
+_DIVERGENCE = Float(lo=1.0, lo_open=True, default=1e8)
+
+
+@table
+class DescentPreset:
+    """A discrete solver: GD, heavy-ball momentum (`beta`) or SGD (`batch_size`)."""
+
+    KINDS: ClassVar[tuple[str, ...]] = DISCRETE_KINDS
+    name: str = _name()
+    kind: Literal[DISCRETE_KINDS] = "gd"
+    description: str = _description()
+    learning_rate: float = _learning_rate()
+    beta: float | None = setting(Float(lo=0.0, hi=1.0, hi_open=True, default=0.9),
+                                 "heavy-ball momentum coefficient", kinds=("momentum",))
+    batch_size: int | None = setting(Int(lo=1, default=64), "minibatch size (sampled with the run's seed)",
+                                     kinds=("sgd",))
+    # Diverged when the loss exceeds factor × initial loss (or is not finite).
+    divergence_factor: float = setting(_DIVERGENCE, "the run is `diverged` once the loss exceeds this × the "
+                                       "initial loss")
+
+    def __post_init__(self):
+        _check_kind(self)
 
 
 Preset = Union[FlowPreset, DescentPreset]
+_PRESET_CLASSES = (FlowPreset, DescentPreset)
+SOLVER_KIND_MEANING = ("flow (the exact gradient flow), modified-flow (the flow GD follows to second order), gd, "
+                       "momentum, sgd")
 
 
-@_frozen
+@functools.cache
+def solver_spec(inline: bool) -> Kinds:
+    """An inline preset carries its own name and an optional description; a preset file's
+    name is its stem and its description is required."""
+    if inline:
+        return tagged_spec(_PRESET_CLASSES, common=("name", "description"), meaning=SOLVER_KIND_MEANING)
+    return tagged_spec(_PRESET_CLASSES, common=("description",), replace={"description": Str()},
+                       exclude=("name",), meaning=SOLVER_KIND_MEANING)
+
+
+def load_preset(spec: Any, key: str, ctx: Ctx) -> dict:
+    """A preset by name (a file in solvers/) or inline, validated, with defaults and name."""
+    if isinstance(spec, str):
+        names = sorted(p.name[: -len(".toml")] for p in solvers_dir().glob("*.toml"))
+        if spec not in names:
+            guess = did_you_mean(spec, names)
+            raise ctx.bad(key, spec, "is not a solver preset",
+                          "one of " + ", ".join(toml_string(n) for n in names)
+                          + " (files in solvers/), or an inline table",
+                          f"did you mean {toml_string(guess)}?" if guess else "")
+        path = solvers_dir() / f"{spec}.toml"
+        shown = display(path)
+        raw = read_toml(path, shown)
+        preset = solver_spec(inline=False).check(raw, "", Ctx(file=shown, base_dir=path.parent))
+        return {"name": spec, **preset}
+    if isinstance(spec, dict):
+        preset = solver_spec(inline=True).check(spec, key, ctx)
+        name = preset.pop("name")
+        return {"name": name, **preset}
+    raise ctx.wrong_type(key, spec, "a solver preset name or an inline table with `name` "
+                         "and `kind`")
+
+
+# --------------------------------------------------------------------------------------
+# [run]: checkpoints (one of three forms) and solvers
+# --------------------------------------------------------------------------------------
+
+
+@table
+class CheckpointEvery:
+    every: float = setting(_positive(), "a row every T units of flow time")
+
+
+@table
+class CheckpointCount:
+    count: int = setting(Int(lo=1, hi=MAX_CHECKPOINTS, default=50), "N rows after t = 0, up to t_end")
+    spacing: Literal["linear", "log"] = setting(Str(choices=("linear", "log"), default="linear"),
+                                                "linear, or log (from t_end/1000)")
+
+
+def _times_increasing(t: dict, key: str, ctx: Ctx) -> None:
+    times = t["times"]
+    for i in range(1, len(times)):
+        if not times[i] > times[i - 1]:
+            raise ctx.bad(join(key, "times"), times,
+                          f"is not strictly increasing (item {i} = {show(times[i])} "
+                          f"follows {show(times[i - 1])})",
+                          "strictly increasing times in (0, t_end]")
+
+
+@table
+class CheckpointTimes:
+    RULES: ClassVar = (_times_increasing,)
+    times: tuple[float, ...] = setting(ListOf(item=_positive(), nonempty=True, max_len=MAX_CHECKPOINTS),
+                                       "explicit increasing times in (0, t_end]")
+
+
+Checkpoints = Union[CheckpointEvery, CheckpointCount, CheckpointTimes]
+# Exactly one checkpoint form; each form is its own small table.
+CHECKPOINT_FORMS: dict[str, Table] = {"every": table_spec(CheckpointEvery), "count": table_spec(CheckpointCount),
+                                      "times": table_spec(CheckpointTimes)}
+_CHECKPOINTS_TEXT = ('exactly one of {every = T} | {count = N, spacing = "linear" | "log"} | '
+                     '{times = [t1, t2, ...]}')
+
+
+def _check_checkpoints(value: Any, key: str, ctx: Ctx) -> dict:
+    if not isinstance(value, dict):
+        raise ctx.wrong_type(key, value, _CHECKPOINTS_TEXT)
+    known = {k for form in CHECKPOINT_FORMS.values() for k in form.fields}
+    for name in value:
+        if name not in known:
+            raise ctx.unknown(join(key, name), name, known, f"[{key}]")
+    forms = [f for f, t in CHECKPOINT_FORMS.items() if any(k in value for k in t.fields)]
+    if len(forms) > 1:
+        raise ctx.bad(key, value, f"mixes {len(forms)} forms ({', '.join(forms)})",
+                      _CHECKPOINTS_TEXT)
+    return CHECKPOINT_FORMS[forms[0] if forms else "count"].check(value, key, ctx)
+
+
+def _check_solvers(value: Any, key: str, ctx: Ctx) -> list[dict]:
+    allowed = "a non-empty list of distinct solver preset names or inline tables"
+    if not isinstance(value, list):
+        raise ctx.wrong_type(key, value, allowed)
+    if not value:
+        raise ctx.bad(key, value, "is empty", allowed)
+    out: list[dict] = []
+    for i, item in enumerate(value):
+        preset = load_preset(item, f"{key}[{i}]", ctx)
+        if any(p["name"] == preset["name"] for p in out):
+            raise ctx.bad(key, value, f"names solver {toml_string(preset['name'])} twice",
+                          allowed + " (give an inline solver its own `name`)")
+        out.append(preset)
+    return out
+
+
+def _checkpoints_fit(run: dict, key: str, ctx: Ctx) -> None:
+    """Checkpoints must lie in (0, t_end] and be few enough to allocate."""
+    t_end, cp = run["t_end"], run["checkpoints"]
+    ck = join(key, "checkpoints")
+    if "times" in cp:
+        for i, t in enumerate(cp["times"]):
+            if t > t_end:
+                raise ctx.bad(f"{ck}.times[{i}]", t, f"is beyond `{join(key, 't_end')}` = "
+                              f"{show(t_end)}", f"times in (0, t_end = {show(t_end)}]")
+    if "every" in cp and t_end / cp["every"] > MAX_CHECKPOINTS:
+        raise ctx.bad(f"{ck}.every", cp["every"], f"gives {t_end / cp['every']:.3g} "
+                      f"checkpoints up to t_end = {show(t_end)}",
+                      f"at most {MAX_CHECKPOINTS} checkpoints")
+    # The formulas can still collapse for absurd t_end (sub-normal floats): check the result.
+    try:
+        with np.errstate(all="ignore"):
+            ts = checkpoint_times(run)
+        ok = ts.size > 0 and bool(np.all(np.isfinite(ts)) and ts[0] > 0 and np.all(np.diff(ts) > 0))
+    except (ValueError, ArithmeticError):
+        ok = False
+    if not ok:
+        raise ctx.bad(ck, cp, f"does not give strictly increasing times in (0, t_end] for "
+                      f"t_end = {show(t_end)}", "checkpoints that are distinct floats")
+
+
+def _t_end_on_every_grid(run: dict, key: str, ctx: Ctx) -> None:
+    """A discrete solver's last step is round(t_end/η)·η: refuse a t_end it would miss, rather
+    than report `done` short of (or past) the horizon."""
+    t_end = run["t_end"]
+    for i, p in enumerate(run["solvers"]):
+        if _SOLVER_KIND_REGISTRY[p["kind"]].discrete:
+            eta = p["learning_rate"]
+            last = round(t_end / eta) * eta
+            if abs(last - t_end) > 1e-9 * t_end:
+                raise ctx.bad(join(key, "t_end"), t_end, f"is not a multiple of the step "
+                              f"{show(eta)} of solver {toml_string(p['name'])} "
+                              f"(`{key}.solvers[{i}]`): it would end at t = {last:.10g}",
+                              f"a t_end that is a whole number of steps of every discrete "
+                              f"solver (e.g. {max(round(t_end / eta), 1) * eta:.10g})")
+
+
+@table
 class Run:
-    t_end: float
-    checkpoints: Checkpoints
-    solvers: tuple[Preset, ...]
-    observe: tuple[str, ...]
-    ntg_points: int
-    stop_loss: float  # 0 = no stop event
+    RULES: ClassVar = (_checkpoints_fit, _t_end_on_every_grid)
+    t_end: float = setting(_positive(), "the horizon in flow time; GD reaches it in t_end/η steps (a whole "
+                           "number for every discrete solver)")
+    checkpoints: Checkpoints = setting(
+        Custom(fn=_check_checkpoints, text=_CHECKPOINTS_TEXT, types=(dict,),
+               kids={k: s for form in CHECKPOINT_FORMS.values() for k, s in form.fields.items()},
+               default={"count": 50, "spacing": "linear"}),
+        "when rows are recorded: {every = T}, {count = N, spacing} or {times = [...]} (t = 0 is always row 0)")
+    solvers: tuple[Preset, ...] = setting(
+        Custom(fn=_check_solvers, text="a non-empty list of solver preset names or inline tables",
+               types=(list,), default=["tsit5"]),
+        "solver presets by name (files in solvers/) or inline tables; each runs every seed of every sweep point")
+    observe: tuple[str, ...] = setting(ListOf(item=Str(choices=OBSERVABLES), distinct=True, default=DEFAULT_OBSERVE),
+                                       "the series recorded at every checkpoint (docs/scenarios.md lists the "
+                                       "observables)")
+    ntg_points: int = setting(Int(lo=1, default=100),   # the consumer clips it to n
+                              "the NTG (and observables built on it) uses the first k training points")
+    stop_loss: float = setting(Float(lo=0.0, default=0.0),
+                               "> 0: a flow stops (status `stopped`) once the loss falls to this value")
 
     def checkpoint_times(self) -> np.ndarray:
         """The checkpoint times (see `flowsim.config.checkpoint_times`)."""
@@ -417,157 +832,258 @@ class Run:
 # --------------------------------------------------------------------------------------
 
 
-@_frozen
+def _check_seeds(value: Any, key: str, ctx: Ctx) -> list[int]:
+    spec = OneOf(options=(
+        ListOf(item=_SEED, nonempty=True, distinct=True, max_len=MAX_SEEDS),
+        Table(fields={"count": Int(lo=1, hi=MAX_SEEDS), "start": Int(lo=0, default=0)},
+              what="a table {count, start}"),
+    ))
+    seeds = spec.check(value, key, ctx)
+    if isinstance(seeds, dict):
+        if seeds["start"] + seeds["count"] - 1 > SEED_MAX:
+            raise ctx.bad(join(key, "start"), seeds["start"], "is out of range",
+                          f"start + count - 1 <= {SEED_MAX}")
+        seeds = list(range(seeds["start"], seeds["start"] + seeds["count"]))
+    return seeds
+
+
+_UNSWEEPABLE = {"sweep": "a sweep cannot sweep itself",
+                "seeds": "every sweep point already runs every seed; list them in `seeds`"}
+
+
+def point_count(sweep: dict) -> int:
+    lengths = [len(sweep[k]) for k in sweep_axes(sweep)]
+    if not lengths:
+        return 1
+    return math.prod(lengths) if sweep["mode"] == "product" else lengths[0]
+
+
+def sweep_key(k: str) -> str:
+    return f"sweep.{toml_key(k)}"
+
+
+def check_dotted(dotted: str, key: str, ctx: Ctx) -> list[str]:
+    """`dotted` must name a key or table of the scenario schema; returns its parts."""
+    parts = dotted.split(".")
+    spec: Spec = scenario_spec()
+    for depth, part in enumerate(parts):
+        kids = spec.children()
+        if part not in kids:
+            parent = ".".join(parts[:depth])
+            names = sorted(kids)
+            guess = did_you_mean(part, names)
+            mean = f"; did you mean `{join(parent, guess)}`?" if guess else ";"
+            table = f"[{parent}]" if parent else "the top level"
+            allowed = ", ".join(names) if names else "(none: it is not a table)"
+            raise ctx.error(f"unknown key `{key}`: `{dotted}` is not a scenario key{mean} "
+                            f"allowed keys in {table}: {allowed}",
+                            key=key, value=dotted, allowed=allowed)
+        spec = kids[part]
+    return parts
+
+
+def _check_sweep(value: Any, key: str, ctx: Ctx) -> dict:
+    """The [sweep] table's shape; each point is validated later, after expansion."""
+    if not isinstance(value, dict):
+        raise ctx.wrong_type(key, value, "a table")
+    out: dict[str, Any] = {   # the raw [sweep] table: `mode` may be left out
+        "mode": Str(choices=SWEEP_MODES).check(value.get("mode", "product"), join(key, "mode"), ctx)
+    }
+    axes = [k for k in value if k != "mode"]
+    for k in axes:
+        sk = sweep_key(k)
+        parts = check_dotted(k, sk, ctx)
+        if parts[0] in _UNSWEEPABLE:
+            raise ctx.bad(sk, value[k], "cannot be swept", "dotted keys of the scenario other "
+                          "than sweep and seeds", _UNSWEEPABLE[parts[0]])
+        v = value[k]
+        if not isinstance(v, list):
+            raise ctx.wrong_type(sk, v, f"a non-empty list of values for `{k}`")
+        if not v:
+            raise ctx.bad(sk, v, "is empty", f"a non-empty list of values for `{k}`")
+        out[k] = v
+    for a, b in itertools.permutations(axes, 2):
+        if b.startswith(a + "."):
+            raise ctx.bad(sweep_key(b), value[b], f"overlaps `{sweep_key(a)}`",
+                          "sweep keys none of which lies inside another")
+    lengths = {k: len(out[k]) for k in axes}
+    if out["mode"] == "zip" and len(set(lengths.values())) > 1:
+        desc = ", ".join(f"{k}: {n}" for k, n in lengths.items())
+        raise ctx.bad(key, value, f"has lists of different lengths ({desc}) in zip mode",
+                      'lists of one length with mode = "zip" (or mode = "product")')
+    count = point_count(out)
+    if count > MAX_POINTS:
+        raise ctx.bad(key, value, f"has {count} points", f"at most {MAX_POINTS} sweep points")
+    return out
+
+
+@table
 class Sweep:
     """`axes` maps each swept dotted key to its values (as validated), in file order."""
 
-    mode: str  # "product" | "zip"
+    mode: Literal[SWEEP_MODES]
     axes: Frozen
 
+    @classmethod
+    def from_resolved(cls, value: dict) -> Sweep:
+        return cls(mode=value["mode"], axes=Frozen({k: freeze(v) for k, v in value.items() if k != "mode"}))
 
-@_frozen
+    def to_resolved(self) -> dict:
+        return {"mode": self.mode, **to_dict(self.axes)}
+
+
+def _enabled() -> Any:
+    return setting(Bool(default=True), "run this analysis")
+
+
+def _importance(default: list[str], meaning: str) -> Any:
+    # weight: λ_j‖w_j‖² (as written) | lambda: λ_j‖a_j‖² (as run)
+    return setting(ListOf(item=Str(choices=("weight", "lambda")), nonempty=True, distinct=True, default=default),
+                   meaning)
+
+
+@table
 class PruneAnalysis:
-    enabled: bool
-    points: int
-    importance: tuple[str, ...]
+    enabled: bool = _enabled()
+    points: int = setting(Int(lo=2, hi=100_000, default=41), "number of kept-node counts on the curve")
+    importance: tuple[Literal["weight", "lambda"], ...] = _importance(
+        ["weight", "lambda"], "node importance: weight = λ_j‖w_j‖² (the text), lambda = λ_j‖a_j‖² (their code)")
 
 
-@_frozen
+@table
 class TransferAnalysis:
-    enabled: bool
-    k: tuple[int, ...]
-    hidden: int
-    steps: int
-    learning_rate: float
-    importance: tuple[str, ...]
-    standardize: bool
+    enabled: bool = _enabled()
+    k: tuple[int, ...] = setting(ListOf(item=Int(lo=1), nonempty=True, distinct=True,
+                                        default=[1, 2, 5, 10, 20, 50, 100, 200, 500]), "the feature counts k tried")
+    hidden: int = setting(Int(lo=1, default=64), "hidden width of the network trained on the transferred features")
+    steps: int = setting(Int(lo=1, default=5000), "its GD steps")
+    # the text's η = 1.0 diverges (see flowsim.analysis.transfer)
+    learning_rate: float = setting(_positive(0.1), "its GD step (the text's 1.0 diverges)")
+    importance: tuple[Literal["weight", "lambda"], ...] = _importance(["weight"], "how nodes are ranked (as in "
+                                                                                  "prune)")
+    standardize: bool = setting(Bool(default=True), "standardise the transferred features")
 
 
-@_frozen
+@table
 class PcaAnalysis:
-    enabled: bool
-    points: int
+    enabled: bool = _enabled()
+    points: int = setting(Int(lo=2, default=1000), "held-out points used (at most this many)")
 
 
-@_frozen
+ANALYSIS_TABLES = {"prune": table_spec(PruneAnalysis), "transfer": table_spec(TransferAnalysis),
+                   "pca": table_spec(PcaAnalysis)}
+
+
+def _analysis_tables(t: dict, key: str, ctx: Ctx) -> None:
+    """`prune = true` is shorthand for the table with its defaults (`false`: disabled)."""
+    for name, spec in ANALYSIS_TABLES.items():
+        if isinstance(t.get(name), bool):
+            t[name] = spec.check({"enabled": t[name]}, join(key, name), ctx)
+
+
+def _analysis(name: str, meaning: str) -> Any:
+    return setting(OneOf(options=(Bool(), ANALYSIS_TABLES[name]), default=False), meaning)
+
+
+# Caron et al. analyses of the trained networks (flowsim.analysis.caron), run by the driver
+# when a solver finishes; absent = none.
+@table
 class Analysis:
-    solvers: tuple[str, ...]  # () = every solver
-    prune: PruneAnalysis
-    transfer: TransferAnalysis
-    pca: PcaAnalysis
+    RULES: ClassVar = (_analysis_tables,)
+    solvers: tuple[str, ...] = setting(ListOf(item=Str(nonempty=True), distinct=True, default=[]),
+                                       "which solvers' final networks are analysed (empty = all)")
+    prune: PruneAnalysis = _analysis("prune", "pruning curves: test loss after keeping the most "
+                                                    "important nodes")
+    transfer: TransferAnalysis = _analysis("transfer", "transfer learning: a new network trained on "
+                                                             "the k most important nodes' features")
+    pca: PcaAnalysis = _analysis("pca", "principal components of the node outputs on held-out points, "
+                                              "before and after training")
 
 
-@_frozen
+@table
 class Plot:
-    figure: str
+    figure: Literal[PLOT_FIGURES] = setting(
+        Str(choices=PLOT_FIGURES, default="default"),
+        "the layout `flowsim plot` draws: the default panels, or a Chen et al. figure")
 
 
-@_frozen
+def _k_within_width(top: dict, key: str, ctx: Ctx) -> None:
+    model = top.get("model", {})          # validation reads the raw tables: keys may be missing
+    scaling = model.get("scaling", {})
+    if scaling.get("kind") == "finite" and scaling["k"] > model["width"]:
+        raise ctx.bad("model.scaling.k", scaling["k"],
+                      f"exceeds `model.width` = {model['width']}",
+                      f"an integer in [1, model.width = {model['width']}]")
+
+
+def _rtol_within_dtype(top: dict, key: str, ctx: Ctx) -> None:
+    if top["dtype"] != "float32":
+        return
+    for i, preset in enumerate(top["run"]["solvers"]):
+        for k, p in ((f"run.solvers[{i}]", preset), (f"run.solvers[{i}].reference", preset.get("reference"))):
+            if (isinstance(p, dict) and not _SOLVER_KIND_REGISTRY[p["kind"]].discrete
+                    and p["rtol"] < FLOAT32_MIN_RTOL):
+                raise ctx.bad(k, p["name"], f"has rtol = {num(p['rtol'])}, below what dtype = \"float32\" "
+                              "resolves (its epsilon is 1.2e-7: the step controller would chase "
+                              "rounding noise)", f"with float32, flow presets with rtol >= "
+                              f"{num(FLOAT32_MIN_RTOL)} (e.g. \"dopri5-fast\"), or dtype = \"float64\"")
+
+
+def _observables_fit_model(top: dict, key: str, ctx: Ctx) -> None:
+    """Observables of one model family (Caron's importance, the hidden preactivations) ask
+    the network for what only that family has."""
+    kind = top["model"]["kind"]
+    for name in top["run"]["observe"]:
+        if _OBSERVABLE_REGISTRY[name].family == "shallow" and kind not in SHALLOW_KINDS:
+            raise ctx.bad("run.observe", top["run"]["observe"], f"asks for {toml_string(name)}, defined for "
+                          f"the shallow networks ({', '.join(SHALLOW_KINDS)}), not `model.kind` = "
+                          f"{toml_string(kind)}", "observables of any model: " +
+                          ", ".join(n for n, o in _OBSERVABLE_REGISTRY.items() if not o.family))
+
+
+def _in_files(*classes: type) -> tuple[type, ...]:
+    return tuple(c for c in classes if getattr(c, "IN_FILES", True))
+
+
+@table
 class Config:
     """A resolved scenario: the whole file (`Scenario.settings`) or one sweep point
     (`RunSpec.settings`, whose `sweep` is None)."""
 
-    name: str
-    description: str
-    seeds: tuple[int, ...]
-    dtype: str
-    data: Data
-    model: Model
-    loss: Loss
-    run: Run
-    sweep: Sweep | None = None
-    analysis: Analysis | None = None
-    plot: Plot | None = None
-
-
-# --------------------------------------------------------------------------------------
-# Resolved dict <-> typed
-# --------------------------------------------------------------------------------------
+    RULES: ClassVar = (_k_within_width, _rtol_within_dtype, _observables_fit_model)
+    name: str = setting(Str(nonempty=True, default=lambda ctx: ctx.stem),
+                        "the scenario's name: the archive defaults to runs/<name>.h5")
+    description: str = setting(Str(default=""), "one line shown by `flowsim list` and stored in the archive")
+    seeds: tuple[int, ...] = setting(
+        Custom(fn=_check_seeds, types=(list, dict), default=[0],
+               text=f"a non-empty list of distinct integers in [0, {SEED_MAX}] or a table "
+                    "{count = N >= 1, start = S >= 0}",
+               kids={"count": Int(lo=1), "start": Int(lo=0)}),
+        "the runs' seeds (initial weights; data too with `data.seed = \"run\"`); `{count = N, start = S}` is "
+        "shorthand for S … S+N−1")
+    dtype: Literal["float64", "float32"] = setting(
+        Str(choices=("float64", "float32"), default="float64"),
+        "floating-point precision of data, weights and solvers; float32 needs flow presets with rtol ≥ 1e-5, "
+        "and not the filippov method (float64 only)")
+    data: Data = setting(tagged_spec(
+        _in_files(*Data.__args__), common=("seed",), default=REQUIRED,
+        meaning="the dataset: a synthetic generator, a shipped dataset, or your own csv/npz file"))
+    model: Model = setting(tagged_spec(
+        _in_files(*Model.__args__), tag_default="shallow", default=REQUIRED,
+        meaning="the network: one hidden layer (shallow), on fixed embeddings (embedded), a deep MLP, or your "
+                "own Equinox module (python)"))
+    loss: Loss = setting(table_spec(Loss))
+    run: Run = setting(table_spec(Run, default=REQUIRED))
+    sweep: Sweep | None = setting(
+        Custom(fn=_check_sweep, types=(dict,), default=ABSENT,
+               text='a table: mode = "product" | "zip" and "dotted.key" = [values, ...]',
+               kids={"mode": Str(choices=SWEEP_MODES)}),
+        "lists of values for dotted keys, combined as a product or zipped; each combination is a sweep point "
+        "run for every seed")
+    analysis: Analysis | None = setting(table_spec(Analysis, default=ABSENT))
+    plot: Plot | None = setting(table_spec(Plot, default=ABSENT))
 
 
 @functools.cache
-def _fields(cls: type) -> tuple[tuple[dataclasses.Field, Any], ...]:
-    hints = typing.get_type_hints(cls)
-    return tuple((f, hints[f.name]) for f in dataclasses.fields(cls))
-
-
-@functools.cache
-def _kinds(cls: type) -> tuple[str, ...]:
-    """The `kind` values a tagged class stands for."""
-    return getattr(cls, "KINDS", None) or typing.get_args(typing.get_type_hints(cls)["kind"])
-
-
-def _union(hint: Any) -> tuple[Any, ...] | None:
-    if typing.get_origin(hint) in (Union, types.UnionType):
-        return typing.get_args(hint)
-    return None
-
-
-def table_class(union: Any, value: Mapping) -> type:
-    """The class of `union` (e.g. `Data`) that a resolved table stands for: chosen by its
-    `kind`, or (checkpoints) by the keys it has."""
-    classes = [o for o in typing.get_args(union) if dataclasses.is_dataclass(o)] or [union]
-    if len(classes) == 1:
-        return classes[0]
-    if "kind" in value:
-        found = [c for c in classes if value["kind"] in _kinds(c)]
-    else:
-        found = [c for c in classes if set(value) == {f.name for f, _ in _fields(c)}]
-    if len(found) != 1:
-        names = ", ".join(c.__name__ for c in classes)
-        raise ValueError(f"{dict(value)!r} is not a resolved table of one of {names}")
-    return found[0]
-
-
-def from_dict(hint: Any, value: Any) -> Any:
-    """The typed form of a resolved value; `hint` is a class above or a union of them.
-
-    `from_dict(Config, scenario.resolved)`, `from_dict(Preset, load_solver("tsit5"))`.
-    """
-    options = _union(hint)
-    if options is not None:
-        if isinstance(value, Mapping):
-            return from_dict(table_class(hint, value), value)
-        if isinstance(value, list):
-            return from_dict(next(o for o in options if typing.get_origin(o) is tuple), value)
-        return value
-    if typing.get_origin(hint) is tuple:
-        item = typing.get_args(hint)[0]
-        return tuple(from_dict(item, v) for v in value)
-    if hint is Sweep:
-        return Sweep(mode=value["mode"],
-                     axes=Frozen({k: _freeze(v) for k, v in value.items() if k != "mode"}))
-    if dataclasses.is_dataclass(hint):
-        fields = _fields(hint)
-        unknown = set(value) - {f.name for f, _ in fields}
-        if unknown:
-            raise ValueError(f"{hint.__name__} has no field {', '.join(sorted(unknown))}")
-        kwargs = {}
-        for f, h in fields:
-            if f.name not in value:
-                continue
-            v = value[f.name]
-            kwargs[f.name] = None if "none" in f.metadata and v == f.metadata["none"] \
-                else from_dict(h, v)
-        return hint(**kwargs)
-    return value
-
-
-def to_dict(obj: Any) -> Any:
-    """The resolved form of a typed value: dicts and lists, exactly as validation gives it."""
-    if isinstance(obj, Sweep):
-        return {"mode": obj.mode, **to_dict(obj.axes)}
-    if dataclasses.is_dataclass(obj):
-        out = {}
-        for f in dataclasses.fields(obj):
-            v = getattr(obj, f.name)
-            if v is not None:
-                out[f.name] = to_dict(v)
-            elif "none" in f.metadata:
-                out[f.name] = f.metadata["none"]
-        return out
-    if isinstance(obj, Mapping):
-        return {k: to_dict(v) for k, v in obj.items()}
-    if isinstance(obj, tuple):
-        return [to_dict(v) for v in obj]
-    return obj
+def scenario_spec() -> Table:
+    return table_spec(Config, default=REQUIRED)

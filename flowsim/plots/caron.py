@@ -25,7 +25,8 @@ from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
 from flowsim.archive.dataset import blocks
-from flowsim.config.typed import Config, DescentPreset, Preset, from_dict
+from flowsim.config.declare import from_dict
+from flowsim.config.typed import Config, DescentPreset, Preset
 
 from .labels import scaling_label, short_label
 from .reader import gather, run_config, scenario_config

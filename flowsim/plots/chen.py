@@ -26,7 +26,8 @@ from matplotlib.lines import Line2D
 
 from flowsim import archive as _archive
 from flowsim.archive.dataset import blocks
-from flowsim.config.typed import Config, Preset, from_dict
+from flowsim.config.declare import from_dict
+from flowsim.config.typed import Config, Preset
 from flowsim.integrate.registry import DISCRETE_KINDS
 from flowsim.theory import chen_loss_bound
 

@@ -14,7 +14,8 @@ from flowsim import archive as _archive
 from flowsim import status
 from flowsim.archive.dataset import blocks
 from flowsim.archive.reader import INTERRUPTED
-from flowsim.config.typed import Config, Preset, from_dict
+from flowsim.config.declare import from_dict
+from flowsim.config.typed import Config, Preset
 
 from .labels import short_label
 
