@@ -35,8 +35,7 @@ import numpy as np
 
 from flowsim import status
 from flowsim.data import make_dataset
-from flowsim.integrate.descent import make_descent_integrator
-from flowsim.integrate.flow import make_flow_integrator
+from flowsim.presets import descent_integrator, flow_integrator
 from flowsim.models import init_shallow
 from flowsim.ntg import jacobian_ntg
 from flowsim.precision import enable_x64
@@ -140,7 +139,7 @@ def publish(text: str, name: str, quick: bool) -> None:
 
 def gd_run(problem, p0, t_end, segments, eta=1.0):
     """GD over `segments` equal compiled chunks; returns final state and per-segment times."""
-    integ = make_descent_integrator(gd_preset(eta))
+    integ = descent_integrator(gd_preset(eta))
     advance = eqx.filter_jit(integ.advance)
     state0 = integ.init(problem, p0, jax.random.PRNGKey(0))
     seg_len = t_end / segments
@@ -161,7 +160,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
     run can stop once `budget_s` of wall time is spent; the horizon reached is returned."""
     if chunk_steps:
         spec = dataclasses.replace(spec, max_steps=chunk_steps)
-    integ = make_flow_integrator(spec)
+    integ = flow_integrator(spec)
     advance = eqx.filter_jit(integ.advance)
     state0 = integ.init(problem, p0)
     warm, _ = advance(problem, state0, jnp.asarray(min(1.0, t_end / segments)), jnp.asarray(t_end))  # compile
@@ -339,7 +338,7 @@ def case_flops(cfg, tables, summary):
     for dtype, name in ((jnp.float64, "float64"), (jnp.float32, "float32")):
         print(f"[3] FLOP rates, {name}", flush=True)
         problem, p0 = build(n, d, m, dtype=dtype)
-        integ = make_descent_integrator(gd_preset(1.0))
+        integ = descent_integrator(gd_preset(1.0))
         advance = eqx.filter_jit(integ.advance)
         s0 = integ.init(problem, p0, jax.random.PRNGKey(0))
         X, W = problem.X, p0["W"]

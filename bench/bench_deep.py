@@ -37,7 +37,7 @@ from bench_core import ROOT, Table, fmt, interleaved_best, publish, ready  # noq
 from flowsim import status
 from flowsim.build import build_run
 from flowsim.config import load_scenario, solver_preset
-from flowsim.integrate.presets import make_integrator
+from flowsim.presets import make_integrator
 from flowsim.models.mlp import init_mlp
 from flowsim.models.module import ModuleNet
 from flowsim.ntg import jacobian_ntg, vector_product_ntg

@@ -21,8 +21,7 @@ import numpy as np
 
 from bench_core import Table, build, fmt, gd_preset, interleaved_best, pct, preset, ready, timed, publish  # noqa: E402
 from flowsim import batch, status
-from flowsim.integrate.descent import make_descent_integrator
-from flowsim.integrate.flow import make_flow_integrator
+from flowsim.presets import descent_integrator, flow_integrator
 from flowsim.config import checkpoint_times
 
 LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -33,14 +32,14 @@ jax.monitoring.register_event_duration_secs_listener(
 
 def flow_solve(problem, p0, t_end, spec=None):
     """A compiled one-segment flow solve from t = 0 to t_end; returns (fn, integ)."""
-    integ = make_flow_integrator(spec or preset("tsit5"))
+    integ = flow_integrator(spec or preset("tsit5"))
     adv = eqx.filter_jit(integ.advance)
     s0 = integ.init(problem, p0)
     return (lambda: adv(problem, s0, jnp.asarray(t_end, s0.t.dtype))), integ, adv, s0
 
 
 def gd_solve(problem, p0, t_end):
-    integ = make_descent_integrator(gd_preset(1.0))
+    integ = descent_integrator(gd_preset(1.0))
     adv = eqx.filter_jit(integ.advance)
     s0 = integ.init(problem, p0, jax.random.PRNGKey(0))
     return lambda: adv(problem, s0, jnp.asarray(t_end))
@@ -88,7 +87,7 @@ def case_observe(cfg, tables, summary):
     m = cfg["obs_m"]
     problem, p0 = build(100, 50, m)
     problems, params = batch.stack_problems([problem]), batch.stack([p0])
-    integ = make_flow_integrator(preset("tsit5"))
+    integ = flow_integrator(preset("tsit5"))
     refs = batch.references(problems, params)
     state0 = batch.init(integ, problems, params)
 
@@ -180,7 +179,7 @@ def _seed_batch(m: int, shared: bool) -> list:
 
 def case_seeds(cfg, tables, summary):
     k, m, t_end = 8, cfg["seed_m"], cfg["seed_t_end"]
-    integ = make_flow_integrator(preset("tsit5"))
+    integ = flow_integrator(preset("tsit5"))
     adv = eqx.filter_jit(integ.advance)
     init = eqx.filter_jit(integ.init)
     tb = Table(f"8 seeds: one vmapped batch vs 8 sequential solves (tsit5, n = 100, d = 50, m = {m}, t_end = {t_end:g})",

@@ -35,8 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench_core import ROOT, Table, flow_run, fmt, gd_preset, gd_run, interleaved_best, preset, publish, ready, timed  # noqa: E402,E501
-from flowsim.integrate.descent import make_descent_integrator
-from flowsim.integrate.flow import make_flow_integrator
+from flowsim.presets import descent_integrator, flow_integrator
 from flowsim.build import build_run
 from flowsim.config import load_scenario
 from flowsim.models.module import ModuleNet
@@ -74,7 +73,7 @@ def eos_problem(quick: bool):
 
 def reference(problem, p0, horizons) -> dict[float, np.ndarray]:
     """Dopri8 at rtol 1e-11 to each horizon in turn (a step ends on each)."""
-    integ = make_flow_integrator(variant("dopri8-ref", "dopri8", 1e-11))
+    integ = flow_integrator(variant("dopri8-ref", "dopri8", 1e-11))
     advance = eqx.filter_jit(integ.advance)
     state, out = integ.init(problem, p0), {}
     for t in horizons:
@@ -145,7 +144,7 @@ def case_eos(quick: bool, tables, summary):
 def interleaved_wall(problem, p0, t_end: float, rounds: int) -> float:
     """rock4 (rtol 1e-6) ÷ GD (η = 0.9) wall to t_end, each one compiled call, timed in
     interleaved rounds (load from other processes hits both alike), best of `rounds`."""
-    flow, gd = make_flow_integrator(variant("rock4", "rock4", 1e-6)), make_descent_integrator(gd_preset(GD_ETA))
+    flow, gd = flow_integrator(variant("rock4", "rock4", 1e-6)), descent_integrator(gd_preset(GD_ETA))
     calls = {}
     for name, integ, state in (("rock4", flow, flow.init(problem, p0)),
                                ("gd", gd, gd.init(problem, p0, jax.random.PRNGKey(0)))):

@@ -27,8 +27,7 @@ import numpy as np
 
 from bench_core import Table, build, gd_preset, preset, ready, publish  # noqa: E402
 from flowsim import batch
-from flowsim.integrate.descent import make_descent_integrator
-from flowsim.integrate.flow import make_flow_integrator
+from flowsim.presets import descent_integrator, flow_integrator
 
 
 def torch_run(X, y, W0, coef, t_end, ckpts, threads):
@@ -88,8 +87,8 @@ def main(argv=None) -> int:
     problems, params = batch.stack_problems([problem]), batch.stack([p0])
     refs = batch.references(problems, params)
 
-    gd = make_descent_integrator(gd_preset(1.0))
-    flow = make_flow_integrator(preset("tsit5"))
+    gd = descent_integrator(gd_preset(1.0))
+    flow = flow_integrator(preset("tsit5"))
 
     def run_gd():
         s = batch.init(gd, problems, params, batch.stack([jax.random.PRNGKey(0)]))

@@ -26,7 +26,7 @@ from .build import Built, data_seed, dataset_arrays, program_signature
 from .config import Data, Preset, RunSpec, Scenario, to_dict
 from .devices import is_primary, shard, to_host
 from .integrate.base import AbstractIntegrator
-from .integrate.presets import checkpoint_grid, make_integrator
+from .presets import checkpoint_grid, make_integrator
 from .problem import Params
 from .progress import BatchProgress, Progress
 from .observe import observe, reference, series_axes

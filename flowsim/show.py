@@ -13,7 +13,7 @@ from .config import FlowPreset, Scenario
 from .config.files import parse_toml
 from .config.schema import sweep_axes, sweep_key
 from .config.spec import ABSENT, toml_value
-from .integrate.presets import checkpoint_grid
+from .presets import checkpoint_grid
 from .integrate.registry import FLOW_METHODS, FlowMethod
 
 _MIB = 2**20

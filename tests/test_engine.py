@@ -9,9 +9,7 @@ import pytest
 from conftest import make_problem, rel_err
 
 from flowsim import batch, checkpoint, status
-from flowsim.integrate.descent import make_descent_integrator as descent_integrator
-from flowsim.integrate.flow import make_flow_integrator as flow_integrator
-from flowsim.integrate.presets import checkpoint_grid, make_integrator
+from flowsim.presets import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
 from flowsim.integrate.reference import ReferencePair
 from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
 from flowsim.ntg import jacobian_ntg

@@ -20,11 +20,10 @@ from flowsim.archive import ArchiveError
 from flowsim.activations import PIECEWISE_LINEAR
 from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, load_solver
-from flowsim.integrate.descent import make_descent_integrator
 from flowsim.integrate.filippov import (
     FilippovIntegrator, _on, _preactivations, _response, initial_mode, low_slope, projected_ntg, velocity_and_control,
 )
-from flowsim.integrate.flow import make_flow_integrator
+from flowsim.presets import descent_integrator, flow_integrator
 from flowsim.config import Preset, from_dict
 
 from pathlib import Path
@@ -38,7 +37,7 @@ def _typed(preset) -> Preset:
 
 def _gd(problem, params, eta, T):
     """GD at step η to time T (its final state)."""
-    integ = make_descent_integrator(_typed({"kind": "gd", "learning_rate": float(eta)}))
+    integ = descent_integrator(_typed({"kind": "gd", "learning_rate": float(eta)}))
     state, _ = eqx.filter_jit(integ.advance)(problem, integ.init(problem, params, jax.random.PRNGKey(0)), jnp.asarray(T))
     return state
 
@@ -214,7 +213,7 @@ def test_a_window_without_kinks_agrees_with_tsit5_at_rtol_1e_12():
             break
         window, W = t, state.y["W"]
     assert window is not None and window > 1e-3
-    tsit5 = make_flow_integrator(_typed({"kind": "flow", "method": "tsit5", "rtol": 1e-12, "atol": 1e-14}))
+    tsit5 = flow_integrator(_typed({"kind": "flow", "method": "tsit5", "rtol": 1e-12, "atol": 1e-14}))
     tight, _ = eqx.filter_jit(tsit5.advance)(problem, tsit5.init(problem, p0), jnp.asarray(window))
     assert rel_err(W - p0["W"], tight.y["W"] - p0["W"]) < 1e-10
 

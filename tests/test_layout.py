@@ -1,4 +1,5 @@
-"""The package's shape: no module imports one above it (the import graph has no circle)."""
+"""The package's shape: no module imports one above it, and no package either (the import
+graphs of modules and of packages have no circle)."""
 
 import ast
 from pathlib import Path
@@ -66,6 +67,32 @@ def test_the_import_graph_has_no_circle():
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
     assert len(graph) > 40 and graph["flowsim.driver"] >= {"flowsim.batch", "flowsim.config"}
     assert _cycles(graph) == []
+
+
+def _packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between flowsim's packages and top-level modules (`flowsim.config`,
+    `flowsim.integrate`, `flowsim.driver` ...): each module stands for the one it lies in."""
+    def unit(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    out: dict[str, set[str]] = {unit(m): set() for m in graph}
+    for m, targets in graph.items():
+        out[unit(m)] |= {unit(t) for t in targets} - {unit(m)}
+    return out
+
+
+def test_the_package_graph_has_no_circle():
+    modules = _modules()
+    packages = _packages({name: _imports(name, path, modules) for name, path in modules.items()})
+    assert {"flowsim.config", "flowsim.integrate", "flowsim.archive", "flowsim.models"} <= set(packages)
+    assert _cycles(packages) == []
+    # the integrators take plain fields: no preset class, no configuration below them
+    assert "flowsim.config" not in packages["flowsim.integrate"]
+
+
+def test_the_package_graph_finds_a_circle_between_packages():
+    graph = {"p.a.x": {"p.b.y"}, "p.b.y": set(), "p.b.z": {"p.a.w"}, "p.a.w": set()}
+    assert _cycles(graph) == [] and _cycles(_packages(graph)) == [["p.a", "p.b"]]
 
 
 def test_the_cycle_finder_finds_a_circle():

@@ -131,7 +131,7 @@ def final_params_from_archive(config: Config, seed: int, preset: Preset, stored)
 
     from .. import batch, checkpoint
     from ..build import build_run
-    from ..integrate.presets import make_integrator
+    from ..presets import make_integrator
 
     built = build_run(config, seed)
     integ = make_integrator(preset, config.run)

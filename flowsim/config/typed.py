@@ -48,6 +48,7 @@ from ..activations import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..integrate.registry import DISCRETE_KINDS, FLOW_KINDS
 from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
+from ..integrate.registry import steps
 from ..losses import LOSSES as _LOSS_REGISTRY
 from ..observe import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..toml_text import sweep_axes
@@ -791,13 +792,13 @@ def _t_end_on_every_grid(run: dict, key: str, ctx: Ctx) -> None:
     for i, p in enumerate(run["solvers"]):
         if _SOLVER_KIND_REGISTRY[p["kind"]].discrete:
             eta = p["learning_rate"]
-            last = round(t_end / eta) * eta
+            last = steps(t_end, eta) * eta
             if abs(last - t_end) > 1e-9 * t_end:
                 raise ctx.bad(join(key, "t_end"), t_end, f"is not a multiple of the step "
                               f"{show(eta)} of solver {toml_string(p['name'])} "
                               f"(`{key}.solvers[{i}]`): it would end at t = {last:.10g}",
                               f"a t_end that is a whole number of steps of every discrete "
-                              f"solver (e.g. {max(round(t_end / eta), 1) * eta:.10g})")
+                              f"solver (e.g. {max(steps(t_end, eta), 1) * eta:.10g})")
 
 
 @table

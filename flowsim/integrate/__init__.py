@@ -1,12 +1,12 @@
 """Integrators: how the weights move (exact flow, its modified flow, discrete descent).
 
-    registry.py    the solver kinds and flow methods, declared once (no JAX)
+    registry.py    the solver kinds and flow methods, declared once, and t = kη (no JAX)
     base.py        AbstractIntegrator: init, advance, time, and what the driver records
     flow.py        FlowIntegrator: Diffrax, segment by segment, resumable bit for bit
     filippov.py    FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
     reference.py   ReferencePair: a flow beside a tighter reference (its error certificate)
-    presets.py     make_integrator and checkpoint_grid of a typed solver preset
 
-Nothing is imported here, so that reading the registry does not import JAX.
+Nothing is imported here, so that reading the registry does not import JAX. The integrators
+take plain fields: `flowsim.presets` builds them from a solver preset.
 """

@@ -14,10 +14,10 @@ import jax
 import jax.numpy as jnp
 
 from .. import status
-from ..config.typed import DescentPreset
 from ..problem import Params
 from ..problem import Problem
 from .base import AbstractIntegrator
+from .registry import steps
 
 
 class DescentState(eqx.Module):
@@ -55,7 +55,7 @@ class DescentIntegrator(AbstractIntegrator):
 
     def steps_for(self, t):
         """The step count k whose time kη is nearest to `t`."""
-        return jnp.round(jnp.asarray(t) / self.learning_rate).astype(jnp.int64)
+        return steps(t, self.learning_rate, jnp)
 
     def _loss_and_grad(self, problem: Problem, y: Params, key: jax.Array, step: jax.Array):
         if self.batch_size:
@@ -126,11 +126,11 @@ class DescentIntegrator(AbstractIntegrator):
         return False        # a descent runs to its step count, or diverges
 
 
-def make_descent_integrator(preset: DescentPreset) -> DescentIntegrator:
-    """Build the integrator of a `gd`, `momentum` or `sgd` solver preset."""
-    kind = preset.kind
-    return DescentIntegrator(learning_rate=jnp.asarray(float(preset.learning_rate)),
-                             beta=jnp.asarray(float(preset.beta) if kind == "momentum" else 0.0),
-                             divergence_factor=jnp.asarray(float(preset.divergence_factor)),
-                             batch_size=int(preset.batch_size) if kind == "sgd" else 0,
-                             momentum=kind == "momentum")
+def make_descent_integrator(*, learning_rate: float, divergence_factor: float, beta: float | None = None,
+                            batch_size: int | None = None) -> DescentIntegrator:
+    """GD at step `learning_rate`; heavy-ball momentum with `beta`; SGD with `batch_size`."""
+    return DescentIntegrator(learning_rate=jnp.asarray(float(learning_rate)),
+                             beta=jnp.asarray(float(beta) if beta is not None else 0.0),
+                             divergence_factor=jnp.asarray(float(divergence_factor)),
+                             batch_size=int(batch_size) if batch_size is not None else 0,
+                             momentum=beta is not None)

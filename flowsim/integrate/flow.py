@@ -28,7 +28,6 @@ import numpy as np
 import optimistix as optx
 
 from .. import status
-from ..config.typed import FlowPreset
 from ..problem import Params
 from ..problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
@@ -332,39 +331,44 @@ class FlowIntegrator(AbstractIntegrator):
         return steps >= self.max_steps
 
 
-def make_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
-    """Build the integrator of a `flow` or `modified-flow` solver preset."""
-    if preset.method not in FLOW_METHODS:
-        raise ValueError(f"unknown flow method {preset.method!r}; allowed: {', '.join(FLOW_METHODS)}")
-    method = FLOW_METHODS[preset.method]
-    if method.filippov:
-        return FilippovIntegrator(rtol=preset.rtol, atol=preset.atol, max_steps=int(preset.max_steps),
-                                  stop_loss=float(stop_loss), slots=preset.slots)
-    pid = dfx.PIDController(rtol=preset.rtol, atol=preset.atol, pcoeff=preset.pcoeff,
-                            icoeff=preset.icoeff, dtmin=preset.dtmin or None, dtmax=preset.dtmax or None)
+def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float, dtmax: float, max_steps: int,
+                         pcoeff: float, icoeff: float, newton_rtol: float, newton_atol: float,
+                         linear_rtol: float, linear_atol: float, krylov_restart: int, krylov_max_steps: int,
+                         slots: int, rho_every: int, rho_safety: float, learning_rate: float | None = None,
+                         stop_loss: float = 0.0) -> AbstractIntegrator:
+    """The integrator of the gradient flow by `method` (a `FLOW_METHODS` name), or of GD's
+    modified flow at `learning_rate`; the other fields are those of a `flow` preset
+    (`flowsim.config.FlowPreset`, which documents them: dtmin, dtmax 0 = no bound)."""
+    if method not in FLOW_METHODS:
+        raise ValueError(f"unknown flow method {method!r}; allowed: {', '.join(FLOW_METHODS)}")
+    spec = FLOW_METHODS[method]
+    if spec.filippov:
+        return FilippovIntegrator(rtol=rtol, atol=atol, max_steps=int(max_steps), stop_loss=float(stop_loss),
+                                  slots=slots)
+    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
+                            dtmax=dtmax or None)
     probe = None
-    if method.stabilised:
-        solver = Rock4(rho_every=preset.rho_every, rho_safety=preset.rho_safety)
+    if spec.stabilised:
+        solver = Rock4(rho_every=rho_every, rho_safety=rho_safety)
         evals = 0    # per step: the state's stage count
-    elif method.implicit:
+    elif spec.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
         # default VeryChord root finder would build is never formed.
-        newton = optx.Newton(rtol=preset.newton_rtol, atol=preset.newton_atol,
-                             linear_solver=lx.GMRES(rtol=preset.linear_rtol, atol=preset.linear_atol,
-                                                    restart=preset.krylov_restart,
-                                                    max_steps=preset.krylov_max_steps))
-        solver = getattr(dfx, method.diffrax)(root_finder=newton)
+        newton = optx.Newton(rtol=newton_rtol, atol=newton_atol,
+                             linear_solver=lx.GMRES(rtol=linear_rtol, atol=linear_atol, restart=krylov_restart,
+                                                    max_steps=krylov_max_steps))
+        solver = getattr(dfx, spec.diffrax)(root_finder=newton)
         evals = 0
     else:
-        solver = getattr(dfx, method.diffrax)()
+        solver = getattr(dfx, spec.diffrax)()
         tab = solver.tableau
         evals = len(tab.c) + 1 - int(tab.fsal)
         probe = stiffness_probe(tab)
-    field = _modified_velocity(preset.learning_rate) if preset.kind == "modified-flow" else _velocity
+    field = _modified_velocity(learning_rate) if learning_rate is not None else _velocity
     controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
     return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
-                          max_steps=int(preset.max_steps), stop_loss=float(stop_loss), evals_per_step=evals,
+                          max_steps=int(max_steps), stop_loss=float(stop_loss), evals_per_step=evals,
                           stiffness_probe=probe)
 
 

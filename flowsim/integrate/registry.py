@@ -1,13 +1,14 @@
 """The solver kinds and flow methods flowsim knows, declared once.
 
 Validation, the resource estimate, the driver, compare and the plots read these tables;
-no other module spells a list of kinds. Pure Python (no JAX), so that reading an archive
-or validating a scenario does not pay for importing the integrators.
+no other module spells a list of kinds. No JAX, so that reading an archive or validating
+a scenario does not pay for importing the integrators.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -75,3 +76,13 @@ def state_copies(preset) -> int:
     memory estimate."""
     kind = SOLVER_KINDS[preset.kind]
     return kind.state_copies if kind.discrete else FLOW_METHODS[preset.method].state_copies
+
+
+def steps(t: Any, learning_rate: float, xp: Any = None) -> Any:
+    """The step count k of a discrete solver whose time kη is nearest to `t`, halves to even:
+    the one rule by which validation checks `t_end`, the checkpoint grid places a descent's
+    rows and the descent integrator counts its steps. `xp`: numpy for arrays, jax.numpy
+    inside compiled code, None for a Python number (an exact int, however many steps)."""
+    if xp is None:
+        return round(t / learning_rate)
+    return xp.round(xp.asarray(t) / learning_rate).astype(xp.int64)

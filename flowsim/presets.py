@@ -1,28 +1,52 @@
-"""From a typed solver preset to its integrator and its checkpoint grid."""
+"""From a typed solver preset to its integrator and its checkpoint grid.
+
+The integrators (`flowsim.integrate`) take plain fields and know no preset class; this is
+where a preset's fields are handed to them, and where a run's checkpoint times become the
+rows each solver records (a discrete solver's at t = kη, `flowsim.integrate.registry.steps`).
+"""
 
 import dataclasses
 
 import numpy as np
 
-from ..config.typed import DescentPreset, Preset, Run
-from .base import AbstractIntegrator
-from .descent import make_descent_integrator
-from .flow import make_flow_integrator
-from .reference import ReferencePair
+from .config.typed import DescentPreset, FlowPreset, Preset, Run
+from .integrate.base import AbstractIntegrator
+from .integrate.descent import DescentIntegrator, make_descent_integrator
+from .integrate.flow import make_flow_integrator
+from .integrate.reference import ReferencePair
+from .integrate.registry import steps
+
+
+def flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
+    """The integrator of a `flow` or `modified-flow` preset (without its reference)."""
+    p = preset
+    return make_flow_integrator(
+        method=p.method, rtol=p.rtol, atol=p.atol, dtmin=p.dtmin, dtmax=p.dtmax, max_steps=p.max_steps,
+        pcoeff=p.pcoeff, icoeff=p.icoeff, newton_rtol=p.newton_rtol, newton_atol=p.newton_atol,
+        linear_rtol=p.linear_rtol, linear_atol=p.linear_atol, krylov_restart=p.krylov_restart,
+        krylov_max_steps=p.krylov_max_steps, slots=p.slots, rho_every=p.rho_every, rho_safety=p.rho_safety,
+        learning_rate=p.learning_rate if p.kind == "modified-flow" else None, stop_loss=stop_loss)
+
+
+def descent_integrator(preset: DescentPreset) -> DescentIntegrator:
+    """The integrator of a `gd`, `momentum` or `sgd` preset."""
+    return make_descent_integrator(learning_rate=preset.learning_rate, divergence_factor=preset.divergence_factor,
+                                   beta=preset.beta if preset.kind == "momentum" else None,
+                                   batch_size=preset.batch_size if preset.kind == "sgd" else None)
 
 
 def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:
     """The integrator of `preset` in a run whose [run] table is `run`: a descent, a flow,
     or a flow beside its `reference` flow."""
     if isinstance(preset, DescentPreset):
-        return make_descent_integrator(preset)
-    flow = make_flow_integrator(preset, stop_loss=run.stop_loss)
+        return descent_integrator(preset)
+    flow = flow_integrator(preset, stop_loss=run.stop_loss)
     if preset.reference is None:
         return flow
     reference = preset.reference
     if preset.kind == "modified-flow":   # the reference solves the same equation
         reference = dataclasses.replace(reference, kind="modified-flow", learning_rate=preset.learning_rate)
-    return ReferencePair(flow=flow, reference=make_flow_integrator(reference))
+    return ReferencePair(flow=flow, reference=flow_integrator(reference))
 
 
 def checkpoint_grid(preset: Preset, run: Run, horizons: tuple[float, ...] = ()) -> np.ndarray:
@@ -45,9 +69,8 @@ def _grid(preset: Preset, run: Run) -> np.ndarray:
     times = np.concatenate([[0.0], run.checkpoint_times()])
     if isinstance(preset, DescentPreset):
         eta = preset.learning_rate
-        return np.unique(np.round(times / eta).astype(np.int64)) * eta
-    grids = [np.round(times / p.learning_rate).astype(np.int64) * p.learning_rate
-             for p in run.solvers if isinstance(p, DescentPreset)]
+        return np.unique(steps(times, eta, np)) * eta
+    grids = [steps(times, p.learning_rate, np) * p.learning_rate for p in run.solvers if isinstance(p, DescentPreset)]
     if not grids:
         return np.unique(times)
     # Times within rounding of each other (t_end = 1980 beside 2200 × 0.9 = 1980.0000000000002,
