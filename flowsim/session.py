@@ -115,7 +115,7 @@ def _committed_rows(out: Path) -> dict[str, dict[str, int]] | None:
         return None
 
 
-def _check_output_folder(out: Path) -> None:
+def check_output_folder(out: Path) -> None:
     """The archive's folder (or its nearest existing ancestor) must be a writable folder."""
     folder = out.parent if str(out.parent) else Path(".")
     probe = folder
@@ -136,7 +136,7 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
         raise InputError(f"{out} exists; pass --resume to continue it or --overwrite to replace it")
     if resume and not out.exists():
         raise InputError(f"{out} does not exist; nothing to resume (run without --resume)")
-    _check_output_folder(out)
+    check_output_folder(out)
 
 
 def _is_extension(old: dict, new: dict) -> bool:

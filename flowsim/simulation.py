@@ -5,17 +5,18 @@ descent beside it, every checkpoint archived.
                                t_end=100.0, output="runs/mine.h5")
 
 It writes the archive `flowsim run` writes (DESIGN.md §5; `flowsim inspect|plot|compare`
-read it) and returns it opened as `flowsim.open` does. The run settings (solvers,
-checkpoints, observe, seeds, dtype) are validated by the scenario schema, as if they were
-the [run] table of a scenario; the data, model and loss are recorded in the archive by
-their sizes, names and a digest (`ArraysData`, `ModuleModel`), so that resuming with other
+read it) and returns it opened as `flowsim.open` does. It builds the `Config` a scenario
+file would give: the run settings (solvers, checkpoints, observe, seeds, dtype) are checked
+by the specs their classes declare, and the runs by a scenario's rules (filippov's misfits,
+kink warnings); the data, model and loss are Python-valued variants recorded by their
+sizes, names and a digest (`ArraysData`, `ModuleModel`), so that resuming with other
 arrays or another model is refused. Every argument is checked before anything is computed:
 a bad one raises `ValueError` naming the argument and what is allowed.
 """
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import sys
 from collections.abc import Callable, Sequence
@@ -27,7 +28,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .integrate.registry import FLOW_METHODS
 from .losses import LOSSES
 from .observe import OBSERVABLES
 
@@ -199,29 +199,29 @@ def _digest(*arrays) -> str:
     return h.hexdigest()[:16]
 
 
-def _settings(*, name, seeds, dtype, n, d, n_test, t_end, checkpoints, solvers, observe, ntg_points,
-              stop_loss) -> dict:
-    """The resolved [run] table (and seeds, dtype) by the scenario schema, as if a scenario
-    had them; its messages name the argument."""
-    from .config.schema import SCENARIO
+def _settings(*, name, seeds, dtype, t_end, checkpoints, solvers, observe, ntg_points, stop_loss) -> dict:
+    """The scenario-level settings and the [run] table, checked by the specs their classes
+    declare (`flowsim.config.Config`, `Run`) as a scenario's are; the argument names are the
+    keys, so that each message names the argument."""
+    from .config import Config, to_dict
+    from .config.declare import spec_of
+    from .config.schema import RUN
     from .config.spec import Ctx
 
-    run: dict[str, Any] = {"t_end": t_end, "solvers": list(solvers), "observe": list(observe)}
+    ctx = Ctx(file=_SOURCE, base_dir=Path.cwd(), stem=str(name))
+    run: dict[str, Any] = {"t_end": t_end, "observe": observe,
+                           "solvers": [to_dict(p) if dataclasses.is_dataclass(p) else p for p in solvers]}
     for key, value in (("checkpoints", checkpoints), ("ntg_points", ntg_points), ("stop_loss", stop_loss)):
         if value is not None:
             run[key] = value
-    raw = {"name": name, "seeds": list(seeds), "dtype": dtype,
-           # stand-ins, replaced by the user's data and model once the rest is resolved
-           "data": {"kind": "random-labels", "n": n, "d": d, "n_test": n_test},
-           "model": {"kind": "shallow", "width": 1}, "run": run}
-    try:
-        return SCENARIO.check(raw, "", Ctx(file=_SOURCE, base_dir=Path.cwd(), stem=name))
-    except ValueError as err:     # ScenarioError: "flowsim.simulate: `run.t_end` = ..."
-        raise ValueError(str(err).replace("key `run.", "argument `").replace("key `", "argument `")) from None
+    out = {key: spec_of(Config, key).check(value, key, ctx)
+           for key, value in (("name", name), ("seeds", seeds), ("dtype", dtype))}
+    out["run"] = RUN.check(run, "", ctx)
+    return out
 
 
 def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
-    from .session import InputError, _check_output_folder
+    from .session import InputError, check_output_folder
 
     if resume and overwrite:
         raise ValueError(f"{_SOURCE}: `resume` and `overwrite` exclude each other")
@@ -231,7 +231,7 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
     if resume and not out.exists():
         raise _bad("output", str(out), "does not exist (resume=True)", "an archive to resume")
     try:
-        _check_output_folder(out)
+        check_output_folder(out)
     except InputError as err:
         raise ValueError(f"{_SOURCE}: `output`: {err}") from None
 
@@ -259,7 +259,9 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                  Images must be flattened: X.reshape(n, -1), reshaped inside the model.
     loss         a catalog loss ("half-sse", "mse", "cross-entropy") or a function
                  (pred (n, k), y (n, k)) -> scalar (SGD takes it for a mean over samples).
-    solvers      preset names (`flowsim list`) or dicts shaped like a solver file, with "name".
+    solvers      preset names (`flowsim list`), dicts shaped like a solver file with "name", or
+                 preset objects: flowsim.config.FlowPreset(method="tsit5", rtol=1e-8),
+                 DescentPreset(learning_rate=0.1).
     checkpoints  {"count": N, "spacing": "linear" | "log"}, {"every": T} or {"times": [...]}.
     observe      loss, test_loss, accuracy, test_accuracy, ntg, ntg_eig, ntg_change,
                  weight_change (per trainable leaf), unit_change (per unit of every dense
@@ -278,24 +280,17 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     """
     from .archive import open as open_archive_file
     from .build import start_problem
-    from .config import Config, RunSpec, Scenario, from_dict, to_toml
+    from .config import (ArraysData, Config, Loss, ModuleModel, Run, RunSpec, Scenario, ScenarioError, from_dict,
+                         to_dict, to_toml)
+    from .config.load import kink_warnings, refuse_filippov_misfits
     from .data import Dataset
     from .models.module import build_module_run, leaf_paths
     from .precision import enable_x64
     from .session import InputError, Job, open_archive
 
     enable_x64()
-    if dtype not in ("float64", "float32"):
-        raise _bad("dtype", dtype, "is not a dtype flowsim integrates in", "'float64' or 'float32'")
-    jdtype = jnp.float32 if dtype == "float32" else jnp.float64
-    X, y = _pair(data, "data")
-    X_test, y_test = _pair(test, "test") if test is not None else (X[:0], y[:0])
-    if X_test.shape[1:] != X.shape[1:] or y_test.shape[1:] != y.shape[1:]:
-        raise _bad("test", test, f"has X {X_test.shape}, y {y_test.shape} against data X {X.shape}, y {y.shape}",
-                   "test arrays with the columns of `data`")
     if isinstance(seeds, int | str) or not all(isinstance(s, int | np.integer) for s in seeds):
         raise _bad("seeds", seeds, "is not a list of integers", "a list of non-negative integers, e.g. [0, 1]")
-    seeds = [int(s) for s in seeds]
     observe = [observe] if isinstance(observe, str) else list(observe)
     for name_ in observe:
         entry = OBSERVABLES.get(name_)
@@ -306,15 +301,16 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     if {"test_loss", "test_accuracy"} & set(observe) and test is None:
         raise _bad("observe", observe, "asks for a test measure without test data",
                    "pass `test` = (X_test, y_test)")
-    n, d = X.shape
-    resolved = _settings(name=name, seeds=seeds, dtype=dtype, n=n, d=d, n_test=X_test.shape[0], t_end=t_end,
-                         checkpoints=checkpoints, solvers=solvers, observe=observe, ntg_points=ntg_points,
+    resolved = _settings(name=name, seeds=[int(s) for s in seeds], dtype=dtype, t_end=t_end,
+                         checkpoints=checkpoints, solvers=list(solvers), observe=observe, ntg_points=ntg_points,
                          stop_loss=stop_loss)
-    for preset in resolved["run"]["solvers"]:
-        if "method" in preset and FLOW_METHODS[preset["method"]].filippov:
-            raise _bad("solvers", solvers, f"names {preset['name']!r} (method \"filippov\"), which integrates "
-                       "only the shallow ReLU networks of a scenario's [model]",
-                       "flow methods for any model, e.g. \"tsit5\" (\"bosh3-relu\" through ReLU kinks)")
+    jdtype = jnp.float32 if resolved["dtype"] == "float32" else jnp.float64
+    X, y = _pair(data, "data")
+    X_test, y_test = _pair(test, "test") if test is not None else (X[:0], y[:0])
+    if X_test.shape[1:] != X.shape[1:] or y_test.shape[1:] != y.shape[1:]:
+        raise _bad("test", test, f"has X {X_test.shape}, y {y_test.shape} against data X {X.shape}, y {y.shape}",
+                   "test arrays with the columns of `data`")
+    n, d = X.shape
     models, source = _instances(model, resolved["seeds"], jdtype)
     outputs = _outputs(models[0], d, jdtype)
     y, y_test = _targets(y, "data", loss, outputs), _targets(y_test, "test", loss, outputs)
@@ -330,22 +326,28 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                        + (", not all floating arrays" if leaves else ""),
                        "an Equinox filter selecting at least one floating-point array (eqx.is_inexact_array)")
         splits.append((params, frozen))
-    out = Path(output) if output is not None else Path("runs") / f"{resolved['name']}.h5"
-    _check_output(out, resume=resume, overwrite=overwrite)
 
     first = splits[0][0]
-    resolved["data"] = {"kind": "arrays", "seed": 0, "n": n, "d": d, "n_test": X_test.shape[0], "outputs": k,
-                        "digest": _digest(X, y, X_test, y_test)}
     filter_name = getattr(trainable, "__name__", repr(trainable)) if callable(trainable) else \
         "a pytree of booleans"
-    resolved["model"] = {"kind": "module", "source": source, "trainable": filter_name,
-                         "parameters": int(sum(v.size for v in jax.tree.leaves(first))),
-                         "leaves": leaf_paths(first),
-                         "digest": _digest(*(np.asarray(v) for p, _ in splits for v in jax.tree.leaves(p)))}
-    resolved["loss"] = {"kind": loss_kind, **({"function": loss_name} if loss_name else {})}
-    settings = from_dict(Config, resolved)
-    runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", config=copy.deepcopy(resolved), settings=settings)
-            for s in resolved["seeds"]]
+    settings = Config(
+        name=resolved["name"], seeds=tuple(resolved["seeds"]), dtype=resolved["dtype"],
+        data=ArraysData(seed=0, n=n, d=d, n_test=X_test.shape[0], outputs=k, digest=_digest(X, y, X_test, y_test)),
+        model=ModuleModel(source=source, trainable=filter_name, parameters=int(sum(v.size for v in jax.tree.leaves(first))),
+                          leaves=tuple(leaf_paths(first)),
+                          digest=_digest(*(np.asarray(v) for p, _ in splits for v in jax.tree.leaves(p)))),
+        loss=Loss(kind=loss_kind, function=loss_name), run=from_dict(Run, resolved["run"]))
+    runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", config=to_dict(settings), settings=settings)
+            for s in settings.seeds]
+    try:       # the rules a scenario file's runs obey
+        refuse_filippov_misfits(runs, _SOURCE, run_key="")
+    except ScenarioError as err:
+        raise ValueError(str(err)) from None
+    for warning in kink_warnings(runs, _SOURCE):
+        report(warning)
+    out = Path(output) if output is not None else Path("runs") / f"{settings.name}.h5"
+    _check_output(out, resume=resume, overwrite=overwrite)
+    resolved = to_dict(settings)
     text = ("# Written by flowsim.simulate: the data, model and loss came from Python (recorded here\n"
             "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n"
             + to_toml(resolved))
@@ -353,7 +355,7 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
 
     ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)
     built = {r.name: build_module_run(params, frozen, ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,
-                                      ntg_points=resolved["run"]["ntg_points"],
+                                      ntg_points=settings.run.ntg_points,
                                       key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
              for r, (params, frozen) in zip(runs, splits)}
     for r in runs:

@@ -369,3 +369,13 @@ def test_the_readme_classifier_runs_as_written(tmp_path, monkeypatch):
         for solver in ("tsit5", "gd-lr1"):
             loss = np.asarray(run.solvers[solver]["loss"])
             assert run.solvers[solver].status == "done" and loss[-1] < 0.8 * loss[0]
+
+
+def test_presets_written_in_python_are_checked_as_inline_tables(tmp_path):
+    from flowsim.config import FlowPreset
+
+    with pytest.raises(ValueError) as err:
+        _call(tmp_path, solvers=[FlowPreset(method="tsit5", rtol=-1.0)])
+    assert str(err.value) == ("flowsim.simulate: key `solvers[0].rtol` = -1.0 is out of range; "
+                              "allowed: a number > 0")
+    assert not (tmp_path / "bad.h5").exists()

@@ -20,10 +20,10 @@ from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
 from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
 from ..integrate.registry import FLOW_METHODS
-from .spec import ABSENT, Ctx, ScenarioError, toml_value
+from .spec import ABSENT, Ctx, ScenarioError, join, toml_value
 from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
 from .declare import from_dict
-from .typed import Config, FlowPreset, Preset
+from .typed import SHALLOW_KINDS, Config, FlowPreset, Preset
 
 
 KINK_RTOL = 1e-4   # the rtol of the `bosh3-relu` preset, measured to pass ReLU kinks
@@ -69,18 +69,19 @@ def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | 
     if sweep is not None:
         resolved["sweep"] = sweep
     runs = make_runs(points, resolved["seeds"], bool(sweep_axes(sweep)), ctx, sweep)
-    _refuse_filippov_misfits(runs, shown)
+    refuse_filippov_misfits(runs, shown)
     return Scenario(path=abspath, text=text, resolved=resolved,
-                    settings=from_dict(Config, resolved), runs=runs, warnings=_kink_warnings(runs, shown),
+                    settings=from_dict(Config, resolved), runs=runs, warnings=kink_warnings(runs, shown),
                     origins=origins)
 
 
-def _refuse_filippov_misfits(runs: list[RunSpec], shown: str) -> None:
+def refuse_filippov_misfits(runs: list[RunSpec], shown: str, run_key: str = "run") -> None:
     """The Filippov integrator knows one network: shallow (on raw or embedded inputs), a
     piecewise-linear activation, the output layer fixed; and it needs float64 (its crossings
     are located to 2⁻⁴⁰ of a step and its exit slack is 1e-9, both below what float32
     resolves: measured, a float32 run at rtol 1e-5 had other events than float64's and ended
-    of order 1 from it by t = 10)."""
+    of order 1 from it by t = 10). `run_key`: where the [run] keys sit in `shown` ("" for the
+    arguments of `flowsim.simulate`)."""
     for r in runs:
         model = r.settings.model
         for p in r.settings.run.solvers:
@@ -89,8 +90,9 @@ def _refuse_filippov_misfits(runs: list[RunSpec], shown: str) -> None:
             problem = None
             if p.kind != "flow":
                 problem = (f"{p.name}.kind", p.kind, '"flow" (it integrates the gradient flow itself)')
-            elif model.kind not in ("shallow", "embedded"):
-                problem = ("model.kind", model.kind, '"shallow" or "embedded"')
+            elif model.kind not in SHALLOW_KINDS:
+                problem = (join(run_key, "solvers"), [q.name for q in r.settings.run.solvers],
+                           'flow methods for any model, e.g. "tsit5" ("bosh3-relu" through ReLU kinks)')
             elif model.activation not in PIECEWISE_LINEAR:
                 problem = ("model.activation", model.activation, " or ".join(map(toml_value, PIECEWISE_LINEAR)))
             elif getattr(model, "output", "fixed") != "fixed":
@@ -108,7 +110,7 @@ def _refuse_filippov_misfits(runs: list[RunSpec], shown: str) -> None:
                     file=shown, key=key, value=value, allowed=allowed)
 
 
-def _kink_warnings(runs: list[RunSpec], shown: str) -> tuple[str, ...]:
+def kink_warnings(runs: list[RunSpec], shown: str) -> tuple[str, ...]:
     """A non-smooth activation under a tight flow tolerance: the solver shrinks its steps at
     every kink its error estimate sees and crawls (minutes per point, often `max_steps`)."""
     out = {}

@@ -796,7 +796,7 @@ def _t_end_on_every_grid(run: dict, key: str, ctx: Ctx) -> None:
             if abs(last - t_end) > 1e-9 * t_end:
                 raise ctx.bad(join(key, "t_end"), t_end, f"is not a multiple of the step "
                               f"{show(eta)} of solver {toml_string(p['name'])} "
-                              f"(`{key}.solvers[{i}]`): it would end at t = {last:.10g}",
+                              f"(`{join(key, f'solvers[{i}]')}`): it would end at t = {last:.10g}",
                               f"a t_end that is a whole number of steps of every discrete "
                               f"solver (e.g. {max(steps(t_end, eta), 1) * eta:.10g})")
 

@@ -1,0 +1,90 @@
+"""A setting is declared once: a field added to a table's class, and nothing else, is
+validated, documented, shown, stored and resumed.
+
+The field goes into a copy of the package (a `run.note` string beside `run.stop_loss`), and
+the copy runs in its own process: validation, the key reference, `flowsim show`, a run into
+an archive and its `--resume` all read it from that one line."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIELD = '''    note: str = setting(Str(default=""), "a note kept with the run")
+'''
+SCRIPT = r'''
+import json, sys
+from flowsim.cli import main
+from flowsim.config import ScenarioError, load_scenario
+from flowsim.config.reference import markdown
+
+out = {"doc": [line for line in markdown().splitlines() if "`run.note`" in line]}
+try:
+    load_scenario("tiny.toml", ["run.note=5"])
+except ScenarioError as err:
+    out["error"] = [str(err), err.file, err.key]
+out["default"] = load_scenario("tiny.toml").settings.run.note
+out["codes"] = [main(args) for args in (
+    ["show", "tiny.toml", "--set", "run.note=hello"],
+    ["run", "tiny.toml", "-q", "-o", "a.h5", "--set", "run.note=hello", "--set", "run.t_end=2.0",
+     "--set", "run.solvers=[\"gd-lr1\"]", "--set", "seeds=[0]"],
+    ["run", "tiny.toml", "-q", "-o", "a.h5", "--resume", "--set", "run.note=hello", "--set", "run.t_end=2.0",
+     "--set", "run.solvers=[\"gd-lr1\"]", "--set", "seeds=[0]"],
+    ["run", "tiny.toml", "-q", "-o", "a.h5", "--resume", "--set", "run.note=other", "--set", "run.t_end=2.0",
+     "--set", "run.solvers=[\"gd-lr1\"]", "--set", "seeds=[0]"])]
+import flowsim.archive
+with flowsim.archive.open("a.h5") as arch:
+    out["stored"] = [run.params["run"]["note"] for run in arch.runs.values()]
+print("RESULT " + json.dumps(out))
+'''
+
+
+@pytest.mark.slow
+def test_a_field_added_to_a_class_is_validated_documented_shown_stored_and_resumed(tmp_path):
+    for name in ("flowsim", "solvers", "scenarios"):
+        shutil.copytree(ROOT / name, tmp_path / name, ignore=shutil.ignore_patterns("__pycache__"))
+    typed = tmp_path / "flowsim" / "config" / "typed.py"
+    text = typed.read_text(encoding="utf-8")
+    anchor = '''                               "> 0: a flow stops (status `stopped`) once the loss falls to this value")
+'''
+    assert text.count(anchor) == 1
+    typed.write_text(text.replace(anchor, anchor + FIELD), encoding="utf-8")
+    shutil.copy(ROOT / "tests" / "scenarios" / "tiny.toml", tmp_path / "tiny.toml")
+    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.split("RESULT ", 1)[1])
+    # validated, with the message contract (file, dotted key, value, allowed)
+    message, file, key = result["error"]
+    assert file == "--set" and key == "run.note"
+    assert message == "--set: key `run.note` = 5 has the wrong type (integer); allowed: a string"
+    # documented
+    assert result["doc"] == ['| `run.note` | all | a string | `""` | a note kept with the run |']
+    # shown, with where its value came from
+    assert 'run.note = "hello"' in done.stdout and "--set run.note=hello" in done.stdout
+    # stored, resumed with the same value, refused with another
+    assert result["default"] == "" and result["stored"] == ["hello", "hello"]   # two sweep points
+    assert result["codes"][:3] == [0, 0, 0] and result["codes"][3] != 0
+    assert '`run.note`: "hello" -> "other"' in done.stderr
+
+
+def test_presets_written_in_python_are_the_presets_a_file_gives():
+    """A preset class's defaults are the ones validation fills in: `FlowPreset(method=...,
+    rtol=...)` equals the inline table with those two keys, and a kind-specific key has its
+    default for its kind only."""
+    from flowsim.config import DescentPreset, FlowPreset, Preset, from_dict, load_solver, to_dict
+
+    preset = FlowPreset(method="tsit5", rtol=1e-8)
+    assert preset == from_dict(Preset, load_solver({"name": "tsit5", "kind": "flow", "method": "tsit5", "rtol": 1e-8}))
+    assert preset.name == "tsit5" and preset.reference is None and preset.learning_rate is None
+    assert to_dict(FlowPreset(name="m", kind="modified-flow", learning_rate=0.5)) == load_solver(
+        {"name": "m", "kind": "modified-flow", "learning_rate": 0.5})
+    for kind, beta, batch_size in (("gd", None, None), ("momentum", 0.9, None), ("sgd", None, 64)):
+        p = DescentPreset(kind=kind, learning_rate=0.1)
+        assert (p.name, p.beta, p.batch_size, p.divergence_factor) == (kind, beta, batch_size, 1e8)
+        assert to_dict(p) == load_solver({"name": kind, "kind": kind, "learning_rate": 0.1})
