@@ -1,4 +1,5 @@
-"""Activation functions by name, declared once: `ACTIVATIONS` is the registry.
+"""Activation functions by name: `ACTIVATIONS` is the registry (the names and what validation
+knows of them are declared in `flowsim.kinds`).
 
 Every activation is an elementwise JAX function. Derivatives come from `jax.jvp` with a
 unit tangent (elementwise, so one forward-mode pass), which keeps one source of truth for
@@ -15,10 +16,12 @@ import jax
 import jax.numpy as jnp
 
 from . import plugins
+from .kinds import ACTIVATIONS as _KINDS
+from .kinds import LEAKY_RELU_SLOPE as LEAKY_RELU_SLOPE
+from .kinds import PIECEWISE_LINEAR as PIECEWISE_LINEAR
+from .kinds import SMOOTH as SMOOTH
 
 Elementwise = Callable[[jax.Array], jax.Array]
-
-LEAKY_RELU_SLOPE = 0.01
 
 
 def _derivative_of(sigma: Elementwise) -> Elementwise:
@@ -32,11 +35,7 @@ def _derivative_of(sigma: Elementwise) -> Elementwise:
 class Activation:
     name: str
     fn: Elementwise
-    # σ' continuous: κ_n uses Gauss–Hermite quadrature. The others are piecewise linear
-    # (relu, leaky-relu), whose κ_n has the arc-cosine closed form.
-    smooth: bool
-    # σ' on the negative side of a piecewise-linear activation (σ' is 1 on the positive
-    # side): what the Filippov integrator needs to know of it. None for the others.
+    smooth: bool                    # (see flowsim.kinds.ActivationKind)
     low_slope: float | None = None
     derivative: Elementwise = field(init=False)   # elementwise σ' (σ'(0) = 0 for relu, as JAX defines it)
 
@@ -44,22 +43,19 @@ class Activation:
         object.__setattr__(self, "derivative", _derivative_of(self.fn))
 
 
-ACTIVATIONS: dict[str, Activation] = {a.name: a for a in (
-    Activation("relu", jax.nn.relu, smooth=False, low_slope=0.0),
-    Activation("leaky-relu", lambda z: jax.nn.leaky_relu(z, LEAKY_RELU_SLOPE), smooth=False,
-               low_slope=LEAKY_RELU_SLOPE),
-    Activation("swish", jax.nn.swish, smooth=True),
-    Activation("tanh", jnp.tanh, smooth=True),
-    Activation("sigmoid", jax.nn.sigmoid, smooth=True),
-    Activation("softplus", jax.nn.softplus, smooth=True),
-    Activation("gelu", lambda z: jax.nn.gelu(z, approximate=False), smooth=True),
-    Activation("identity", lambda z: z, smooth=True),
-)}
-
-# The names whose κ_n needs quadrature (flowsim.theory picks its method by this set).
-SMOOTH = frozenset(name for name, a in ACTIVATIONS.items() if a.smooth)
-# The piecewise-linear ones, with σ' on the negative side (flowsim.integrate.filippov).
-PIECEWISE_LINEAR = {name: a.low_slope for name, a in ACTIVATIONS.items() if a.low_slope is not None}
+_FUNCTIONS: dict[str, Elementwise] = {
+    "relu": jax.nn.relu,
+    "leaky-relu": lambda z: jax.nn.leaky_relu(z, LEAKY_RELU_SLOPE),
+    "swish": jax.nn.swish,
+    "tanh": jnp.tanh,
+    "sigmoid": jax.nn.sigmoid,
+    "softplus": jax.nn.softplus,
+    "gelu": lambda z: jax.nn.gelu(z, approximate=False),
+    "identity": lambda z: z,
+}
+# Every activation flowsim.kinds declares, with its function.
+ACTIVATIONS: dict[str, Activation] = {name: Activation(name, _FUNCTIONS[name], smooth=k.smooth,
+                                                       low_slope=k.low_slope) for name, k in _KINDS.items()}
 
 
 @functools.cache

@@ -1,4 +1,4 @@
-"""Training losses, declared once: `LOSSES` is the registry. The loss kind sets the time
+"""Training losses: `LOSSES` is the registry (the names are declared in `flowsim.kinds`). The loss kind sets the time
 scale of the flow, so it is always explicit.
 
 All take predictions and targets of shape (n, k) (k = 1 for scalar regression).
@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from . import plugins
+from .kinds import LOSSES as _KINDS
 
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
 
@@ -35,16 +36,12 @@ def cross_entropy(pred: jax.Array, y: jax.Array) -> jax.Array:
 class Loss:
     name: str
     fn: LossFn
-    # A sum over samples: a mini-batch of size B estimates it after scaling by n/B; the
-    # mean-type losses need no scaling.
-    sum_over_samples: bool
+    sum_over_samples: bool      # (see flowsim.kinds.LossKind)
 
 
-LOSSES: dict[str, Loss] = {loss.name: loss for loss in (
-    Loss("half-sse", half_sse, sum_over_samples=True),
-    Loss("mse", mse, sum_over_samples=False),
-    Loss("cross-entropy", cross_entropy, sum_over_samples=False),
-)}
+_FUNCTIONS: dict[str, LossFn] = {"half-sse": half_sse, "mse": mse, "cross-entropy": cross_entropy}
+# Every loss flowsim.kinds declares, with its function.
+LOSSES: dict[str, Loss] = {name: Loss(name, _FUNCTIONS[name], k.sum_over_samples) for name, k in _KINDS.items()}
 
 
 @functools.cache

@@ -20,6 +20,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from .kinds import OBSERVABLES as KINDS
 from .problem import Params, Problem
 from .stability import gn_sharpness, sharpness
 
@@ -51,7 +52,11 @@ class Observable:
     series: dict[str, tuple[str, ...]]     # series it writes -> axis names of one checkpoint's value
     row_size: Callable[[int, int, int], int]   # (m, p, d) -> values per checkpoint row (disk estimate)
     fn: Callable[[Snapshot], dict[str, jax.Array]]
-    family: str = ""     # "shallow": defined for the one-hidden-layer networks only
+
+    @property
+    def family(self) -> str:
+        """"shallow": defined for the one-hidden-layer networks only (`flowsim.kinds`)."""
+        return KINDS[self.name].family
 
 
 def _accuracy(pred: jax.Array, y: jax.Array) -> jax.Array:
@@ -82,7 +87,7 @@ def _scalar_row(m: int, p: int, d: int) -> int:
     return 2   # the estimate counts two values per scalar observable (an upper bound)
 
 
-# In the order validation lists them. The change measures (ntg_change, weight_change)
+# In the order flowsim.kinds declares them (the order validation lists them). The change measures (ntg_change, weight_change)
 # read the run's `Reference`.
 OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("loss", {"loss": ()}, _scalar_row,
@@ -107,8 +112,7 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
                lambda s: {"unit_change": s.problem.net.unit_change(s.params, s.ref.params0)}),
     # Caron et al.'s node importance λ_j‖w_j‖²
     Observable("importance", {"importance": ("node",)}, lambda m, p, d: m,
-               lambda s: {"importance": s.problem.net.lam * jnp.sum(s.params["W"] ** 2, axis=-1)},
-               family="shallow"),
+               lambda s: {"importance": s.problem.net.lam * jnp.sum(s.params["W"] ** 2, axis=-1)}),
     Observable("weights", {"weights": ("node", "feature")}, lambda m, p, d: m * d,
                lambda s: {"weights": s.problem.net.weights(s.params)}),
     # rate·λ_max of the loss Hessian (Lanczos) and of its Gauss–Newton part: GD with step η
@@ -117,7 +121,7 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("gn_sharpness", {"gn_sharpness": ()}, _scalar_row,
                lambda s: {"gn_sharpness": gn_sharpness(s.problem, s.params)}),
     # preactivations h_i(x) = w_i·x/√d at two probes: the first training and first test point
-    Observable("hidden", {"hidden": ("node", "probe")}, lambda m, p, d: 2 * m, _hidden, family="shallow"),
+    Observable("hidden", {"hidden": ("node", "probe")}, lambda m, p, d: 2 * m, _hidden),
 )}
 
 

@@ -183,3 +183,26 @@ def test_every_solver_kind_and_flow_method_validates_and_is_estimated(preset, ne
     est = estimate(cfg)
     assert est["copies"] == state_copies(solver) > 0
     assert est["memory"] > 0 and est["disk"] > 0
+
+
+def test_every_declared_kind_has_its_implementation_in_order():
+    """flowsim.kinds declares the names (and what validation knows of them) without JAX;
+    the implementing registries hold exactly those names, in that order."""
+    from flowsim import kinds
+
+    for declared, implemented in ((kinds.ACTIVATIONS, ACTIVATIONS), (kinds.LOSSES, LOSSES),
+                                  (kinds.OBSERVABLES, OBSERVABLES)):
+        assert list(implemented) == list(declared)
+    assert all(ACTIVATIONS[n].smooth == k.smooth and ACTIVATIONS[n].low_slope == k.low_slope
+               for n, k in kinds.ACTIVATIONS.items())
+    assert [n for n, o in OBSERVABLES.items() if o.family] == ["importance", "hidden"]
+
+
+def test_the_configuration_imports_no_jax():
+    import subprocess
+    import sys
+
+    code = ("import sys, flowsim.config, flowsim.config.reference\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'equinox')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import plugins
-from ..activations import PIECEWISE_LINEAR, SMOOTH
+from ..kinds import PIECEWISE_LINEAR, SMOOTH
 from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
 from .schema import SCENARIO, load_preset, sweep_axes, sweep_key

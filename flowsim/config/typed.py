@@ -8,8 +8,8 @@ that relate two keys (``low < high``, ``k <= width``, checkpoint times within ``
 (`flowsim.config.schema`), the key reference (docs/scenario-keys.md), the typed defaults a
 Python caller relies on (`FlowPreset(method="tsit5", rtol=1e-8)`), `flowsim show` and the
 archive's JSON (`to_dict`). The kinds accepted come from the registries where they are
-implemented (solver kinds and flow methods from `flowsim.integrate.registry`, activations
-from `flowsim.activations`, losses from `flowsim.losses`).
+declared (solver kinds and flow methods in `flowsim.integrate.registry`; activations,
+losses and observables in `flowsim.kinds`): no JAX is imported here.
 
 Tagged tables are one class per `kind` (`SphereSineData`, `AsymmetricScaling` ...); solver
 presets are `FlowPreset` for the continuous kinds and `DescentPreset` for the discrete ones.
@@ -44,13 +44,13 @@ from typing import Any, ClassVar, Literal, Union
 import numpy as np
 
 from .. import plugins
-from ..activations import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..integrate.registry import DISCRETE_KINDS, FLOW_KINDS
 from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..integrate.registry import steps
-from ..losses import LOSSES as _LOSS_REGISTRY
-from ..observe import OBSERVABLES as _OBSERVABLE_REGISTRY
+from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
+from ..kinds import LOSSES as _LOSS_REGISTRY
+from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..toml_text import sweep_axes
 from .catalog import solvers_dir
 from .declare import Frozen, Kinds, freeze, setting, table, table_spec, tagged_spec, to_dict

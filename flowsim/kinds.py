@@ -1,0 +1,64 @@
+"""The activations, losses and observables flowsim implements, declared with what validation
+needs to know of them: no JAX, so that validating a scenario or reading an archive does not
+import it.
+
+`flowsim.activations`, `flowsim.losses` and `flowsim.observe` attach an implementation to
+each name here, in this order (the order of every "allowed: ..." text); a name without one
+fails `tests/test_registries.py`.
+"""
+
+from dataclasses import dataclass
+
+LEAKY_RELU_SLOPE = 0.01
+
+
+@dataclass(frozen=True)
+class ActivationKind:
+    name: str
+    # σ' continuous: κ_n uses Gauss–Hermite quadrature. The others are piecewise linear
+    # (relu, leaky-relu), whose κ_n has the arc-cosine closed form.
+    smooth: bool
+    # σ' on the negative side of a piecewise-linear activation (σ' is 1 on the positive
+    # side): what the Filippov integrator needs to know of it. None for the others.
+    low_slope: float | None = None
+
+
+ACTIVATIONS: dict[str, ActivationKind] = {a.name: a for a in (
+    ActivationKind("relu", smooth=False, low_slope=0.0),
+    ActivationKind("leaky-relu", smooth=False, low_slope=LEAKY_RELU_SLOPE),
+    *(ActivationKind(name, smooth=True) for name in ("swish", "tanh", "sigmoid", "softplus", "gelu", "identity")),
+)}
+# The names whose κ_n needs quadrature (flowsim.theory picks its method by this set).
+SMOOTH = frozenset(name for name, a in ACTIVATIONS.items() if a.smooth)
+# The piecewise-linear ones, with σ' on the negative side (flowsim.integrate.filippov).
+PIECEWISE_LINEAR = {name: a.low_slope for name, a in ACTIVATIONS.items() if a.low_slope is not None}
+
+
+@dataclass(frozen=True)
+class LossKind:
+    name: str
+    # A sum over samples: a mini-batch of size B estimates it after scaling by n/B; the
+    # mean-type losses need no scaling.
+    sum_over_samples: bool
+
+
+LOSSES: dict[str, LossKind] = {k.name: k for k in (
+    LossKind("half-sse", sum_over_samples=True),
+    LossKind("mse", sum_over_samples=False),
+    LossKind("cross-entropy", sum_over_samples=False),
+)}
+
+
+@dataclass(frozen=True)
+class ObservableKind:
+    name: str
+    family: str = ""     # "shallow": defined for the one-hidden-layer networks only
+
+
+OBSERVABLES: dict[str, ObservableKind] = {o.name: o for o in (
+    *map(ObservableKind, ("loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change",
+                          "weight_change", "unit_change")),
+    ObservableKind("importance", family="shallow"),
+    *map(ObservableKind, ("weights", "sharpness", "gn_sharpness")),
+    ObservableKind("hidden", family="shallow"),
+)}
