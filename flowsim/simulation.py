@@ -337,7 +337,7 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                           leaves=tuple(leaf_paths(first)),
                           digest=_digest(*(np.asarray(v) for p, _ in splits for v in jax.tree.leaves(p)))),
         loss=Loss(kind=loss_kind, function=loss_name), run=from_dict(Run, resolved["run"]))
-    runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", config=to_dict(settings), settings=settings)
+    runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", settings=settings)
             for s in settings.seeds]
     try:       # the rules a scenario file's runs obey
         refuse_filippov_misfits(runs, _SOURCE, run_key="")
@@ -347,11 +347,10 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
         report(warning)
     out = Path(output) if output is not None else Path("runs") / f"{settings.name}.h5"
     _check_output(out, resume=resume, overwrite=overwrite)
-    resolved = to_dict(settings)
     text = ("# Written by flowsim.simulate: the data, model and loss came from Python (recorded here\n"
             "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n"
-            + to_toml(resolved))
-    scenario = Scenario(path=_SOURCE, text=text, resolved=resolved, settings=settings, runs=runs)
+            + to_toml(to_dict(settings)))
+    scenario = Scenario(path=_SOURCE, text=text, settings=settings, runs=runs)
 
     ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)
     built = {r.name: build_module_run(params, frozen, ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,

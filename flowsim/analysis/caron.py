@@ -1,6 +1,6 @@
 """Caron et al. analyses run on trained networks: pruning, transfer, PCA of features.
 
-A scenario asks for them in an ``[analysis]`` table (see `flowsim.config.schema.ANALYSIS`)::
+A scenario asks for them in an ``[analysis]`` table (see `flowsim.config.Analysis`)::
 
     [analysis]
     prune = { points = 41, importance = ["weight", "lambda"] }     # or prune = true
@@ -22,14 +22,11 @@ import dataclasses
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
-from ..config.schema import ANALYSIS, ANALYSIS_TABLES
-from ..config.spec import Ctx
 from ..config.declare import from_dict
-from ..config.typed import Analysis, Config, Preset
+from ..config.typed import Analysis, Config, PcaAnalysis, Preset, PruneAnalysis, TransferAnalysis
 from . import pca as _pca
 from . import prune as _prune
 from . import transfer as _transfer
@@ -163,7 +160,7 @@ def analyze_archive(path, *, only: list[str] | None = None, force: bool = False,
                              "--force to run every analysis with its defaults anyway")
         for run in a.runs.values():
             config = configs[run.name]
-            cfg = config.analysis or from_dict(Analysis, resolve_analysis(None, all_on=True))
+            cfg = config.analysis or Analysis(prune=PruneAnalysis(), transfer=TransferAnalysis(), pca=PcaAnalysis())
             if only:
                 cfg = dataclasses.replace(cfg, **{k: dataclasses.replace(t, enabled=t.enabled and k in only)
                                                   for k, t in _tables(cfg).items()})
@@ -188,8 +185,3 @@ def analyze_archive(path, *, only: list[str] | None = None, force: bool = False,
     return count
 
 
-def resolve_analysis(raw, *, all_on: bool = False) -> dict:
-    """Fill defaults of an [analysis] table (bool shorthands allowed), as the scenario
-    schema does; with `all_on`, the analyses it leaves out are on."""
-    raw = {**({name: True for name in ANALYSIS_TABLES} if all_on else {}), **(raw or {})}
-    return ANALYSIS.check(raw, "analysis", Ctx(file="[analysis]", base_dir=Path.cwd()))

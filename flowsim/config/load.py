@@ -1,8 +1,8 @@
 """Loading: a scenario file (plus ``--set`` overrides) into a `Scenario`, a preset into a dict.
 
-A `Scenario` holds the resolved form (every default filled in, solver presets inlined,
-relative paths made absolute), the same as a typed `Config`, and one `RunSpec` per sweep
-point and seed.  Every mistake in the input is a `ScenarioError`, raised before any
+A `Scenario` holds the typed `Config` of the resolved form (every default filled in, solver
+presets inlined, relative paths made absolute) and one `RunSpec` per sweep point and seed;
+below the loader nothing sees a scenario dict but the archive's JSON (`to_dict`).  Every mistake in the input is a `ScenarioError`, raised before any
 computation, whose message names the file, the dotted key, the offending value and what
 is allowed.
 """
@@ -22,7 +22,7 @@ from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
 from ..integrate.registry import FLOW_METHODS
 from .spec import ABSENT, Ctx, ScenarioError, join, toml_value
 from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
-from .declare import from_dict
+from .declare import from_dict, to_dict
 from .typed import SHALLOW_KINDS, Config, FlowPreset, Preset
 
 
@@ -31,16 +31,19 @@ KINK_RTOL = 1e-4   # the rtol of the `bosh3-relu` preset, measured to pass ReLU 
 
 @dataclass(frozen=True)
 class Scenario:
-    """A validated scenario: its file, raw text, resolved form (`resolved`, a dict; the
-    same typed: `settings`) and runs (point-major)."""
+    """A validated scenario: its file, raw text, typed `settings` and runs (point-major)."""
 
     path: str
     text: str
-    resolved: dict
     settings: Config
     runs: list[RunSpec]
     warnings: tuple[str, ...] = ()   # valid, but probably not what was meant (printed by `run`)
     origins: Mapping[str, str] = field(default_factory=dict)   # dotted key -> the --set that set it
+
+    @property
+    def resolved(self) -> dict:
+        """`settings` as the resolved dict the archive stores as JSON and `--resume` compares."""
+        return to_dict(self.settings)
 
 
 def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | Path | None = None,
@@ -70,8 +73,7 @@ def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | 
         resolved["sweep"] = sweep
     runs = make_runs(points, resolved["seeds"], bool(sweep_axes(sweep)), ctx, sweep)
     refuse_filippov_misfits(runs, shown)
-    return Scenario(path=abspath, text=text, resolved=resolved,
-                    settings=from_dict(Config, resolved), runs=runs, warnings=kink_warnings(runs, shown),
+    return Scenario(path=abspath, text=text, settings=from_dict(Config, resolved), runs=runs, warnings=kink_warnings(runs, shown),
                     origins=origins)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from .overrides import assign, kind_first
 from .schema import MAX_RUNS, SCENARIO, sweep_axes, sweep_key
 from .spec import ABSENT, Ctx, toml_key, toml_value
-from .declare import from_dict
+from .declare import from_dict, to_dict
 from .typed import Config
 
 
@@ -21,16 +21,20 @@ class RunSpec:
 
     ``name`` is the archive group: ``seed{seed}`` without a sweep, else
     ``p{i}-seed{seed}`` with ``i`` zero-padded to the width of the point count.
-    ``config`` is the resolved scenario of this point (no [sweep] table), ``settings`` the
-    same as a typed `Config` (shared by the seeds of a point: it is frozen).
+    ``settings`` is the typed `Config` of this point (no [sweep] table; shared by the seeds
+    of a point: it is frozen).
     """
 
     name: str
     point: int
     seed: int
     label: str
-    config: dict
     settings: Config
+
+    @property
+    def config(self) -> dict:
+        """`settings` as the resolved dict the archive stores as the run's JSON."""
+        return to_dict(self.settings)
 
 
 def point_indices(sweep: dict | None) -> list[tuple[int, ...]]:
@@ -109,7 +113,6 @@ def make_runs(points: list[tuple[str, dict]], seeds: list[int], swept: bool,
         settings = from_dict(Config, config)
         for seed in seeds:
             name = f"p{i:0{width}d}-seed{seed}" if swept else f"seed{seed}"
-            runs.append(RunSpec(name=name, point=i, seed=seed, label=label,
-                                config=copy.deepcopy(config), settings=settings))
+            runs.append(RunSpec(name=name, point=i, seed=seed, label=label, settings=settings))
     return runs
 
