@@ -88,3 +88,15 @@ def test_presets_written_in_python_are_the_presets_a_file_gives():
         p = DescentPreset(kind=kind, learning_rate=0.1)
         assert (p.name, p.beta, p.batch_size, p.divergence_factor) == (kind, beta, batch_size, 1e8)
         assert to_dict(p) == load_solver({"name": kind, "kind": kind, "learning_rate": 0.1})
+
+
+def test_the_default_analysis_tables_are_the_ones_validation_fills_in():
+    """`flowsim analyze --force` gives a scenario without [analysis] every analysis with
+    the declared defaults: the tables validation makes of `prune = true` and so on."""
+    from flowsim.config import Analysis, PcaAnalysis, PruneAnalysis, TransferAnalysis, to_dict
+    from flowsim.config.schema import ANALYSIS
+    from flowsim.config.spec import Ctx
+
+    every = ANALYSIS.check({"prune": True, "transfer": True, "pca": True}, "analysis",
+                           Ctx(file="x.toml", base_dir=ROOT))
+    assert to_dict(Analysis(prune=PruneAnalysis(), transfer=TransferAnalysis(), pca=PcaAnalysis())) == every
