@@ -11,8 +11,7 @@ import numpy as np
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
 from .format import attr_str, decode_root_attrs, loads, read_arrays, run_params, series_spec
 from .lock import writer_pid
-from .recovery import (damaged, is_read_failure, open_h5_readonly, repair_stale, require_flowsim,
-                       warnings_unless_failed)
+from .recovery import damaged, is_read_failure, open_h5_readonly, require_flowsim, warnings_unless_failed
 
 
 INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with no live writer
@@ -21,10 +20,8 @@ INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with 
 def open(path) -> "Archive":  # noqa: A001 - re-exported as flowsim.open
     """Open an archive read-only (works while it is written and after a killed writer).
 
-    A file a killed writer left "open for write" is first rebuilt with its committed rows
-    when no writer holds its lock (what `--resume` would do first), so that plain h5py and
-    xarray read it too; where that cannot be done it is read as it is."""
-    repair_stale(os.fspath(path))
+    Never changes the file's bytes: a file a writer killed inside a write left "open for
+    write" is read as it is (its repair is `--resume`'s)."""
     return Archive(path)
 
 
