@@ -360,12 +360,8 @@ class ArchiveWriter:
         rows = self._validate_values(key, s.spec, values)
         if s.discrete and step is None:
             raise ArchiveError(f"{self.path}: {key} is discrete: append needs step")
-        nbytes = sum(r.nbytes for r in rows.values()) + 16
-        # Room for every row the next write will add (checked now, so that a full disk
-        # stops the run at this row and the driver's rescue commits the rows before it).
-        _ensure_room(self.path, self._pending_bytes() + nbytes)
         s.pending.append((float(t), None if step is None else int(step), rows))
-        s.pending_bytes += nbytes
+        s.pending_bytes += sum(r.nbytes for r in rows.values()) + 16
         if checkpoint is not None:
             self.commit(run, solver, checkpoint=checkpoint, checkpoint_attrs=checkpoint_attrs or {})
         elif self._pending_bytes() > SPILL_BYTES:
@@ -380,6 +376,10 @@ class ArchiveWriter:
         blob = dumps(checkpoint_attrs).encode()
         if not checkpoint_fits(s.layout, arrays, len(blob)):
             self._rebuild_checkpoint(run, solver, s, arrays, len(blob))
+        # Room for the rows, checked before anything is written: a full disk leaves the
+        # file as its last commit left it. (Not at `append`: a run stopped by a full disk
+        # in the middle of its rows would commit them with the state before them.)
+        _ensure_room(self.path, s.pending_bytes)
         with self.commits():
             f = self._open_commit()
             g = f[f"runs/{run}/{solver}"]
@@ -422,6 +422,7 @@ class ArchiveWriter:
 
     def _spill(self) -> None:
         """Write every solver's pending rows without a commit (bounded memory)."""
+        _ensure_room(self.path, self._pending_bytes())
         with self.commits():
             f = self._open_commit()
             for (run, solver), s in self._solvers.items():
