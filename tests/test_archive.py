@@ -386,6 +386,8 @@ def test_a_writer_killed_between_writes_leaves_a_file_plain_h5py_and_xarray_open
     path = tmp_path / "killed.h5"
     proc = _sample_writer(path, 5)          # stops after committing row 5
     _wait_line(proc, "done 5")
+    with h5py.File(path, "r") as f:         # the writer lives: between its writes, the file is closed
+        assert f["runs/r0/gd/t"].shape == (6,)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert _write_flags(path) == 0
@@ -399,7 +401,7 @@ def test_a_writer_killed_between_writes_leaves_a_file_plain_h5py_and_xarray_open
         np.testing.assert_array_equal(ds["ntg"].values[5], rows(5)["ntg"])
     with A.open(path) as a:
         check_rows(a.runs["r0"].solvers["gd"], 6)
-        assert a.runs["r0"].solvers["gd"].interrupted
+        assert a.runs["r0"].solvers["gd"].interrupted and not a.killed_inside_write
     assert path.read_bytes() == before
     with A.ArchiveWriter.resume(path) as w:       # and it resumes as before
         assert w.n_checkpoints("r0", "gd") == 6
@@ -427,6 +429,7 @@ def test_a_writer_killed_inside_a_commit_is_read_as_it_is_and_repaired_by_resume
             h5py.File(path, "r")
         before = path.read_bytes()
         with A.open(path) as a:
+            assert a.killed_inside_write
             n = a.runs["r0"].solvers["gd"].n_checkpoints
             assert n == (6 if delay < 0.6 else 9)
             check_rows(a.runs["r0"].solvers["gd"], n)
@@ -436,6 +439,58 @@ def test_a_writer_killed_inside_a_commit_is_read_as_it_is_and_repaired_by_resume
         assert _write_flags(path) == 0 and not os.path.exists(str(path) + ".rebuild")
         with h5py.File(path, "r") as f:
             assert f["runs/r0/gd/loss"].shape == (n,)
+
+
+def test_rows_beyond_spill_bytes_are_written_early_and_read_only_once_committed(tmp_path, monkeypatch):
+    """Rows wait in memory until a commit; beyond SPILL_BYTES they are written out without
+    a commit record: readers still see only the committed rows, the next commit takes
+    them, and a close drops those never committed."""
+    from flowsim.archive import writer as W
+
+    row = sum(np.asarray(v).nbytes for v in rows(0).values()) + 16    # with t and step
+    monkeypatch.setattr(W, "SPILL_BYTES", int(3.5 * row))
+    path = tmp_path / "a.h5"
+    with make(path) as w:
+        add_solver(w)
+        append_k(w, 0)
+        for k in range(1, 5):      # the 4th row passes SPILL_BYTES: rows 1-4 go to the file
+            w.append("r0", "gd", t=0.1 * k, step=10 * k, values=rows(k))
+        assert _write_flags(path) == 0
+        with h5py.File(path, "r") as f:
+            assert f["runs/r0/gd/loss"].shape == (5,)
+        with A.open(path) as a:
+            check_rows(a.runs["r0"].solvers["gd"], 1)
+        append_k(w, 5)
+        with A.open(path) as a:
+            check_rows(a.runs["r0"].solvers["gd"], 6)
+        w.append("r0", "gd", t=0.6, step=60, values=rows(6))
+        w.append("r0", "gd", t=0.7, step=70, values=rows(7))
+        w.append("r0", "gd", t=0.8, step=80, values=rows(8))
+        w.append("r0", "gd", t=0.9, step=90, values=rows(9))    # spilled, never committed
+    with h5py.File(path, "r") as f:
+        assert f["runs/r0/gd/loss"].shape == (6,)
+    with A.open(path) as a:
+        check_rows(a.runs["r0"].solvers["gd"], 6)
+
+
+def test_commits_in_one_block_share_one_opening(tmp_path):
+    """`commits()` holds the file in SWMR write mode for every commit inside it (the
+    driver's batch of members) and closes it at the end; a commit outside closes it itself."""
+    path = tmp_path / "a.h5"
+    with make(path) as w:
+        add_solver(w, run="r0")
+        add_solver(w, run="r1")
+        with w.commits():
+            append_k(w, 0, run="r0")
+            assert _write_flags(path) == 0x05
+            append_k(w, 0, run="r1")
+            assert w.n_checkpoints("r0", "gd") == 1 and w.n_checkpoints("r1", "gd") == 1
+        assert _write_flags(path) == 0
+        append_k(w, 1, run="r0")
+        assert _write_flags(path) == 0
+    with A.open(path) as a:
+        check_rows(a.runs["r0"].solvers["gd"], 2)
+        check_rows(a.runs["r1"].solvers["gd"], 1)
 
 
 def wait_until(pred, timeout: float) -> bool:

@@ -11,7 +11,8 @@ import numpy as np
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
 from .format import attr_str, decode_root_attrs, loads, read_arrays, run_params, series_spec
 from .lock import writer_pid
-from .recovery import damaged, is_read_failure, open_h5_readonly, require_flowsim, warnings_unless_failed
+from .recovery import (damaged, flags_set, is_read_failure, open_h5_readonly, require_flowsim,
+                       warnings_unless_failed)
 
 
 INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with no live writer
@@ -31,6 +32,9 @@ class Archive:
     def __init__(self, path):
         self.path = os.fspath(path)
         self.writer_pid = writer_pid(self.path)   # a live writer's pid (at open), or None
+        # A writer killed inside one of its writes left HDF5's "open for write" flags set:
+        # other HDF5 tools refuse the file until `--resume` repairs it.
+        self.killed_inside_write = self.writer_pid is None and flags_set(self.path)
         # What every reader reads first (each run's solvers, their committed state and
         # times) is read here: a damaged structure is then refused in one message, and the
         # warnings of opening a short file are given only for one that reads.

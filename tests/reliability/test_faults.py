@@ -412,8 +412,9 @@ def test_random_kills_leave_archives_plain_hdf5_tools_open(tmp_path, cache_dir, 
                     h5py.File(out, "r")
             rows = committed(out)      # flowsim's reader, whatever the kill left
             assert rows >= seen and (flags or rows == plain), (attempt, where, rows, seen)
-            code, _, e = inproc("inspect", out)
+            code, text, e = inproc("inspect", out)
             assert code == 0, e
+            assert ("killed inside a write" in text) == bool(flags), text
             assert hashlib.md5(out.read_bytes()).hexdigest() == digest, (attempt, where, "inspect changed the file")
             resume(inproc, out)
             assert _flags(out) == 0
