@@ -4,6 +4,7 @@ is live or after one was killed)."""
 from __future__ import annotations
 
 import os
+import time
 
 import h5py
 import numpy as np
@@ -15,6 +16,7 @@ from .recovery import (damaged, flags_set, is_read_failure, open_h5_readonly, re
                        warnings_unless_failed)
 
 
+_LIVE_RETRY_S = 1.0           # how long a reader tries again beside a live writer
 INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with no live writer
 
 
@@ -38,19 +40,26 @@ class Archive:
         # What every reader reads first (each run's solvers, their committed state and
         # times) is read here: a damaged structure is then refused in one message, and the
         # warnings of opening a short file are given only for one that reads.
-        with warnings_unless_failed():
-            self._f = open_h5_readonly(self.path)
-            require_flowsim(self.path, self._f)
-            try:
-                self.attrs = decode_root_attrs(self._f.attrs)
-                for run in self.runs.values():
-                    for solver in run.solvers.values():
-                        solver.t
-            except Exception as exc:
-                if not is_read_failure(exc):
-                    raise
-                self._f.close()
-                raise damaged(self.path, exc) from None
+        # A live writer's structure change (plain write mode) can change the file under a
+        # reader that opened it a moment before: read again for up to a second.
+        deadline = time.monotonic() + _LIVE_RETRY_S
+        while True:
+            with warnings_unless_failed():
+                self._f = open_h5_readonly(self.path)
+                require_flowsim(self.path, self._f)
+                try:
+                    self.attrs = decode_root_attrs(self._f.attrs)
+                    for run in self.runs.values():
+                        for solver in run.solvers.values():
+                            solver.t
+                    break
+                except Exception as exc:
+                    if not is_read_failure(exc):
+                        raise
+                    self._f.close()
+                    if writer_pid(self.path) is None or time.monotonic() > deadline:
+                        raise damaged(self.path, exc) from None
+            time.sleep(0.02)
         self.scenario_text = self.attrs.get("scenario_text", "")
 
     @property
