@@ -353,6 +353,9 @@ def cmd_inspect(args) -> int:
             print("  /data: " + ", ".join(f"{k} {v.shape}" for k, v in a.data.items()))
         if a.writer_pid is not None:
             print(f"  being written by pid {a.writer_pid}")
+        elif a.killed_inside_write:
+            print("  its writer was killed inside a write: HDF5 tools other than flowsim refuse the file until "
+                  "`--resume` repairs it")
         interrupted = False
         # The seeds of a sweep point run together, as one batch: its wall time is shown once,
         # on the point's first run (each run records the whole batch's)

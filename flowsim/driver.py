@@ -103,11 +103,12 @@ class _Commits:
 
     def now(self, state) -> None:
         host = to_host(checkpoint.stored(state))   # the large transfer, once per commit, not per checkpoint
-        for j in sorted(self.dirty):
-            m = self.members[j]
-            self.writer.commit(m.run.name, self.solver,
-                               checkpoint=checkpoint.as_arrays(jax.tree.map(lambda x: x[j], host)),
-                               checkpoint_attrs=m.stats | {"code": m.code})
+        with self.writer.commits():     # the members' commits share one opening of the file
+            for j in sorted(self.dirty):
+                m = self.members[j]
+                self.writer.commit(m.run.name, self.solver,
+                                   checkpoint=checkpoint.as_arrays(jax.tree.map(lambda x: x[j], host)),
+                                   checkpoint_attrs=m.stats | {"code": m.code})
         self.dirty.clear()
         self.at = time.monotonic()
 

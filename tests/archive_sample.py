@@ -2,11 +2,13 @@
 its crash tests SIGKILL: `python tests/archive_sample.py PATH` appends rows until killed,
 printing "ready" once and then "done k" after each committed row k. Rows are committed three
 at a time (as the driver batches its commits): rows 3j and 3j+1 are appended without a
-state, row 3j+2 with one."""
+state, row 3j+2 with one. `python tests/archive_sample.py PATH K` stops writing after row K
+is committed and waits to be killed (a kill between two writes)."""
 
 COMMIT_EVERY = 3
 
 import sys
+import time
 
 import numpy as np
 
@@ -34,7 +36,7 @@ def state(k: int) -> tuple[dict[str, np.ndarray], dict]:
             {"k": k, "name": "x" * (k % 7)})
 
 
-def write_until_killed(path: str) -> None:
+def write_until_killed(path: str, last: int | None = None) -> None:
     from flowsim.archive import ArchiveWriter     # imports no JAX: the child starts fast
 
     w = ArchiveWriter.create(path, scenario_text="kill", resolved={}, provenance={}, dtype="float64")
@@ -47,9 +49,11 @@ def write_until_killed(path: str) -> None:
                  checkpoint_attrs=attrs)
         if arrays is not None:
             print(f"done {k}", flush=True)
+        if k == last:
+            time.sleep(3600)
         if k % 5 == 4:   # exercise the plain-mode (non-SWMR) window too
             w.set_status("r0", "gd", status="running", stats={"k": k}, wall_time=k)
 
 
 if __name__ == "__main__":
-    write_until_killed(sys.argv[1])
+    write_until_killed(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else None)

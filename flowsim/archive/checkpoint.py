@@ -75,13 +75,18 @@ def checkpoint_fits(layout: tuple[dict, int] | None, arrays: dict[str, np.ndarra
     return slots == {k: (a.shape, a.dtype) for k, a in arrays.items()} and capacity >= nbytes
 
 
-def write_row(ds: h5py.Dataset, i: int, row) -> None:
-    """ds[i] = row through h5py's low-level calls: its indexing builds a selection object
-    per write, which on the append path cost as much as the write itself."""
-    row = np.array(row, dtype=ds.dtype, order="C")
+def write_rows(ds: h5py.Dataset, i: int, block) -> None:
+    """ds[i:i + len(block)] = block through h5py's low-level calls: its indexing builds a
+    selection object per write, which on the append path cost as much as the write itself."""
+    block = np.array(block, dtype=ds.dtype, order="C")
     space = ds.id.get_space()
-    space.select_hyperslab((i, *(0 for _ in row.shape)), (1, *row.shape))
-    ds.id.write(h5py.h5s.create_simple((1, *row.shape)), space, row)
+    space.select_hyperslab((i, *(0 for _ in block.shape[1:])), block.shape)
+    ds.id.write(h5py.h5s.create_simple(block.shape), space, block)
+
+
+def write_row(ds: h5py.Dataset, i: int, row) -> None:
+    """ds[i] = row (write_rows of one row)."""
+    write_rows(ds, i, np.asarray(row, dtype=ds.dtype)[None])
 
 
 # write_slot and write_commit take the checkpoint group or a {name: dataset} dict of it.

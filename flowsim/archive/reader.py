@@ -4,6 +4,7 @@ is live or after one was killed)."""
 from __future__ import annotations
 
 import os
+import time
 
 import h5py
 import numpy as np
@@ -11,20 +12,19 @@ import numpy as np
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
 from .format import attr_str, decode_root_attrs, loads, read_arrays, run_params, series_spec
 from .lock import writer_pid
-from .recovery import (damaged, is_read_failure, open_h5_readonly, repair_stale, require_flowsim,
+from .recovery import (damaged, flags_set, is_read_failure, open_h5_readonly, require_flowsim,
                        warnings_unless_failed)
 
 
+_LIVE_RETRY_S = 1.0           # how long a reader tries again beside a live writer
 INTERRUPTED = "interrupted"   # `SolverView.state` of a run left `running` with no live writer
 
 
 def open(path) -> "Archive":  # noqa: A001 - re-exported as flowsim.open
     """Open an archive read-only (works while it is written and after a killed writer).
 
-    A file a killed writer left "open for write" is first rebuilt with its committed rows
-    when no writer holds its lock (what `--resume` would do first), so that plain h5py and
-    xarray read it too; where that cannot be done it is read as it is."""
-    repair_stale(os.fspath(path))
+    Never changes the file's bytes: a file a writer killed inside a write left "open for
+    write" is read as it is (its repair is `--resume`'s)."""
     return Archive(path)
 
 
@@ -34,22 +34,32 @@ class Archive:
     def __init__(self, path):
         self.path = os.fspath(path)
         self.writer_pid = writer_pid(self.path)   # a live writer's pid (at open), or None
+        # A writer killed inside one of its writes left HDF5's "open for write" flags set:
+        # other HDF5 tools refuse the file until `--resume` repairs it.
+        self.killed_inside_write = self.writer_pid is None and flags_set(self.path)
         # What every reader reads first (each run's solvers, their committed state and
         # times) is read here: a damaged structure is then refused in one message, and the
         # warnings of opening a short file are given only for one that reads.
-        with warnings_unless_failed():
-            self._f = open_h5_readonly(self.path)
-            require_flowsim(self.path, self._f)
-            try:
-                self.attrs = decode_root_attrs(self._f.attrs)
-                for run in self.runs.values():
-                    for solver in run.solvers.values():
-                        solver.t
-            except Exception as exc:
-                if not is_read_failure(exc):
-                    raise
-                self._f.close()
-                raise damaged(self.path, exc) from None
+        # A live writer's structure change (plain write mode) can change the file under a
+        # reader that opened it a moment before: read again for up to a second.
+        deadline = time.monotonic() + _LIVE_RETRY_S
+        while True:
+            with warnings_unless_failed():
+                self._f = open_h5_readonly(self.path)
+                require_flowsim(self.path, self._f)
+                try:
+                    self.attrs = decode_root_attrs(self._f.attrs)
+                    for run in self.runs.values():
+                        for solver in run.solvers.values():
+                            solver.t
+                    break
+                except Exception as exc:
+                    if not is_read_failure(exc):
+                        raise
+                    self._f.close()
+                    if writer_pid(self.path) is None or time.monotonic() > deadline:
+                        raise damaged(self.path, exc) from None
+            time.sleep(0.02)
         self.scenario_text = self.attrs.get("scenario_text", "")
 
     @property

@@ -1,13 +1,12 @@
 """Reading an archive whatever its writer left, and repairing it for resume() (writer.py,
 point 5).
 
-``open_h5_readonly`` never modifies the file: it copes with a live writer, one killed in
-SWMR or in plain write mode (superblock flags, superblock.py) and one whose last writes
-failed (a short file). ``rebuild`` copies every committed row and checkpoint into a fresh
-file and replaces the old one with it, so writing never continues on top of possibly
-half-flushed metadata. ``repair_stale`` does that for a reader (`flowsim.open`) when a
-killed writer left the flags set and no writer holds the lock: the file then opens in any
-HDF5 tool (plain h5py, xarray), holding exactly the committed rows."""
+``open_h5_readonly`` never modifies the file: it copes with a live writer, one killed
+inside a commit (SWMR) or a structure change (plain write mode; superblock flags,
+superblock.py) and one whose last writes failed (a short file). ``rebuild`` (for
+``resume()`` only: reading commands never change a file's bytes) copies every committed
+row and checkpoint into a fresh file and replaces the old one with it, so writing never
+continues on top of possibly half-flushed metadata."""
 
 from __future__ import annotations
 
@@ -21,10 +20,10 @@ import h5py
 
 from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, n_committed, read_checkpoint, write_commit,
                          write_slot)
-from .errors import ArchiveError, ArchiveLocked
+from .errors import ArchiveError
 from .format import (HDF5_SIGNATURE, build_solver, dumps, iter_solvers, read_arrays, series_spec,
                      write_arrays)
-from .lock import Lock
+from .lock import writer_pid
 from .superblock import FlagClearedFile, stored_eof, superblock_cleared
 from .swmr import open_swmr_read
 
@@ -66,20 +65,24 @@ def explain(path: str, exc: Exception) -> ArchiveError:
 def open_h5_readonly(path: str) -> h5py.File:
     """Open ``path`` read-only, coping with live and killed writers; never modifies it.
 
-    Order: plain read (clean files); SWMR read (writers live/killed in SWMR mode); if
-    the flags say "open for plain write", wait briefly (a live writer's structure
-    change takes milliseconds), then read through the flag-clearing file object.
+    Order: a plain read (a closed file, also between a live writer's commits -- unless a
+    writer is live, whose next commit would change the file under a plain reader's cached
+    metadata); an SWMR read (a live writer, one killed inside a commit); if the flags say
+    "open for plain write", wait briefly (a live writer's structure change takes
+    milliseconds), then read through the flag-clearing file object.
     """
     check_signature(path)
     # A plain open first: for a cleanly closed file it also checks the end-of-file
-    # address (SWMR read skips that check, so it would accept a truncated copy).
-    try:
-        return h5py.File(path, "r", locking=False)
-    except OSError as exc:
-        if "truncated file" in str(exc):
-            return _open_short(path, exc)
-        if "already open for write" not in str(exc):
-            raise explain(path, exc) from exc
+    # address (SWMR read skips that check, so it would accept a truncated copy). This
+    # process's own lock is a resume's: it reads the file before writing any of it.
+    if writer_pid(path) in (None, os.getpid()):
+        try:
+            return h5py.File(path, "r", locking=False)
+        except OSError as exc:
+            if "truncated file" in str(exc):
+                return _open_short(path, exc)
+            if "already open for write" not in str(exc):
+                raise explain(path, exc) from exc
     deadline = time.monotonic() + _FLAG_RETRY_S
     while True:
         try:
@@ -167,27 +170,6 @@ def flags_set(path: str) -> bool:
             return superblock_cleared(fh.read(48)) is not None
     except OSError:
         return False
-
-
-def repair_stale(path: str) -> bool:
-    """Rebuild `path` if a killed writer left its flags set and no writer holds its lock;
-    whether it did. A live writer, a folder that cannot be written or a failed rebuild
-    leave the file as it is (readers then read it through `open_h5_readonly`)."""
-    if not flags_set(path):
-        return False
-    try:
-        lock = Lock(path)
-    except (ArchiveLocked, OSError):
-        return False
-    try:
-        if not flags_set(path):     # a writer closed it between the look and the lock
-            return False
-        rebuild(path)
-        return True
-    except (OSError, ArchiveError):   # rebuild leaves no partial copy; the reader says what is wrong
-        return False
-    finally:
-        lock.release()
 
 
 def damaged(path: str, exc: BaseException) -> ArchiveError:

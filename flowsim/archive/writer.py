@@ -2,24 +2,32 @@
 
 Crash-safety design (why the code looks the way it does)
 --------------------------------------------------------
-Requirement: SIGKILL at any moment leaves a file that ``open()`` reads with every
-completed checkpoint, and that ``ArchiveWriter.resume()`` continues.
+Requirements: SIGKILL at any moment leaves a file that ``open()`` reads with every
+completed checkpoint, and that ``ArchiveWriter.resume()`` continues; a kill between two
+of the writer's writes leaves a file that any HDF5 tool (plain h5py, xarray) opens as it
+is, with nothing run first.
 
-1. **SWMR for the hot path.**  With ``libver="latest"`` and SWMR write mode, HDF5 orders
-   its metadata writes (flush dependencies) so that the file on disk is consistent at any
-   instant a concurrent reader might look -- and a SIGKILL only freezes such an instant:
-   every ``pwrite`` that returned is in the page cache and survives the process.  All
-   per-checkpoint work (``append``) is therefore done in SWMR mode and consists only of
-   what SWMR supports: growing chunked datasets and overwriting raw data in place.
-   One row per chunk along time means an append never rewrites a chunk that holds an
-   already committed row.
+1. **Closed between writes.**  The file is open only while the writer writes: a commit
+   (point 2) or a structure change (point 4) opens it, writes, and closes it again, so
+   between them it is a clean, closed HDF5 file -- its superblock's "open for write"
+   flags are clear, and readers and a SIGKILL find it consistent.  Rows appended between
+   commits wait in memory (``_Solver.pending``); a kill loses them, as it loses any row
+   not committed.  Commits are batched in time by the driver (about once a second, and at
+   every batch's end, before a stop, on a failure; ``commits()`` shares one opening among
+   a batch's members), so the opening and closing cost little (measured in the closing
+   note of issue 32).  Pending rows beyond ``SPILL_BYTES`` are written out early without
+   a commit record (readers truncate to the commit record; ``close`` drops them).
 
-2. **Commit record, written last.**  Rows are appended without a flush; ``commit``
-   flushes them, then writes the checkpoint state, then (after another flush) a tiny
-   commit record.  Readers trust only the commit record: the valid row count is its
-   ``index`` and every series is truncated to it, so a kill loses the rows appended since
-   the last commit and nothing else.  The driver commits at most about once a second (and
-   at every batch's end, before a stop, on a failure), so that checkpoints cost little.
+2. **A commit is written in SWMR mode, its record last.**  A commit opens the file with
+   ``libver="latest"`` in SWMR write mode, in which HDF5 orders its metadata writes
+   (flush dependencies) so that the file on disk is consistent at any instant a
+   concurrent reader might look -- and a SIGKILL only freezes such an instant.  It writes
+   the pending rows (growing chunked datasets, one row per chunk along time, so no chunk
+   holding a committed row is rewritten), flushes, writes the checkpoint state, flushes,
+   then writes a tiny commit record and closes the file.  Readers trust only the commit
+   record: the valid row count is its ``index`` and every series is truncated to it.  A
+   kill inside a commit leaves the SWMR flags set: flowsim's readers still read it (SWMR
+   read), plain HDF5 tools refuse it until ``--resume`` repairs it (point 5).
 
 3. **Double-buffered checkpoint.**  Overwriting the one checkpoint in place is not atomic
    (a large write can be torn at a page boundary by SIGKILL).  ``checkpoint/<name>`` has
@@ -33,23 +41,26 @@ completed checkpoint, and that ``ArchiveWriter.resume()`` continues.
    ``["attrs"]`` mirror the committed slot (advisory; the commit record is the truth),
    and rows never committed are dropped.
 
-4. **Structure changes leave SWMR briefly.**  SWMR forbids creating objects and
+4. **Structure changes in plain write mode.**  SWMR forbids creating objects and
    rewriting attributes, so ``create_run``/``create_solver``/``write_data``/
-   ``set_status`` (and the first append of a solver) close the file, reopen it in plain
-   write mode, change it, close it (a clean, consistent file) and go back to SWMR.  These
-   are rare; the only unprotected window is the flush inside that close.
+   ``set_status``/``write_analysis`` (and a solver's first commit, which creates its
+   checkpoint slots) open the file in plain write mode, change it and close it.  These
+   are rare; a kill inside one can leave metadata half flushed (the one unprotected
+   window, as before).
 
-5. **Status flags after a kill.**  A killed writer leaves the superblock's "open for
-   write" flags set; HDF5 then refuses normal opens ("use h5clear").  After a kill in SWMR
-   mode, ``h5py.File(..., swmr=True)`` still opens it; after a kill in plain mode even that
-   is refused.  ``open()`` (which must never modify the file) then reads the file through a
-   Python file object that presents the superblock with the flags cleared (checksum
-   recomputed, Jenkins lookup3 as HDF5 does; superblock.py).  ``resume()`` of an archive
-   not closed cleanly *rebuilds* it (recovery.py): it copies every committed row and
-   checkpoint into a fresh file next to it and ``os.replace``-s it over the old one
-   (atomic), so writing never continues on top of possibly half-flushed metadata.
+5. **After a kill inside a write.**  The superblock's "open for write" flags stay set and
+   HDF5 refuses normal opens ("use h5clear").  ``open()`` never modifies the file: it
+   reads it in SWMR mode, or through a Python file object that presents the superblock
+   with the flags cleared (checksum recomputed, Jenkins lookup3 as HDF5 does;
+   superblock.py).  ``resume()`` of such a file *rebuilds* it (recovery.py): it copies
+   every committed row and checkpoint into a fresh file next to it and ``os.replace``-s it
+   over the old one (atomic), so writing never continues on top of possibly half-flushed
+   metadata.  A file killed between writes needs nothing: it was closed cleanly.
 
 Writers are serialised with an ``fcntl.flock`` on ``<path>.lock`` (holding the pid).
+``FLOWSIM_TEST_COMMIT_PAUSE`` (seconds, tests only) makes each commit sleep twice while it
+holds the file -- after its rows, and after its commit record -- so that fault tests can
+aim kills at commits.
 """
 
 from __future__ import annotations
@@ -57,14 +68,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from typing import Any, Iterator
+from typing import Iterator
 
 import h5py
 import numpy as np
 
 from ..status import NAMES as STATUS_NAMES
 from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, checkpoint_layout, committed_slot,
-                         mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_row,
+                         mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_rows,
                          write_slot)
 from .errors import ArchiveError, ArchiveFull
 from .format import (HORIZONS_ATTR, PARAMS_CHANGES, attr_str, build_solver, dumps, init_solver_attrs, iter_solvers,
@@ -106,18 +117,28 @@ def _ensure_room(path: str, nbytes: int) -> None:
                           f"{max(0, int(room))} left on the disk or under the file-size limit)")
 
 
+SPILL_BYTES = 64 << 20       # pending rows written out early (without a commit) beyond this
+_PAUSE_ENV = "FLOWSIM_TEST_COMMIT_PAUSE"
+
+
+def _test_pause() -> float:
+    """Seconds each commit sleeps while it holds the file (fault tests only; 0 otherwise)."""
+    try:
+        return max(0.0, float(os.environ.get(_PAUSE_ENV, "") or 0.0))
+    except ValueError:
+        return 0.0
+
+
 @dataclasses.dataclass
-class _Hot:
-    """One solver group's open handles for the append path. Looking them up through h5py
-    on every append cost more than writing the rows (about 1 ms a lookup here), so they
-    are kept while the SWMR file object that made them is open (`_open_swmr` drops them)."""
-    group: h5py.Group
+class _Solver:
+    """What the writer keeps of one solver group while the file is closed: its layout, the
+    rows in the file, and the rows appended since they were written (in memory)."""
     spec: dict
     discrete: bool
-    series: dict[str, h5py.Dataset]      # t, step (discrete solvers), then each observable
-    n: int                               # committed rows
-    layout: tuple | None                 # checkpoint_layout of the slots
-    slots: dict[str, h5py.Dataset]       # the checkpoint group's datasets, by name
+    written: int                 # rows in the file (committed, or spilled since the last commit)
+    layout: tuple | None         # checkpoint_layout of the slots
+    pending: list[tuple[float, int | None, dict[str, np.ndarray]]] = dataclasses.field(default_factory=list)
+    pending_bytes: int = 0
 
 
 class ArchiveWriter:
@@ -127,13 +148,10 @@ class ArchiveWriter:
         # Use create() or resume().
         self.path = path
         self._lock = lock
-        self._f: h5py.File | None = None
-        self._swmr = False
-        self._hot: dict[tuple[str, str], _Hot] = {}
-        # rows appended per solver, committed or not (kept across the reopenings that drop
-        # `_hot`: a structure change between an append and its commit)
-        self._written: dict[tuple[str, str], int] = {}
-        self._pending = 0          # bytes the next structure change will add (room check)
+        self._f: h5py.File | None = None     # the file while a commit holds it (SWMR write)
+        self._held = 0                       # depth of `commits()` blocks
+        self._solvers: dict[tuple[str, str], _Solver] = {}
+        self._pause = _test_pause()
         self.scenario_text = ""
         self.resolved: dict = {}
         self.provenance: dict = {}
@@ -165,12 +183,12 @@ class ArchiveWriter:
             lock.release()
             raise
         self.scenario_text, self.resolved, self.provenance = scenario_text, dict(resolved), dict(provenance)
-        self._open_swmr()
         return self
 
     @classmethod
     def resume(cls, path) -> "ArchiveWriter":
-        """Open an existing archive for appending, repairing it if its writer was killed."""
+        """Open an existing archive for appending, repairing it if its writer was killed
+        inside a write."""
         path = os.fspath(path)
         lock = Lock(path)
         try:
@@ -183,7 +201,8 @@ class ArchiveWriter:
         return self
 
     def _reopen_for_resume(self) -> None:
-        """Clean file: open it. File left open-for-write (killed writer): rebuild it."""
+        """Clean file: read it. File left open-for-write (killed inside a write): rebuild it.
+        Rows written without a commit are dropped either way."""
         try:
             f = h5py.File(self.path, "r+", libver="latest", locking=False)
         except OSError as exc:
@@ -200,65 +219,108 @@ class ArchiveWriter:
         finally:
             if f.id.valid:
                 f.close()
-        self._open_swmr()
 
     # ---- file modes ---------------------------------------------------------------
 
-    def _open_swmr(self) -> None:
-        self._f = h5py.File(self.path, "r+", libver="latest", locking=False)
-        self._f.swmr_mode = True
-        self._swmr = True
-        self._hot = {}
-
-    @contextlib.contextmanager
-    def _structure(self) -> Iterator[h5py.File]:
-        """Leave SWMR, yield the file in plain write mode, close cleanly, back to SWMR."""
-        self._require_open()
-        _ensure_room(self.path, self._pending)
-        self._pending = 0
-        self._f.close()
-        self._f = h5py.File(self.path, "r+", libver="latest", locking=False)
-        self._swmr = False
-        try:
-            yield self._f
-        finally:
-            self._f.close()
-            self._f = None
-            self._open_swmr()
-
     def _require_open(self) -> None:
-        if self._f is None or not self._f.id.valid:
+        if self._lock.fd is None:
             raise ArchiveError(f"{self.path}: archive writer is closed")
 
-    def _solver_group(self, run: str, solver: str) -> h5py.Group:
+    def _open_commit(self) -> h5py.File:
+        """The file in SWMR write mode (module docstring, point 2), opened unless held."""
         self._require_open()
-        key = f"runs/{run}/{solver}"
-        if key not in self._f:
-            raise ArchiveError(f"{self.path}: no solver group /{key}")
-        return self._f[key]
+        if self._f is None:
+            fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+            fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+            fapl.set_file_locking(False, ignore_when_disabled=False)   # locking=False, as h5py sets it
+            try:
+                fid = h5py.h5f.open(os.fsencode(self.path), h5py.h5f.ACC_RDWR | h5py.h5f.ACC_SWMR_WRITE, fapl=fapl)
+            except OSError as exc:
+                raise explain(self.path, exc) from exc
+            self._f = h5py.File(fid)
+        return self._f
+
+    def _close_file(self, *, failing: bool = False) -> None:
+        """Close the held file (clearing its flags); after a failed write, quietly."""
+        f, self._f = self._f, None
+        if f is not None and f.id.valid:
+            try:
+                f.close()
+            except Exception:
+                if not failing:
+                    raise
+
+    @contextlib.contextmanager
+    def commits(self) -> Iterator[None]:
+        """The commits (and appends) inside share one opening of the file: the driver
+        commits a batch's members together. The file is closed when the block ends."""
+        self._held += 1
+        failing = True
+        try:
+            yield
+            failing = False
+        finally:
+            self._held -= 1
+            if not self._held:
+                self._close_file(failing=failing)
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[h5py.File]:
+        """The file to read: the held one, else opened read-only for the block."""
+        self._require_open()
+        if self._f is not None:
+            yield self._f
+            return
+        try:
+            f = h5py.File(self.path, "r", locking=False)
+        except OSError as exc:
+            raise explain(self.path, exc) from exc
+        try:
+            yield f
+        finally:
+            f.close()
+
+    @contextlib.contextmanager
+    def _structure(self, nbytes: int = 0) -> Iterator[h5py.File]:
+        """The file in plain write mode for a structure change (point 4), closed after."""
+        self._require_open()
+        _ensure_room(self.path, nbytes)
+        self._close_file()
+        try:
+            f = h5py.File(self.path, "r+", libver="latest", locking=False)
+        except OSError as exc:
+            raise explain(self.path, exc) from exc
+        try:
+            yield f
+        finally:
+            f.close()
+
+    @staticmethod
+    def _group(f: h5py.File, key: str, path: str) -> h5py.Group:
+        if key not in f:
+            raise ArchiveError(f"{path}: no solver group /{key}")
+        return f[key]
 
     # ---- structure ----------------------------------------------------------------
 
     def write_data(self, arrays: dict[str, np.ndarray], run: str | None = None) -> None:
         """Store the dataset in /data, or a run's own one in /runs/<run>/data."""
-        self._pending = sum(np.asarray(v).nbytes for v in arrays.values())
-        with self._structure() as f:
+        with self._structure(sum(np.asarray(v).nbytes for v in arrays.values())) as f:
             where = "data" if run is None else f"runs/{run}/data"
             if run is not None and f"runs/{run}" not in f:
                 raise ArchiveError(f"{self.path}: no run {run!r} (create_run first)")
             write_arrays(f.require_group(where), arrays)
 
     def has_run(self, run: str) -> bool:
-        self._require_open()
-        return f"runs/{run}" in self._f
+        with self._reading() as f:
+            return f"runs/{run}" in f
 
     def create_run(self, run: str, *, params: dict, seed: int, label: str, point: int,
                    init: dict[str, np.ndarray]) -> None:
         """Create /runs/<run> with its attrs and init arrays (no-op if it exists)."""
         if self.has_run(run):
             return
-        self._pending = sum(np.asarray(v).nbytes for v in init.values())
-        with self._structure() as f:
+        with self._structure(sum(np.asarray(v).nbytes for v in init.values())) as f:
             g = f["runs"].create_group(run, track_order=True)
             g.attrs["params"] = dumps(params_changes(params, self.resolved))
             g.attrs[PARAMS_CHANGES] = True
@@ -270,11 +332,11 @@ class ArchiveWriter:
     def create_solver(self, run: str, solver: str, *, preset: dict, series: dict,
                       discrete: bool) -> None:
         """Create the solver group, its empty series and dimension scales (no-op if exists)."""
-        self._require_open()
-        if f"runs/{run}" not in self._f:
-            raise ArchiveError(f"{self.path}: no run {run!r} (create_run first)")
-        if f"runs/{run}/{solver}" in self._f:
-            return
+        with self._reading() as f:
+            if f"runs/{run}" not in f:
+                raise ArchiveError(f"{self.path}: no run {run!r} (create_run first)")
+            if f"runs/{run}/{solver}" in f:
+                return
         spec = {k: [list(map(int, s)), np.dtype(d).str, list(a)] for k, (s, d, a) in series.items()}
         with self._structure() as f:
             g = f[f"runs/{run}"].create_group(solver, track_order=True)
@@ -293,75 +355,111 @@ class ArchiveWriter:
         """Append one checkpoint row; with `checkpoint` (the resumable state at this row)
         also commit it with every row appended before it (`commit`). A row appended without
         one is read by nobody until a later commit: a kill before that loses it."""
-        hot = self._hot_group(run, solver)
-        rows = self._validate_values(hot.group, hot.spec, values)
-        if hot.discrete and step is None:
-            raise ArchiveError(f"{self.path}: {hot.group.name} is discrete: append needs step")
-        _ensure_room(self.path, sum(r.nbytes for r in rows.values()) + 16)
-        # Resized to row n+1 explicitly, so a failed earlier append cannot shift rows.
-        n = self._written[(run, solver)]
-        _append_row(hot.series["t"], n, np.float64(t))
-        if hot.discrete:
-            _append_row(hot.series["step"], n, np.int64(step))
-        for name, row in rows.items():
-            _append_row(hot.series[name], n, row)
-        self._written[(run, solver)] = n + 1
+        s = self._solver(run, solver)
+        key = f"/runs/{run}/{solver}"
+        rows = self._validate_values(key, s.spec, values)
+        if s.discrete and step is None:
+            raise ArchiveError(f"{self.path}: {key} is discrete: append needs step")
+        s.pending.append((float(t), None if step is None else int(step), rows))
+        s.pending_bytes += sum(r.nbytes for r in rows.values()) + 16
         if checkpoint is not None:
             self.commit(run, solver, checkpoint=checkpoint, checkpoint_attrs=checkpoint_attrs or {})
+        elif self._pending_bytes() > SPILL_BYTES:
+            self._spill()
 
     def commit(self, run: str, solver: str, *, checkpoint: dict[str, np.ndarray], checkpoint_attrs: dict) -> None:
         """Make every row appended so far durable, with `checkpoint`, the resumable state at
-        the last of them: the rows are flushed first, then the state goes to the slot that
-        is not the committed one, then the commit record (see docs)."""
-        hot = self._hot_group(run, solver)
+        the last of them: the rows are written and flushed first, then the state goes to the
+        slot that is not the committed one, then the commit record (see docs)."""
+        s = self._solver(run, solver)
         arrays = {k: np.ascontiguousarray(v) for k, v in checkpoint.items()}
-        if not checkpoint_fits(hot.layout, arrays, 0):
-            _ensure_room(self.path, 2 * sum(a.nbytes for a in arrays.values()) + 2 * ATTRS_CAPACITY)
         blob = dumps(checkpoint_attrs).encode()
-        self._f.flush()
-        if not checkpoint_fits(hot.layout, arrays, len(blob)):
-            self._rebuild_checkpoint(run, solver, arrays, len(blob))
-            hot = self._hot_group(run, solver)
-        slot = 1 - committed_slot(hot.slots)
-        write_slot(hot.slots, slot, arrays, blob)
-        self._f.flush()
-        write_commit(hot.slots, slot, self._written[(run, solver)], len(blob))
-        self._f.flush()
-        hot.n = self._written[(run, solver)]
+        if not checkpoint_fits(s.layout, arrays, len(blob)):
+            self._rebuild_checkpoint(run, solver, s, arrays, len(blob))
+        # Room for the rows, checked before anything is written: a full disk leaves the
+        # file as its last commit left it. (Not at `append`: a run stopped by a full disk
+        # in the middle of its rows would commit them with the state before them.)
+        _ensure_room(self.path, s.pending_bytes)
+        with self.commits():
+            f = self._open_commit()
+            g = f[f"runs/{run}/{solver}"]
+            self._write_pending(g, s)
+            f.flush()
+            self._pause_for_tests()
+            slots = dict(g["checkpoint"].items())
+            slot = 1 - committed_slot(slots)
+            write_slot(slots, slot, arrays, blob)
+            f.flush()
+            write_commit(slots, slot, s.written, len(blob))
+            f.flush()
+            self._pause_for_tests()
 
-    def _hot_group(self, run: str, solver: str) -> _Hot:
-        hot = self._hot.get((run, solver))
-        if hot is None:
-            g = self._solver_group(run, solver)
-            spec = series_spec(g)
-            discrete = bool(g.attrs.get("discrete", False))
-            names = ["t", *(["step"] if discrete else []), *spec]
-            cp = g.get("checkpoint")
-            hot = _Hot(g, spec, discrete, {k: g[k] for k in names}, n_committed(g),
-                       checkpoint_layout(cp), {} if cp is None else dict(cp.items()))
-            self._written.setdefault((run, solver), hot.n)
-            self._hot[(run, solver)] = hot
-        return hot
+    def _pause_for_tests(self) -> None:
+        if self._pause:
+            import time
 
-    def _validate_values(self, g: h5py.Group, spec: dict, values: dict) -> dict:
-        """Check names/shapes before writing anything; return rows cast to their dtype."""
+            time.sleep(self._pause)
+
+    def _pending_bytes(self) -> int:
+        return sum(s.pending_bytes for s in self._solvers.values())
+
+    def _write_pending(self, g: h5py.Group, s: _Solver) -> None:
+        """Write the solver's pending rows after those in the file, a block per series
+        (resized explicitly, so rows written and never committed are overwritten)."""
+        if not s.pending:
+            return
+        n, k = s.written, len(s.pending)
+        blocks = {"t": np.array([p[0] for p in s.pending], dtype=np.float64)}
+        if s.discrete:
+            blocks["step"] = np.array([p[1] for p in s.pending], dtype=np.int64)
+        for name in s.spec:
+            blocks[name] = np.stack([p[2][name] for p in s.pending])
+        for name, block in blocks.items():
+            ds = g[name]
+            ds.id.set_extent((n + k, *ds.shape[1:]))
+            write_rows(ds, n, block)
+        s.written, s.pending, s.pending_bytes = n + k, [], 0
+
+    def _spill(self) -> None:
+        """Write every solver's pending rows without a commit (bounded memory)."""
+        _ensure_room(self.path, self._pending_bytes())
+        with self.commits():
+            f = self._open_commit()
+            for (run, solver), s in self._solvers.items():
+                if s.pending:
+                    self._write_pending(f[f"runs/{run}/{solver}"], s)
+            f.flush()
+
+    def _solver(self, run: str, solver: str) -> _Solver:
+        s = self._solvers.get((run, solver))
+        if s is None:
+            with self._reading() as f:
+                g = self._group(f, f"runs/{run}/{solver}", self.path)
+                cp = g.get("checkpoint")
+                s = _Solver(series_spec(g), bool(g.attrs.get("discrete", False)), n_committed(g),
+                            checkpoint_layout(cp))
+            self._solvers[(run, solver)] = s
+        return s
+
+    def _validate_values(self, key: str, spec: dict, values: dict) -> dict:
+        """Check names/shapes before keeping anything; return rows copied to their dtype."""
         if set(values) != set(spec):
-            raise ArchiveError(f"{self.path}: {g.name}: append values {sorted(values)} do "
+            raise ArchiveError(f"{self.path}: {key}: append values {sorted(values)} do "
                                f"not match the series {sorted(spec)}")
         rows = {}
         for name, (shape, dtype, _) in spec.items():
-            row = np.asarray(values[name], dtype=dtype)
+            row = np.array(values[name], dtype=dtype)   # a copy: kept until the next write
             if row.shape != tuple(shape):
-                raise ArchiveError(f"{self.path}: {g.name}/{name}: row shape {row.shape} "
+                raise ArchiveError(f"{self.path}: {key}/{name}: row shape {row.shape} "
                                    f"!= declared {tuple(shape)}")
             rows[name] = row
         return rows
 
-    def _rebuild_checkpoint(self, run: str, solver: str, arrays: dict, nbytes: int) -> None:
+    def _rebuild_checkpoint(self, run: str, solver: str, s: _Solver, arrays: dict, nbytes: int) -> None:
         """Create (or reshape) the checkpoint group, keeping the committed slot intact."""
         old = self.read_checkpoint(run, solver)
         n = self.n_checkpoints(run, solver)
-        with self._structure() as f:
+        with self._structure(2 * sum(a.nbytes for a in arrays.values()) + 2 * max(nbytes, ATTRS_CAPACITY)) as f:
             g = f[f"runs/{run}/{solver}"]
             capacity = ATTRS_CAPACITY
             while capacity < nbytes:
@@ -374,26 +472,28 @@ class ArchiveWriter:
                 if len(blob) <= capacity:
                     write_slot(cp, n % 2, old[0], blob)
                     write_commit(cp, n % 2, n, len(blob))
+            s.layout = checkpoint_layout(cp)
 
     # ---- queries ------------------------------------------------------------------
 
     def n_checkpoints(self, run: str, solver: str) -> int:
         """Committed checkpoint rows of the solver (0 when none)."""
-        return n_committed(self._solver_group(run, solver))
+        with self._reading() as f:
+            return n_committed(self._group(f, f"runs/{run}/{solver}", self.path))
 
     def read_checkpoint(self, run: str, solver: str) -> tuple[dict[str, np.ndarray], dict] | None:
         """The committed checkpoint (arrays, attrs) or None."""
-        return read_checkpoint(self._solver_group(run, solver))
+        with self._reading() as f:
+            return read_checkpoint(self._group(f, f"runs/{run}/{solver}", self.path))
 
     def write_analysis(self, run: str, solver: str, name: str, arrays: dict[str, np.ndarray],
                        attrs: dict | None = None) -> None:
-        """Store (or replace) the result ``<solver>/analysis/<name>`` (outside SWMR).
+        """Store (or replace) the result ``<solver>/analysis/<name>`` (a structure change).
 
         Written under a temporary name and then moved into place, so a kill leaves the
         previous result or the new one, never a half-written one (readers skip ``_tmp-*``)."""
-        self._solver_group(run, solver)
-        with self._structure() as f:
-            g = f[f"runs/{run}/{solver}"].require_group("analysis")
+        with self._structure(sum(np.asarray(v).nbytes for v in arrays.values())) as f:
+            g = self._group(f, f"runs/{run}/{solver}", self.path).require_group("analysis")
             tmp = f"_tmp-{name}"
             if tmp in g:
                 del g[tmp]
@@ -407,7 +507,8 @@ class ArchiveWriter:
 
     def horizons(self) -> tuple[float, ...]:
         """The earlier t_ends of an archive extended by `extend_horizon` (oldest first)."""
-        return tuple(loads(self._f.attrs.get(HORIZONS_ATTR, "[]")))
+        with self._reading() as f:
+            return tuple(loads(f.attrs.get(HORIZONS_ATTR, "[]")))
 
     def extend_horizon(self, resolved: dict) -> None:
         """The archive continues to `resolved`'s later run.t_end (its only difference from
@@ -429,13 +530,12 @@ class ArchiveWriter:
 
     def set_status(self, run: str, solver: str, *, status: str, stats: dict,
                    wall_time: float, message: str = "", status_time: float | None = None) -> None:
-        """Record the solver's status (attribute rewrite: done outside SWMR)."""
+        """Record the solver's status (attribute rewrite: a structure change)."""
         if status not in STATUS_NAMES:
             raise ArchiveError(f"{self.path}: unknown status {status!r} "
                                f"(expected one of {', '.join(STATUS_NAMES)})")
-        self._solver_group(run, solver)
         with self._structure() as f:
-            g = f[f"runs/{run}/{solver}"]
+            g = self._group(f, f"runs/{run}/{solver}", self.path)
             g.attrs["status"] = status
             g.attrs["stats"] = dumps(stats)
             g.attrs["wall_time"] = float(wall_time)
@@ -445,21 +545,21 @@ class ArchiveWriter:
     # ---- closing ------------------------------------------------------------------
 
     def close(self) -> None:
-        """Drop rows never committed, mirror commits into advisory attrs, close the file
-        cleanly, release the lock."""
+        """Drop rows never committed (in memory or written out early), mirror commits into
+        advisory attrs, close the file cleanly, release the lock."""
         if self._lock.fd is None:
             return
         try:
-            if self._f is not None and self._f.id.valid:
-                self._f.close()
-                try:
-                    with h5py.File(self.path, "r+", libver="latest", locking=False) as f:
-                        truncate_to_commits(f)    # rows appended after the last commit
-                        mirror_checkpoint_attrs(f)
-                except OSError:
-                    # The advisory mirror only; a writer whose earlier write failed (disk
-                    # full) cannot reopen the file, and the commit records are the truth.
-                    pass
+            self._close_file(failing=True)
+            self._solvers = {}
+            try:
+                with h5py.File(self.path, "r+", libver="latest", locking=False) as f:
+                    truncate_to_commits(f)    # rows written out after the last commit
+                    mirror_checkpoint_attrs(f)
+            except OSError:
+                # The advisory mirror only; a writer whose earlier write failed (disk
+                # full) cannot reopen the file, and the commit records are the truth.
+                pass
         finally:
             self._f = None
             self._lock.release()
@@ -473,8 +573,3 @@ class ArchiveWriter:
     def __del__(self):  # pragma: no cover - best effort
         with contextlib.suppress(Exception):
             self.close()
-
-
-def _append_row(ds: h5py.Dataset, n: int, row: Any) -> None:
-    ds.id.set_extent((n + 1, *ds.shape[1:]))
-    write_row(ds, n, row)

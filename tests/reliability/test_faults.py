@@ -24,6 +24,8 @@ import h5py
 import pytest
 
 from flowsim import archive as A
+from flowsim.archive.checkpoint import n_committed
+from flowsim.archive.format import iter_solvers, series_spec
 
 from .conftest import (FAULT, GD_ONLY, assert_same_archive, committed, env_for, run_sub,
                        series_rows, set_args, start_sub, wait_for)
@@ -302,3 +304,125 @@ def test_random_kills_and_terms_then_resume_bit_for_bit(tmp_path, cache_dir, inp
     faulted = [o for o in outcomes if o[2] != 0]
     assert len(faulted) >= TRIALS, outcomes
     assert {o[0] for o in faulted} == {"SIGKILL", "SIGTERM"}
+
+
+# ---------------------------------------------------------------------------------------
+# Issue 32 item 6: killed archives open in plain h5py and xarray as they are (slow)
+# ---------------------------------------------------------------------------------------
+
+KILLS = int(os.environ.get("FLOWSIM_KILL_TRIALS", "20"))
+PAUSE = 0.15     # FLOWSIM_TEST_COMMIT_PAUSE of the runs whose kill is aimed at a commit
+IN_COMMIT, IN_STRUCTURE = 0x05, 0x01     # superblock flags: SWMR write (a commit), plain write
+
+
+def _flags(path: Path) -> int | None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(12)
+    except OSError:
+        return None
+    return head[11] if len(head) == 12 else None
+
+
+def _same_prefix_as(reference: h5py.File, f: h5py.File) -> int:
+    """Every committed row of `f` (a killed run's archive read by plain h5py) equals the
+    reference's row, byte for byte; every series holds exactly the committed rows. Returns
+    the committed rows in all."""
+    total = 0
+    for g in iter_solvers(f):
+        n, ref = n_committed(g), reference[g.name]
+        for name in ["t", *(["step"] if "step" in g else []), *series_spec(g)]:
+            assert g[name].shape[0] == n, (g.name, name, g[name].shape, n)
+            assert g[name][()].tobytes() == ref[name][:n].tobytes(), (g.name, name)
+        total += n
+    return total
+
+
+@pytest.mark.slow
+def test_random_kills_leave_archives_plain_hdf5_tools_open(tmp_path, cache_dir, inproc):
+    """Issue 32 item 6: KILLS SIGKILLs at random moments of a real run (GD and a flow, two
+    seeds, two sweep points), at least a third of them inside a commit (aimed there by the
+    writer's test pause, FLOWSIM_TEST_COMMIT_PAUSE). Each killed archive: plain h5py and
+    xarray (h5netcdf) open it with nothing run first, holding exactly the committed rows,
+    each equal to the uninterrupted run's -- unless the kill landed inside one of the
+    writer's own writes (flags left set: counted, and then plain HDF5 refuses it until
+    `--resume`); every committed checkpoint seen before the kill is there; `inspect` leaves
+    its bytes unchanged; `--resume` completes it bit for bit."""
+    import hashlib
+
+    import xarray as xr     # test extras: a missing install is a failure, not a skip
+
+    reference = tmp_path / "reference.h5"
+    t0 = time.monotonic()
+    proc = run_sub(cache_dir, "run", FAULT, "-o", reference, "-q")
+    duration = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    rng = random.Random(int(os.environ.get("FLOWSIM_FAULT_SEED", "32")))
+    landed = {"between writes": 0, "inside a commit": 0, "inside a structure change": 0}
+    outcomes, attempt = [], 0
+    ref = h5py.File(reference, "r")
+    try:
+        while (sum(landed.values()) < KILLS or 3 * landed["inside a commit"] < KILLS) and attempt < 3 * KILLS:
+            aim = 3 * landed["inside a commit"] < KILLS and attempt % 2 == 0
+            out = tmp_path / f"kill{attempt}.h5"
+            attempt += 1
+            started = time.monotonic()
+            env = env_for(cache_dir) | {"FLOWSIM_TEST_COMMIT_PAUSE": str(PAUSE if aim else 0)}
+            p = subprocess.Popen([sys.executable, "-m", "flowsim.cli", "run", str(FAULT), "-o", str(out), "-q"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+            try:
+                seen = 0
+                if aim:    # into a commit at a random point of the run, at a random moment of it
+                    wait_for(lambda: committed(out) > 0, 240, p, every=0.01)
+                    time.sleep(rng.uniform(0, 0.5) * duration)
+                    seen = committed(out)
+                    wait_for(lambda: _flags(out) == IN_COMMIT, 60, p, every=0.002)
+                    time.sleep(rng.uniform(0, 1.8 * PAUSE))
+                else:
+                    delay = rng.uniform(0.05, 0.95) * duration
+                    try:
+                        p.wait(timeout=delay)
+                    except subprocess.TimeoutExpired:
+                        seen = committed(out)
+                p.send_signal(signal.SIGKILL)
+            finally:
+                _, err = p.communicate(timeout=300)
+            if p.returncode == 0:     # it finished first: not a kill (the window shrinks to it)
+                if not aim:
+                    duration = min(duration, time.monotonic() - started)
+                out.unlink()
+                continue
+            assert p.returncode == -signal.SIGKILL, (attempt, p.returncode, err)
+            if not out.exists():      # killed before the archive was created
+                continue
+            flags = _flags(out)
+            where = {0: "between writes", IN_COMMIT: "inside a commit", IN_STRUCTURE: "inside a structure change"}[flags]
+            landed[where] += 1
+            digest = hashlib.md5(out.read_bytes()).hexdigest()
+            if flags == 0:     # plain HDF5 tools, nothing run first
+                with h5py.File(out, "r") as f:
+                    plain = _same_prefix_as(ref, f)
+                    solvers = [g.name for g in iter_solvers(f)]
+                for group in solvers:
+                    with xr.open_dataset(out, group=group, engine="h5netcdf") as ds:
+                        n = ds.sizes["t"]
+                        assert ds["loss"].values.tobytes() == ref[group]["loss"][:n].tobytes(), group
+            else:              # the kill's own write: plain HDF5 refuses it until --resume
+                with pytest.raises(OSError, match="already open for write"):
+                    h5py.File(out, "r")
+            rows = committed(out)      # flowsim's reader, whatever the kill left
+            assert rows >= seen and (flags or rows == plain), (attempt, where, rows, seen)
+            code, text, e = inproc("inspect", out)
+            assert code == 0, e
+            assert ("killed inside a write" in text) == bool(flags), text
+            assert hashlib.md5(out.read_bytes()).hexdigest() == digest, (attempt, where, "inspect changed the file")
+            resume(inproc, out)
+            assert _flags(out) == 0
+            assert_same_archive(reference, out)
+            outcomes.append((where, "aimed" if aim else "random", rows))
+            out.unlink()
+    finally:
+        ref.close()
+    print(f"\n{attempt} runs, {len(outcomes)} killed with an archive; where the kills landed: {landed}; "
+          f"(where, aimed/random, committed rows):", outcomes)
+    assert sum(landed.values()) >= KILLS and 3 * landed["inside a commit"] >= KILLS, landed
