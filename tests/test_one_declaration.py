@@ -100,3 +100,24 @@ def test_the_default_analysis_tables_are_the_ones_validation_fills_in():
     every = ANALYSIS.check({"prune": True, "transfer": True, "pca": True}, "analysis",
                            Ctx(file="x.toml", base_dir=ROOT))
     assert to_dict(Analysis(prune=PruneAnalysis(), transfer=TransferAnalysis(), pca=PcaAnalysis())) == every
+
+
+@pytest.mark.parametrize("cls, spec, given", [
+    ("SphereSineData", "DATA", {}), ("SingleReluData", "DATA", {}), ("RandomLabelsData", "DATA", {}),
+    ("XorNoiseData", "DATA", {}), ("QuadraticTeacherData", "DATA", {}), ("UciData", "DATA", {"name": "energy"}),
+    ("DigitsData", "DATA", {}),
+    ("NtkScaling", "SCALING", {}), ("AsymmetricScaling", "SCALING", {}), ("FiniteScaling", "SCALING", {"k": 3}),
+    ("ShallowModel", "MODEL", {}), ("EmbeddedModel", "MODEL", {"width": 6}), ("MlpModel", "MODEL", {}),
+    ("Loss", "LOSS", {}), ("Plot", "PLOT", {}),
+])
+def test_every_python_default_is_the_default_validation_fills_in(cls, spec, given):
+    """A table written in Python with only its required keys equals the table validation
+    makes of the same keys: the defaults are declared once, for both."""
+    from flowsim.config import from_dict, schema, to_dict, typed
+    from flowsim.config.spec import Ctx, Tagged
+
+    table, spec = getattr(typed, cls), getattr(schema, spec)
+    kind = {"kind": table.__dataclass_fields__["kind"].default} if isinstance(spec, Tagged) else {}
+    resolved = spec.check({**kind, **given}, "t", Ctx(file="x.toml", base_dir=ROOT))
+    assert to_dict(table(**given)) == resolved
+    assert from_dict(table, resolved) == table(**given)

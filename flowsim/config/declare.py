@@ -33,7 +33,8 @@ def setting(spec: Spec, meaning: str = "", *, kinds: tuple[str, ...] = (), none:
     """A field of a configuration table: validated by `spec`, documented by `meaning`.
 
     Its Python default is the spec's default, typed (lists become tuples, tables objects;
-    ABSENT is None), unless `default` says otherwise. `kinds`: the only kinds of the class
+    ABSENT is None), unless `default` says otherwise (REQUIRED: none, for a TOML default
+    only the validator can resolve, such as a preset's name). `kinds`: the only kinds of the class
     that take the key (None for the others, the spec's default for them). `none`: the TOML
     value that stands for None (the empty string of an unset `reference`)."""
     metadata = {_SPEC: spec, _MEANING: meaning}
@@ -67,6 +68,8 @@ def table(cls: type) -> type:
         f = cls.__dict__.get(name)
         if isinstance(f, dataclasses.Field) and _SPEC in f.metadata and f.default is MISSING:
             f.default = _typed_default(f.metadata[_SPEC], hints[name], f)
+        elif isinstance(f, dataclasses.Field) and f.default is REQUIRED:
+            f.default = MISSING
     cls = dataclass(frozen=True, kw_only=True)(cls)
     kind_specific = [f for f in dataclasses.fields(cls) if _KINDS in f.metadata]
     if kind_specific:

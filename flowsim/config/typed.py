@@ -814,7 +814,8 @@ class Run:
     solvers: tuple[Preset, ...] = setting(
         Custom(fn=_check_solvers, text="a non-empty list of solver preset names or inline tables",
                types=(list,), default=["tsit5"]),
-        "solver presets by name (files in solvers/) or inline tables; each runs every seed of every sweep point")
+        "solver presets by name (files in solvers/) or inline tables; each runs every seed of every sweep point",
+        default=REQUIRED)    # (in Python: the preset objects; a name is resolved by validation)
     observe: tuple[str, ...] = setting(ListOf(item=Str(choices=OBSERVABLES), distinct=True, default=DEFAULT_OBSERVE),
                                        "the series recorded at every checkpoint (docs/scenarios.md lists the "
                                        "observables)")
