@@ -107,7 +107,8 @@ MEANING = {
     "plot.figure": "the layout `flowsim plot` draws: the default panels, or a Chen et al. figure",
     # ---- solver presets
     "solver.kind": "flow (the exact gradient flow), modified-flow (the flow GD follows to second "
-                   "order), gd, momentum, sgd",
+                   "order), central-flow (the path GD's time average follows at the edge of "
+                   "stability), gd, momentum, sgd",
     "solver.name": "the preset's name in the archive (an inline table's own; a file's is its stem)",
     "solver.description": "one line shown by `flowsim list`",
     "solver.method": ("the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), "
@@ -138,7 +139,12 @@ MEANING = {
                          "from below, slowly where the top of the Hessian spectrum is clustered)",
     "solver.reference": "a tighter flow preset solved beside this one: the archive then holds this "
                         "flow's global-error estimate (`flow_error`)",
-    "solver.learning_rate": "the step η (modified-flow: the GD step whose modified equation it solves)",
+    "solver.learning_rate": "the step η (modified-flow: the GD step whose modified equation it solves; "
+                            "central-flow: the GD step whose central flow it solves)",
+    "solver.max_eigen": "central-flow: Hessian eigen-directions tracked (by warm-started LOBPCG), at most",
+    "solver.track_threshold": "central-flow: a tracked direction whose ηλ/2 reaches this enters the "
+                              "complementarity problem that holds it at 2/η (third derivatives are "
+                              "computed for it); below, it is free",
     "solver.divergence_factor": "the run is `diverged` once the loss exceeds this × the initial loss",
     "solver.beta": "heavy-ball momentum coefficient",
     "solver.batch_size": "minibatch size (sampled with the run's seed)",

@@ -128,6 +128,19 @@ def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
                       f"{show(t['dtmax'])}", "dtmin <= dtmax (0 means no bound)")
 
 
+def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
+    """A central flow is stepped by an explicit Runge–Kutta method (its eigenvectors ride in
+    the method's state: flowsim.integrate.central), and has no reference flow of its own."""
+    spec = _FLOW_METHOD_REGISTRY[t["method"]]
+    if spec.implicit or spec.filippov or spec.stabilised:
+        allowed = [m for m, s in _FLOW_METHOD_REGISTRY.items() if not (s.implicit or s.filippov or s.stabilised)]
+        raise ctx.bad(join(key, "method"), t["method"], "cannot step a central flow",
+                      "an explicit Runge–Kutta method: " + ", ".join(allowed))
+    if t["reference"] != "":
+        raise ctx.bad(join(key, "reference"), t["reference"], "is not supported by a central flow",
+                      "\"\" (none)")
+
+
 def _checkpoints_fit(run: dict, key: str, ctx: Ctx) -> None:
     """Checkpoints must lie in (0, t_end] and be few enough to allocate."""
     t_end, cp = run["t_end"], run["checkpoints"]
@@ -474,6 +487,10 @@ _DIVERGENCE = Float(lo=1.0, lo_open=True, default=1e8)
 _SOLVER_KEYS: dict[str, dict[str, Spec]] = {
     "flow": _FLOW_KEYS,
     "modified-flow": {"learning_rate": _positive(), **_FLOW_KEYS},
+    # central-flow: GD's step η, the eigen-directions tracked at most, and the share of the
+    # edge 2/η from which a tracked direction enters the complementarity problem
+    "central-flow": {"learning_rate": _positive(), "max_eigen": Int(lo=1, hi=16, default=5),
+                     "track_threshold": Float(lo=0.0, hi=1.0, lo_open=True, default=0.9), **_FLOW_KEYS},
     "gd": {"learning_rate": _positive(), "divergence_factor": _DIVERGENCE},
     "momentum": {"learning_rate": _positive(),
                  "beta": Float(lo=0.0, hi=1.0, hi_open=True, default=0.9),
@@ -483,7 +500,7 @@ _SOLVER_KEYS: dict[str, dict[str, Spec]] = {
 }
 # The registry decides which kinds exist and their order; the keys of each are specified above.
 _SOLVER_VARIANTS = {kind: _SOLVER_KEYS[kind] for kind in SOLVER_KINDS}
-_SOLVER_RULES = {"flow": (_dt_bounds,), "modified-flow": (_dt_bounds,)}
+_SOLVER_RULES = {"flow": (_dt_bounds,), "modified-flow": (_dt_bounds,), "central-flow": (_dt_bounds, _central_fits)}
 
 #: A preset file: the name is the file's stem; the description is required.
 SOLVER_FILE = Tagged(variants=_SOLVER_VARIANTS, rules=_SOLVER_RULES,

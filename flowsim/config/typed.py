@@ -348,7 +348,9 @@ class FlowPreset:
     name: str
     kind: str
     description: str
-    learning_rate: float | None = None  # modified-flow only
+    learning_rate: float | None = None  # modified-flow and central-flow only
+    max_eigen: int | None = None  # central-flow only
+    track_threshold: float | None = None  # central-flow only
     method: str
     rtol: float
     atol: float
