@@ -6,6 +6,7 @@ import numpy as np
 
 from ..config.typed import DescentPreset, Preset, Run
 from .base import AbstractIntegrator
+from .central_flow import make_central_integrator
 from .descent import make_descent_integrator
 from .flow import make_flow_integrator
 from .reference import ReferencePair
@@ -16,6 +17,8 @@ def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:
     or a flow beside its `reference` flow."""
     if isinstance(preset, DescentPreset):
         return make_descent_integrator(preset)
+    if preset.kind == "central-flow":     # (no reference: the loader refuses one)
+        return make_central_integrator(preset, stop_loss=run.stop_loss)
     flow = make_flow_integrator(preset, stop_loss=run.stop_loss)
     if preset.reference is None:
         return flow
