@@ -51,7 +51,7 @@ from . import sdcp
 RELAX_STEPS = 1.0
 # LOBPCG's tolerance: an eigenpair is converged when its residual is below this share of
 # (|λ| + ‖Hu‖) (jax's criterion is tol·10·n·(…), hence the division by 10·n below).
-TRACK_TOL = 1e-10
+TRACK_TOL = 1e-8
 # LOBPCG iterations at most per evaluation (warm-started, it converges in a few), and at t = 0.
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
