@@ -3,7 +3,7 @@ bench/results/central.md.
 
     python bench/bench_central.py [--scenario NAME] [--eta ETA] [--steps N] [--quick]
 
-For the scenario's problem (seed 0; default central-mlp-quick, the JAX central-flow package's
+For the scenario's problem (seed 0; default central-mlp, the JAX central-flow package's
 example) and GD's step η:
 - GD for N steps (every loss recorded), and GD again from a start perturbed by 1e-12 (each
   weight plus 1e-12 × a standard normal draw): the noise floor of any distance to GD's
@@ -91,7 +91,7 @@ def flow_rows(integ, problem, p0, times):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--scenario", default="central-mlp-quick")
+    ap.add_argument("--scenario", default="central-mlp")
     ap.add_argument("--eta", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="300 steps")
@@ -151,7 +151,7 @@ def main():
     table.add("cost per GD step (gradient-equivalents): central, flow, GD",
                f"{fmt(cost / steps)}, {fmt(flow_spent['vf_evals'] / steps)}, 1")
     table.add("wall (s, this machine): central, flow", f"{fmt(central_wall)}, {fmt(flow_wall)}")
-    publish(table.markdown(), "central" if args.scenario == "central-mlp-quick" else f"central-{args.scenario}",
+    publish(table.markdown(), "central" if args.scenario == "central-mlp" else f"central-{args.scenario}",
             args.quick)
 
 
