@@ -33,6 +33,12 @@ held directions (the rank of X) changes; such a change inside a step is an event
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
 the step that holds the change is no longer than `EVENT_TOL`·η, and then accepted and counted
 (`events`). The event is thus located to `EVENT_TOL`·η in time, not stepped over.
+Measured on the valley of tests/test_central.py (one event, the onset): at rtol 1e-6 and 1e-8
+the located run ends 3.5e-7 and 8.8e-10 from the closed form at t = 12, in 77 and 98 steps
+(33 and 31 rejected); with location switched off, 3.5e-7 and 8.2e-10 in 29 and 65 steps. The
+relaxed field is continuous across the event (only its derivative jumps), so the error
+control alone already resolves it there: the location costs about 30 rejected tries per
+event and buys the event's time, not accuracy.
 """
 
 from typing import ClassVar, NamedTuple
