@@ -271,10 +271,14 @@ def _stack(trees):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", [*SMOOTH_METHODS, "gd"])
+@pytest.mark.parametrize("kind", [*SMOOTH_METHODS, "gd", "central-flow"])
 def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
     pairs = [make_problem(seed=s) for s in range(3)]
-    if kind != "gd":
+    if kind == "central-flow":     # η = 1: seed 1 starts past 2/η and is held there, seed 0 reaches it by t = 5
+        integ = make_integrator(typed({"kind": "central-flow", "learning_rate": 1.0, "max_eigen": 2,
+                                       "rtol": 1e-8, "atol": 1e-10}), run_table())
+        states = [integ.init(p, w) for p, w in pairs]
+    elif kind != "gd":
         integ = make_flow_integrator({"kind": "flow", "method": kind, "rtol": 1e-8, "atol": 1e-10})
         states = [integ.init(p, w) for p, w in pairs]
     else:

@@ -167,10 +167,12 @@ def _presets():
             extra = {"sgd": ", batch_size = 2"}.get(kind, "")
             yield f'{{name = "x", kind = "{kind}", learning_rate = 0.1{extra}}}', ()
         else:
-            eta = ", learning_rate = 0.1" if kind == "modified-flow" else ""
+            eta = ", learning_rate = 0.1" if kind in ("modified-flow", "central-flow") else ""
             for method, entry in FLOW_METHODS.items():
                 if entry.filippov and kind != "flow":
                     continue     # refused: tests/test_filippov.py
+                if kind == "central-flow" and (entry.implicit or entry.stabilised):
+                    continue     # refused: tests/test_central.py
                 # the Filippov integrator takes shallow ReLU nets only (the loader refuses others)
                 network = ("model.activation=relu",) if entry.filippov else ()
                 yield f'{{name = "x", kind = "{kind}", method = "{method}"{eta}}}', network

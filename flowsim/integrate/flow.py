@@ -278,9 +278,9 @@ class FlowIntegrator(AbstractIntegrator):
                                        stages=stages, held=held, at=a.at, y_at=a.y_at), a)
             # a rejected try updates the committed controller (its next proposal); a step held
             # ahead leaves it as it was, so that the step is proposed again after a restore.
-            # ROCK4 also keeps what the rejected try learnt of ρ.
+            # ROCK4 also keeps what the rejected try learnt of ρ, the central flow its cost.
             sstate_kept = s.solver_state
-            if isinstance(self.solver, Rock4):
+            if hasattr(self.solver, "rejected"):
                 sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
             s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
                           controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
