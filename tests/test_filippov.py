@@ -15,7 +15,8 @@ import optimistix as optx
 import pytest
 from conftest import make_problem, rel_err
 
-from flowsim import batch, checkpoint, status
+from flowsim import batch, state_arrays
+from flowsim.status import Status
 from flowsim.archive import ArchiveError
 from flowsim.activations import PIECEWISE_LINEAR
 from flowsim.build import build_run
@@ -48,7 +49,7 @@ def _integrator(rtol=1e-8, slots=8, few_slots=4):
                               few_slots=few_slots)
 
 
-def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE, few_slots=4, totals=None):
+def _flow(problem, params, times, rtol=1e-8, slots=8, expect=Status.DONE, few_slots=4, totals=None):
     """The flow through `times`; `totals` (a dict) collects the segments' steps and rejected steps."""
     integ = _integrator(rtol, slots, few_slots)
     advance = eqx.filter_jit(integ.advance)
@@ -58,9 +59,9 @@ def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE, few_sl
         if totals is not None:
             for k in ("steps", "rejected"):
                 totals[k] = totals.get(k, 0) + int(stats[k])
-        if int(stats["status"]) != status.DONE:
+        if int(stats["status"]) != Status.DONE:
             break
-    assert int(stats["status"]) == expect, status.name(stats["status"])
+    assert int(stats["status"]) == expect, Status.of(stats["status"]).label
     return integ, state
 
 
@@ -224,7 +225,7 @@ def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing
     run with status `failed`; 4 slots and 12 (held to d = 5: no node slides on more surfaces
     than the inputs' dimension) give the same events and the same W."""
     problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
-    _, short = _flow(problem, p0, [400.0], slots=3, expect=status.FAILED)
+    _, short = _flow(problem, p0, [400.0], slots=3, expect=Status.FAILED)
     assert 0.0 < float(short.t) < 400.0
     (_, four), (_, twelve) = (_flow(problem, p0, [400.0], slots=k) for k in (4, 12))
     assert four.mode.slide.shape[-1] == 4 and twelve.mode.slide.shape[-1] == 5
@@ -321,11 +322,11 @@ def test_two_seeds_resume_bit_identically_from_their_checkpoint_arrays():
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
     keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
     state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(2, 20.0))
-    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
-    restored = checkpoint.restore(jax.tree.map(np.asarray, batch.init(integ, problems, params, keys)), 1, stored)
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
+    restored = state_arrays.restore(jax.tree.map(np.asarray, batch.init(integ, problems, params, keys)), 1, stored)
     a, stats = batch.advance(integ, problems, state, jnp.full(2, 60.0))
     b, _ = batch.advance(integ, problems, restored, jnp.full(2, 60.0))
-    assert (np.asarray(stats["status"]) == status.DONE).all()
+    assert (np.asarray(stats["status"]) == Status.DONE).all()
     assert np.array_equal(a.y["W"][1], b.y["W"][1]) and np.array_equal(a.events[1], b.events[1])
     _, one = _flow(*pairs[1], [20.0, 60.0])
     assert rel_err(a.y["W"][1], one.y["W"]) < 1e-12       # the batch is the member alone
@@ -337,11 +338,11 @@ def test_a_checkpoint_with_other_slots_is_refused_by_name_not_reshaped():
     problem, p0 = make_problem(activation="relu", m=30, gamma=0.0, alpha=0.4, loss="mse")
     problems, params = batch.stack_problems([problem]), batch.stack([p0])
     keys = batch.stack([jax.random.PRNGKey(0)])
-    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[0],
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[0],
                                                batch.init(_integrator(slots=4), problems, params, keys)))
     fewer = jax.tree.map(np.asarray, batch.init(_integrator(slots=3), problems, params, keys))
     with pytest.raises(ArchiveError, match=r"needs \(30, 3\).*without --resume"):
-        checkpoint.restore(fewer, 0, stored)
+        state_arrays.restore(fewer, 0, stored)
 
 
 def test_the_loader_refuses_filippov_for_a_network_it_does_not_integrate():
@@ -427,7 +428,7 @@ def test_near_the_minimum_the_loss_is_resolved_and_sliders_do_not_chatter():
     # on to round-off, with no event once the loss is below 1e-18, in a few hundred steps
     integ, state = runs[1e-8]
     later, stats = eqx.filter_jit(integ.advance)(problem, state, jnp.asarray(4000.0))
-    assert int(stats["status"]) == status.DONE and int(stats["steps"]) < 500, stats
+    assert int(stats["status"]) == Status.DONE and int(stats["steps"]) < 500, stats
     assert (np.asarray(later.events) == np.asarray(state.events)).all()
     assert float(problem.loss(later.y)) < 1e-28
 

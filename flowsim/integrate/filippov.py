@@ -55,7 +55,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import status
+from ..status import Status
 from ..activations import PIECEWISE_LINEAR
 from ..problem import Params, Problem
 from .base import AbstractIntegrator
@@ -581,7 +581,7 @@ class FilippovIntegrator(AbstractIntegrator):
 
         def cond(c):
             s, stats, code, go = c
-            return go & (s.t < t_next) & (code == status.RUNNING) & (stats[0] < self.max_steps)
+            return go & (s.t < t_next) & (code == Status.RUNNING) & (stats[0] < self.max_steps)
 
         def body(c, last):
             s, stats, code, go = c
@@ -646,20 +646,20 @@ class FilippovIntegrator(AbstractIntegrator):
             # the stages, the exit test at both ends and the event's resolution
             evals = 6 + s.jumped + 2 + event + iters
             overflow = event & ~fit
-            code = jnp.where(finite, code, status.NONFINITE)
+            code = jnp.where(finite, code, Status.NONFINITE)
             if last:        # a node with more sliders than the preset's slots: the member fails
-                code = jnp.where(overflow, status.FAILED, code)
+                code = jnp.where(overflow, Status.FAILED, code)
             else:           # the step is left undone (rejected) for the next pass, with more
                             # slots, to take again
                 new = jax.tree.map(lambda a, b: jnp.where(overflow, a, b), s, new)
                 ok = ok & ~overflow
             if self.stop_loss > 0:
-                code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), status.STOPPED, code)
+                code = jnp.where(ok & (problem.loss(new.y) <= self.stop_loss), Status.STOPPED, code)
             stats = stats + jnp.stack([1, ok, ~ok, evals]).astype(stats.dtype)
             return new, stats, code, go & ~overflow
 
         stats = jnp.zeros(4, jnp.int64)
-        code = jnp.asarray(status.RUNNING)
+        code = jnp.asarray(Status.RUNNING)
         # A step's cost grows as slots² (caron-fig1-relu-quick: 430 µs a step with 4 slots,
         # 600 µs with 8), and most nodes slide on 1 to 3 surfaces: the segment is stepped with
         # `few_slots` per node while every node's sliders fit in them, then with twice as many,
@@ -676,8 +676,8 @@ class FilippovIntegrator(AbstractIntegrator):
             k *= 2
         new, stats, code, _ = jax.lax.while_loop(cond, functools.partial(body, last=True),
                                                  (state, stats, code, jnp.asarray(True)))
-        code = jnp.where(code != status.RUNNING, code,
-                         jnp.where(new.t < t_next, status.MAX_STEPS, status.DONE))
+        code = jnp.where(code != Status.RUNNING, code,
+                         jnp.where(new.t < t_next, Status.MAX_STEPS, Status.DONE))
         return new, {"steps": stats[0], "accepted": stats[1], "rejected": stats[2], "vf_evals": stats[3],
                      "status": code}
 
