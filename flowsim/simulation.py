@@ -277,10 +277,10 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     uninterrupted run would have.
     """
     from .archive import open as open_archive_file
-    from .build import start_problem
+    from .build import assemble, start_problem
     from .config import Config, RunSpec, Scenario, from_dict, to_toml
     from .data import Dataset
-    from .models.module import build_module_run, leaf_paths
+    from .models.module import leaf_paths, module_network
     from .precision import enable_x64
     from .session import InputError, Job, open_archive
 
@@ -352,9 +352,9 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     scenario = Scenario(path=_SOURCE, text=text, resolved=resolved, settings=settings, runs=runs)
 
     ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)
-    built = {r.name: build_module_run(params, frozen, ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,
-                                      ntg_points=resolved["run"]["ntg_points"],
-                                      key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
+    built = {r.name: assemble(module_network(params, frozen, key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1)),
+                              ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,
+                              ntg_points=resolved["run"]["ntg_points"])   # the key: SGD's batches
              for r, (params, frozen) in zip(runs, splits)}
     for r in runs:
         why = start_problem(built[r.name])

@@ -126,8 +126,9 @@ def test_every_observable_validates_is_estimated_and_observed(name):
 
     built = build_run(cfg, 0)
     out = observe(built.problem, built.params, reference(built.problem, built.params), (name,))
-    assert set(out) == set(entry.series) == set(series_axes((name,)))
-    for series, axes in entry.series.items():
+    axes_of = series_axes((name,), built.problem.net)
+    assert set(out) == set(entry.series) == set(axes_of)
+    for series, axes in axes_of.items():
         assert out[series].ndim == len(axes), series
         assert bool(jnp.all(jnp.isfinite(out[series]))), series
     # the disk estimate is an upper bound on what one checkpoint row holds

@@ -168,13 +168,12 @@ def _spd_solve(G: jax.Array, B: jax.Array) -> jax.Array:
 
 def _output_layer(problem: Problem) -> jax.Array:
     """c_j a_j (m, k): the fixed output layer with its scaling."""
-    return problem.net.c[:, None] * problem.net.a
+    return problem.net.output_layer()
 
 
 def _preactivations(problem: Problem, W: jax.Array) -> jax.Array:
     """s_ji = w_j·x_i/√d (m, n)."""
-    X = problem.X
-    return W @ X.T / math.sqrt(X.shape[-1])
+    return problem.net.preactivations(W, problem.X)
 
 
 def _predictions(problem: Problem, S: jax.Array, D: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -183,8 +182,8 @@ def _predictions(problem: Problem, S: jax.Array, D: jax.Array) -> tuple[jax.Arra
     the sums cancel)."""
     ca, terms = _output_layer(problem), D * S
     pred, spread = (ca.T @ terms).T, (jnp.abs(ca).T @ jnp.abs(terms)).T
-    if problem.net.ref is not None:
-        ref = problem.net._raw(problem.net.ref, problem.X)
+    ref = problem.net.frozen_output(problem.X)     # the zeroed variant's frozen copy
+    if ref is not None:
         pred, spread = pred - ref, spread + jnp.abs(ref)
     return pred, jnp.finfo(S.dtype).eps * spread
 
@@ -326,13 +325,14 @@ def _first_pole(problem: Problem, sc: jax.Array, mode: Mode) -> jax.Array:
     b ≈ 1e-6 held through a step of 0.06 in which its δ went from 0.1 to −∞ and from +∞ to
     0.47, and the run drifted 1e-4 from the exact flow). Cheap: the predictions are quartic
     in θ within the step, their coefficients products of sc (5, m, n) with the output layer."""
-    net, n = problem.net, problem.X.shape[0]
+    n = problem.X.shape[0]
     ca = _output_layer(problem)
     D = _slopes(problem, mode.active, sc.dtype)
     coeffs = jnp.einsum("pmn,mk->pnk", D * sc, ca) / math.sqrt(problem.X.shape[-1])     # f(θ): (5, n, k)
     pred = _at_samples(coeffs, 0)                  # (SAMPLES + 1, n, k), θ = 0 first
-    if net.ref is not None:
-        pred = pred - net._raw(net.ref, problem.X)
+    ref = problem.net.frozen_output(problem.X)
+    if ref is not None:
+        pred = pred - ref
     g = jax.vmap(_loss_grad(problem))(pred)       # (SAMPLES + 1, n, k)
     # the sliders' only: −b up to a positive factor, (SAMPLES + 1, m, slots)
     b = jnp.einsum("smik,mk->smi", g[:, jnp.minimum(mode.slide, n - 1)], ca)
@@ -485,8 +485,7 @@ def projected_ntg(problem: Problem, W: jax.Array, mode: Mode) -> jax.Array:
     (not the plain NTG's) bounds the rate of the residual (Caron et al.'s bound)."""
     X = problem.X
     d = X.shape[-1]
-    net = problem.net
-    weight = (net.c * net.a[:, 0]) ** 2
+    weight = _output_layer(problem)[:, 0] ** 2
     D = _slopes(problem, mode.active, W.dtype)
     plain = ((D.T * weight) @ D) * (X @ X.T)
     Xs, _, _ = _basis(X, mode.slide)
