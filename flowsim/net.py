@@ -1,5 +1,5 @@
-"""The network protocol, declared once: `AbstractNet` is what a `Problem`, the observables,
-`flowsim compare`'s series and the integrators may ask of a network.
+"""The network protocol, declared once: `AbstractNet` is what a `Problem`, the observables
+(and so the series `flowsim compare` reads) and the integrators may ask of a network.
 
 It is an abstract Equinox module, the way Diffrax declares `AbstractSolver`: a network
 holds what never moves and is called with its trainable `params` (the ODE state, GD's state
