@@ -51,6 +51,5 @@ events on a step's dense output (crossings, exits, the poles of the controls); a
 `integrator.py`, the integrator that steps, truncates at events and counts them.
 """
 
-from .integrator import EVENT_KINDS as EVENT_KINDS
 from .integrator import FilippovIntegrator as FilippovIntegrator
 from .integrator import FilippovState as FilippovState
