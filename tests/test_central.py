@@ -15,6 +15,8 @@ from flowsim.config.spec import ScenarioError
 from flowsim.integrate import sdcp
 from flowsim.integrate.central import RELAX_STEPS, central_point, initial_vectors
 from flowsim.presets import central_integrator, flow_integrator
+from flowsim.net import AbstractNet
+from flowsim.ntg import vector_product_ntg
 from flowsim.problem import Problem
 
 
@@ -125,9 +127,25 @@ def test_sdcp_against_cvxpy(conditioned):
 C, A0, B, D, ETA = 1.0, 1.0, 0.5, 0.3, 0.5
 
 
-class _Point(eqx.Module):
+class _Point(AbstractNet):
+    """The valley's "network": its three parameters are its prediction."""
+
+    series_axes = {"weights": ("param",), "weight_change": ("leaf",), "unit_change": ("param",)}
+
     def __call__(self, params, X):
         return params["w"][None, :]
+
+    def ntg(self, params, X):
+        return vector_product_ntg(self, params, X)
+
+    def weights(self, params):
+        return params["w"]
+
+    def weight_change(self, params, params0):
+        return jnp.linalg.norm(params["w"] - params0["w"])[None]
+
+    def unit_change(self, params, params0):
+        return jnp.abs(params["w"] - params0["w"])
 
 
 def _valley_loss(pred, y):

@@ -17,8 +17,8 @@ from flowsim.activations import ACTIVATIONS
 from flowsim.build import build_run, estimate_resources
 from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS, state_copies
 from flowsim.losses import LOSSES
-from flowsim.models import MODELS, init_shallow
-from flowsim.observe import OBSERVABLES, observe, reference, series_axes
+from flowsim.models import MODELS, ShallowNet, init_shallow
+from flowsim.observe import NET_AXES, OBSERVABLES, observe, reference, series_axes
 from flowsim.problem import Problem
 from flowsim.scaling import output_scale
 from flowsim.config import Config, load_scenario, loads_scenario
@@ -126,8 +126,9 @@ def test_every_observable_validates_is_estimated_and_observed(name):
 
     built = build_run(cfg, 0)
     out = observe(built.problem, built.params, reference(built.problem, built.params), (name,))
-    assert set(out) == set(entry.series) == set(series_axes((name,)))
-    for series, axes in entry.series.items():
+    axes_of = series_axes((name,), built.problem.net)
+    assert set(out) == set(entry.series) == set(axes_of)
+    for series, axes in axes_of.items():
         assert out[series].ndim == len(axes), series
         assert bool(jnp.all(jnp.isfinite(out[series]))), series
     # the disk estimate is an upper bound on what one checkpoint row holds
@@ -151,6 +152,8 @@ def test_every_observable_is_stored_and_plotted(tmp_path, capsys, monkeypatch):
         assert view.status == "done"
         for entry in OBSERVABLES.values():
             for series, axes in entry.series.items():
+                # the weight measures' axes are the network's (quickstart: a shallow net)
+                axes = ShallowNet.series_axes[series] if axes is NET_AXES else axes
                 assert series in view, series
                 assert np.asarray(view[series]).ndim == 1 + len(axes), series
     files = plots.plot_archive(out, tmp_path / "figs", formats=("png",))
