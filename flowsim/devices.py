@@ -7,6 +7,7 @@ host copy of a checkpoint is gathered to every process. Only process 0 touches t
 archive; the others ask it what the archive holds (resume) and write nothing.
 """
 
+import contextlib
 import math
 import os
 import pickle
@@ -159,6 +160,11 @@ class SharedWriter:
         if self._writer is None:
             return lambda *a, **k: None
         return getattr(self._writer, name)
+
+    def commits(self):
+        """The members' commits share one opening of the file on process 0; elsewhere
+        nothing is opened (a context manager all the same: the driver enters it everywhere)."""
+        return contextlib.nullcontext() if self._writer is None else self._writer.commits()
 
     def __enter__(self):
         if self._writer is not None:
