@@ -14,6 +14,7 @@ import signal
 import sys
 from pathlib import Path
 
+from .engine_env import set_engine_defaults
 from .session import InputError
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -24,14 +25,17 @@ def _err(msg: str) -> None:
     print(f"flowsim: error: {msg}", file=sys.stderr)
 
 
-def _input_errors():
-    """The exception types that mean bad input (exit 2) rather than a bug (exit 1)."""
+def _input_errors() -> tuple:
+    """The exception types that mean bad input (exit 2) rather than a bug (exit 1). Asked
+    when an exception is matched, it names `BuildError` only where its module (which loads
+    JAX) was imported: a command that never imported it (inspect, plot and compare read an
+    archive without JAX) cannot have raised one."""
     from .archive import ArchiveError
-    from .build import BuildError
-    from .data import DataError
     from .config import ScenarioError
+    from .data import DataError
 
-    return (ScenarioError, DataError, BuildError, ArchiveError, InputError)
+    models = sys.modules.get("flowsim.models.base")
+    return (ScenarioError, DataError, ArchiveError, InputError) + ((models.BuildError,) if models else ())
 
 
 class _StopRequest:
@@ -116,20 +120,19 @@ def _quiet_hdf5_unraisable(unraisable) -> None:
     sys.__unraisablehook__(unraisable)
 
 
-def _load_engine() -> tuple:
-    """`_input_errors()`, importing JAX, Diffrax, h5py and the engine on the way, with
-    Python's cyclic collector off, and then those ~200 000 long-lived objects frozen out of
-    its sight (`gc.freeze`): otherwise every full collection during a run's tracing scans
-    them again, 0.15-0.2 s of a 1.9 s run (bench_e2e), and collections during the imports
-    find little. For the command's own process only: a caller of main() keeps its heap."""
+def _load_engine() -> None:
+    """Import JAX, Diffrax, h5py and the engine, with Python's cyclic collector off, and
+    then those ~200 000 long-lived objects frozen out of its sight (`gc.freeze`): otherwise
+    every full collection during a run's tracing scans them again, 0.15-0.2 s of a 1.9 s run
+    (bench_e2e), and collections during the imports find little. For the command's own
+    process only: a caller of main() keeps its heap."""
     import gc
 
+    set_engine_defaults()
     gc.disable()
     try:
-        from . import driver, provenance  # noqa: F401  (what a run imports later)
+        from . import build, driver, provenance  # noqa: F401  (what a run imports later)
         from .analysis import caron  # noqa: F401
-
-        return _input_errors()
     finally:
         gc.freeze()
         gc.enable()
@@ -515,6 +518,8 @@ def _compilation_cache() -> None:
 
 
 _STOP = _StopRequest()
+# The commands that import the engine (Equinox): they set its environment default first.
+_ENGINE_COMMANDS = frozenset({"run", "show", "analyze"})
 _COMMAND_LINE = False      # main() called as the `flowsim` command (not with an argv list)
 
 
@@ -529,13 +534,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         _STOP.requested, _STOP.at_once = False, not args.distributed
         _STOP.install()          # first, so that a stop during start-up is honoured too
-    errors: tuple = ()
+    if args.command in _ENGINE_COMMANDS:
+        set_engine_defaults()    # before anything imports Equinox
     try:
-        errors = _load_engine() if _COMMAND_LINE and args.command == "run" else _input_errors()
+        if _COMMAND_LINE and args.command == "run":
+            _load_engine()
         if args.command == "run":
             _compilation_cache()
         return args.func(args)
-    except errors as err:
+    except _input_errors() as err:
         _err(str(err))
         return EXIT_INPUT
     except KeyboardInterrupt:
