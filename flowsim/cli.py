@@ -413,7 +413,8 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .analysis.compare import compare_archive, format_report, write_csv, write_figures
+    from .analysis.compare import compare_archive
+    from .analysis.compare_report import format_report, write_csv
 
     if not args.factor > 0:
         raise InputError(f"--factor {args.factor}: must be a positive number")
@@ -425,6 +426,8 @@ def cmd_compare(args) -> int:
     if args.csv:
         print(f"flowsim: wrote {write_csv(rep, args.csv)}", file=sys.stderr)
     if args.output:
+        from .plots.compare import write_figures   # (matplotlib: only when figures are asked for)
+
         for path in write_figures(rep, args.output, formats=tuple(args.format.split(","))):
             print(f"flowsim: wrote {path}", file=sys.stderr)
     return EXIT_OK
