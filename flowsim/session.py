@@ -57,7 +57,8 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
     import jax
 
-    from .build import build_run, check_resources, program_signature, start_problem
+    from .build import build_run, program_signature, start_problem
+    from .resources import check_resources
     from .models import BuildError
     from .devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
