@@ -70,7 +70,8 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
         print(f"flowsim: warning: {warning}", file=sys.stderr)
     runs, part = sc.runs, None
     if shard:   # a job array's part: its own archive, joined later by `flowsim merge`
-        from .archive.merge import ShardError, parse_shard, shard_runs
+        from .archive.merge import ShardError, parse_shard
+        from .config.sweep import shard_runs
 
         try:
             i, n = parse_shard(shard)
