@@ -20,7 +20,6 @@ from .lifecycle import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHIN
 from .session import InputError
 
 
-
 def _err(msg: str) -> None:
     print(f"flowsim: error: {msg}", file=sys.stderr)
 

@@ -30,7 +30,6 @@ class DataError(ValueError):
     """Bad data input; the message names the file or the `[data]` key and what is wrong."""
 
 
-
 # ------------------------------------------------------------------------ value checks
 # Validation has checked these ranges already; a table built with `from_dict` has not.
 
