@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flowsim import status
+from flowsim.status import Status
 from flowsim.data import make_dataset
 from flowsim.presets import descent_integrator, flow_integrator
 from flowsim.models import init_shallow
@@ -147,7 +147,7 @@ def gd_run(problem, p0, t_end, segments, eta=1.0):
     state, times, steps = state0, [], 0
     for k in range(1, segments + 1):
         dt, (state, stats) = timed(advance, problem, state, jnp.asarray(k * seg_len))
-        assert int(stats["status"]) == status.DONE, stats
+        assert int(stats["status"]) == Status.DONE, stats
         times.append(dt)
         steps += int(stats["steps"])
     one_segment = lambda: advance(problem, state0, jnp.asarray(seg_len))  # noqa: E731
@@ -179,16 +179,16 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
                 for key in ("steps", "rejected", "vf_evals", "hvps"):
                     tot[key] += int(stats.get(key, 0))
                 code = int(stats["status"])
-                if code == status.DONE:
+                if code == Status.DONE:
                     break
-                if code != status.MAX_STEPS or not chunk_steps:
-                    raise RuntimeError(f"flow {spec.method} ended with status {status.name(code)} at t = {float(integ.time(state)):.6g}")
+                if code != Status.MAX_STEPS or not chunk_steps:
+                    raise RuntimeError(f"flow {spec.method} ended with status {Status.of(code).label} at t = {float(integ.time(state)):.6g}")
                 if elapsed > budget_s:
                     break
             if elapsed > budget_s and k < segments:
                 capped = True
                 break
-            if code != status.DONE:
+            if code != Status.DONE:
                 capped = True
                 break
         tot.update(wall=elapsed, t_reached=float(integ.time(state)), capped=capped)

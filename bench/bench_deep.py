@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench_core import ROOT, Table, fmt, interleaved_best, publish, ready  # noqa: E402
-from flowsim import status
+from flowsim.status import Status
 from flowsim.build import build_run
 from flowsim.config import load_scenario, solver_preset
 from flowsim.presets import make_integrator
@@ -95,7 +95,7 @@ def case_eos(cfg, tables, summary):
         tic = time.perf_counter()
         state, stats = ready(advance(b.problem, state0, jnp.asarray(float(cfg["t_end"]))))
         wall = time.perf_counter() - tic
-        assert int(stats["status"]) == status.DONE, stats
+        assert int(stats["status"]) == Status.DONE, stats
         out[preset.name] = (wall, int(stats["steps"]), int(stats["vf_evals"]) + int(stats.get("hvps", 0)),
                             float(b.problem.loss(integ.params(state))))
     wg, sg, eg, lg = out["gd-0.9"]

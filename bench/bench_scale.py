@@ -20,8 +20,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench_core import Table, build, fmt, gd_preset, interleaved_best, pct, preset, ready, timed, publish  # noqa: E402
-from flowsim import batch, status
+from flowsim import batch
 from flowsim.presets import descent_integrator, flow_integrator
+from flowsim.status import Status
 from flowsim.config import checkpoint_times
 
 LOWERING = "/jax/core/compile/jaxpr_to_mlir_module_duration"
@@ -70,7 +71,7 @@ def case_dtype(cfg, tables, summary):
         name = jnp.dtype(dtype).name
         tb.add(name + (" (rtol 1e-5)" if dtype == jnp.float32 else " (rtol 1e-8)"),
                f"{int(stats['steps'])} ({int(stats['rejected'])})", pct(evals / t_end), pct(best["flow"] / gd_wall),
-               fmt(float(problem.loss(st.y))), fmt(float(problem.loss(gst.y))), status.name(int(stats["status"])))
+               fmt(float(problem.loss(st.y))), fmt(float(problem.loss(gst.y))), Status.of(stats["status"]).label)
         summary.add(f"flow/GD wall, {name}, t_end {t_end:g}", pct(best["flow"] / gd_wall), "≤ 15 % (at t_end 50 000)",
                     ("yes" if best["flow"] / gd_wall <= 0.15 else "**no**") if t_end >= 50_000 else "(--quick)")
     tables.append(tb)

@@ -8,6 +8,7 @@ What a user calls is here, flat (`flowsim.__all__`):
     flowsim.load_scenario / solver_preset          # scenarios and presets, typed
     flowsim.Config, FlowPreset, DescentPreset ...  # every configuration table (flowsim.config)
     flowsim.build_run, Problem, make_integrator    # the engine, driven by hand
+    flowsim.AbstractNet                            # what a network offers (subclass it)
 
 Importing flowsim imports no JAX and changes no JAX setting: each name loads its module when
 first used (a run turns float64 on itself: flowsim.precision), and the names that load the
@@ -46,6 +47,7 @@ if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__`
     )
     from .data import DataError
     from .models import BuildError
+    from .net import AbstractNet
     from .presets import make_integrator
     from .problem import Problem
     from .session import InputError, run_scenario
@@ -74,7 +76,7 @@ _EXPORTS: dict[str, str] = {
     "simulate": "flowsim.simulation",
     "run_scenario": "flowsim.session", "InputError": "flowsim.session",
     "build_run": "flowsim.build", "BuildError": "flowsim.models",
-    "Problem": "flowsim.problem",
+    "Problem": "flowsim.problem", "AbstractNet": "flowsim.net",
     "make_integrator": "flowsim.presets",
 }
 _READERS = frozenset({"flowsim.archive", "flowsim.config", "flowsim.data"})   # they import no JAX

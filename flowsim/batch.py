@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import status
+from .status import Status
 from .integrate.base import AbstractIntegrator, State
 from .problem import Params
 from .observe import Reference, reference
@@ -125,16 +125,16 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
         def one(carry, xs):
             s, code, taken = carry
             t, go = xs
-            go = go & (code == status.DONE)
+            go = go & (code == Status.DONE)
             new, seg = integ.advance(problem, s, jnp.where(go, t, integ.time(s)), horizon)
             taken = taken + seg["steps"]
-            ended = jnp.where(seg["status"] != status.DONE, seg["status"],
-                              jnp.where(jnp.asarray(integ.out_of_steps(taken)), status.MAX_STEPS, status.DONE))
+            ended = jnp.where(seg["status"] != Status.DONE, seg["status"],
+                              jnp.where(jnp.asarray(integ.out_of_steps(taken)), Status.MAX_STEPS, Status.DONE))
             code = jnp.where(go, ended, code)
             values = observe_member(problem, integ.params(new), ref, names) | integ.certificate(problem, new)
             return (new, code, taken), (seg | {"status": code}, integ.time(new), integ.step(new), values)
 
-        carry = (s, jnp.asarray(status.DONE), before)
+        carry = (s, jnp.asarray(Status.DONE), before)
         # `one` traced once, its jaxpr reused by the branch and its output shapes by the
         # padding (an integrator's step takes most of the chunk's tracing: twice was 1/3 more)
         traced = eqx.filter_closure_convert(one, carry, (times[0], move[0]))

@@ -13,9 +13,11 @@ import numpy as np
 
 from .config.typed import Config
 from .data import DataError, Dataset, make_dataset
-from .models import MODELS, BuildError, Built
+from .models import MODELS, BuildError, Built, Network
+from .models.base import dtype_of
 from .models.module import leaf_paths
 from .precision import enable_x64
+from .problem import Params, Problem
 
 
 def data_seed(config: Config, seed: int) -> int:
@@ -71,7 +73,33 @@ def build_run(config: Config, seed: int) -> Built:
     enable_x64()   # every run, float32 ones too (int64 step counters, float64 times)
     ds = _dataset(config, seed)
     _check_compatible(config, ds)
-    return MODELS[config.model.kind].build(config, ds, seed)
+    network = MODELS[config.model.kind].build(config, ds, seed)
+    return assemble(network, ds, dtype=dtype_of(config), loss_kind=config.loss.kind,
+                    ntg_points=config.run.ntg_points)
+
+
+def assemble(network: Network, ds: Dataset, *, dtype, loss_kind: str, ntg_points: int,
+             custom_loss=None) -> Built:
+    """A run's `Problem`, assembled in one place for every model kind and for
+    `flowsim.simulate` (whose loss may be a Python function, `custom_loss`): the network on
+    the inputs it sees, the data's targets, the loss and the flow's rate. The init record
+    gets the initial loss, "loss0"."""
+    as_j = lambda a: jnp.asarray(a, dtype)  # noqa: E731
+    X = ds.X_train if network.X is None else network.X
+    X_test = ds.X_test if network.X_test is None else network.X_test
+    problem = Problem(net=network.net, X=as_j(X), y=as_j(ds.y_train), X_test=as_j(X_test),
+                      y_test=as_j(ds.y_test), rate=network.rate, loss_kind=loss_kind,
+                      ntg_points=min(ntg_points, ds.X_train.shape[0]), custom_loss=custom_loss)
+    loss0 = _initial_loss(problem, network.params) if network.compiled_loss0 else problem.loss(network.params)
+    init = network.init | {"loss0": np.asarray(loss0)}
+    return Built(problem=problem, params=network.params, dataset=ds, init=init, key=network.key)
+
+
+@eqx.filter_jit
+def _initial_loss(problem: Problem, params: Params) -> jax.Array:
+    # one compiled program: evaluated eagerly, a shallow net's forward pass is a dozen small
+    # programs, each a compilation (or a cache load) at start-up
+    return problem.loss(params)
 
 
 def program_signature(built_runs: list[Built], config: Config) -> tuple:

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from . import batch, checkpoint, status
+from . import batch, state_arrays
 from .advice import advise
 from .archive import ArchiveWriter
 from .build import Built, data_seed, dataset_arrays, program_signature
@@ -30,6 +30,7 @@ from .presets import checkpoint_grid, make_integrator
 from .problem import Params
 from .progress import BatchProgress, Progress
 from .observe import observe, reference, series_axes
+from .status import Status
 
 STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals")
 POLL = 0.25     # seconds between looks at a stop request while a segment computes
@@ -56,7 +57,7 @@ class _Member:
     run: RunSpec
     done_rows: int          # checkpoint rows already in the archive (resume)
     stats: dict
-    code: int = status.RUNNING
+    code: int = Status.RUNNING
 
 
 def _series_spec(integ: AbstractIntegrator, problem, params, names) -> dict:
@@ -102,12 +103,12 @@ class _Commits:
             self.now(state)
 
     def now(self, state) -> None:
-        host = to_host(checkpoint.stored(state))   # the large transfer, once per commit, not per checkpoint
+        host = to_host(state_arrays.stored(state))   # the large transfer, once per commit, not per checkpoint
         with self.writer.commits():     # the members' commits share one opening of the file
             for j in sorted(self.dirty):
                 m = self.members[j]
                 self.writer.commit(m.run.name, self.solver,
-                                   checkpoint=checkpoint.as_arrays(jax.tree.map(lambda x: x[j], host)),
+                                   checkpoint=state_arrays.as_arrays(jax.tree.map(lambda x: x[j], host)),
                                    checkpoint_attrs=m.stats | {"code": m.code})
         self.dirty.clear()
         self.at = time.monotonic()
@@ -215,7 +216,7 @@ class Driver:
                              stats=dict.fromkeys(STAT_KEYS, 0) | {"wall_time": 0.0})
             if stored is not None:
                 arrays, attrs = stored
-                restored = checkpoint.restore(to_host(state) if restored is None else restored, i, arrays)
+                restored = state_arrays.restore(to_host(state) if restored is None else restored, i, arrays)
                 # every statistic the solver's advance returned (STAT_KEYS and its own)
                 member.stats = {k: v for k, v in attrs.items() if k != "code"}
                 member.code = attrs["code"]
@@ -233,7 +234,7 @@ class Driver:
         i, size = start, 1
         advised = False
         try:
-            while i < len(times) and any(m.code == status.RUNNING for m in members):
+            while i < len(times) and any(m.code == Status.RUNNING for m in members):
                 rows = range(i, min(i + size, len(times)))
                 tic = time.perf_counter()
                 state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit)
@@ -267,11 +268,11 @@ class Driver:
         for m in members:
             m.stats["observe_time"] = min(per_row * m.done_rows, m.stats["wall_time"])
         for j, m in enumerate(members):
-            final = status.DONE if m.code == status.RUNNING else m.code
-            self.writer.set_status(m.run.name, name, status=status.name(final), stats=m.stats,
-                                   wall_time=m.stats["wall_time"], message=status.ADVICE[status.name(final)],
+            final = Status.DONE if m.code == Status.RUNNING else m.code
+            self.writer.set_status(m.run.name, name, status=Status.of(final).label, stats=m.stats,
+                                   wall_time=m.stats["wall_time"], message=Status.of(final).advice,
                                    status_time=float(ends[j]))
-            out[m.run.name] = status.name(final)
+            out[m.run.name] = Status.of(final).label
         wall = max(m.stats["wall_time"] for m in members)
         observing = max(m.stats["observe_time"] for m in members)
         bar.close(out, wall=wall, observe=observing)
@@ -286,7 +287,7 @@ class Driver:
         here = to_host(integ.time(state))
         k = np.arange(size)
         index = np.minimum(rows.start + k, rows.stop - 1)
-        moving = np.array([[m.code == status.RUNNING and m.done_rows <= i and i < rows.stop
+        moving = np.array([[m.code == Status.RUNNING and m.done_rows <= i and i < rows.stop
                             for m in members] for i in rows.start + k])
         targets = np.where(moving, times[index][:, None], here[None, :]).astype(here.dtype)
         steps = np.array([m.stats["steps"] for m in members], dtype=np.int64)
@@ -303,20 +304,20 @@ class Driver:
         wall = (time.perf_counter() - tic) / len(rows)
         for r, i in enumerate(rows):
             for j, m in enumerate(members):
-                if not (moving[r, j] and m.code == status.RUNNING):
+                if not (moving[r, j] and m.code == Status.RUNNING):
                     continue
                 for key in (k for k in seg if k != "status"):
                     m.stats[key] = m.stats.get(key, 0) + int(seg[key][r, j])
                 m.stats["wall_time"] += wall
                 code = int(seg["status"][r, j])
-                if code != status.DONE:
+                if code != Status.DONE:
                     m.code = code
                 self.writer.append(m.run.name, name, t=float(position[r, j]),
                                    step=None if step is None else int(step[r, j]),
                                    values={key: v[r, j] for key, v in values.items()})
                 m.done_rows = i + 1
                 commit.wrote(j)
-            bar.update(float(times[i]), [m.stats["steps"] for m in members], [status.name(m.code) for m in members])
+            bar.update(float(times[i]), [m.stats["steps"] for m in members], [Status.of(m.code).label for m in members])
         commit.last = state
         return state
 

@@ -6,10 +6,11 @@ registry, so adding an observable is one entry here. `Reference` holds what the
 feature-learning measures compare against (the initial weights and NTG), computed once
 per run.
 
-The weight measures ask the network: a shallow network reports per hidden node (its
-weights as (node, feature)), a user's Equinox model (`flowsim.models.ModuleNet`) per
-trainable leaf (its weights as one flat vector); `series_axes` names their axes for the
-network at hand. Observables of one model family (`family`) refuse any other network.
+The weight measures ask the network (`flowsim.net.AbstractNet`): a shallow network reports
+per hidden node (its weights as (node, feature)), a user's Equinox model
+(`flowsim.models.ModuleNet`) per trainable leaf (its weights as one flat vector); the
+network's `series_axes` names their axes. Observables of one model family (`family`)
+refuse any other network.
 """
 
 import functools
@@ -21,6 +22,7 @@ import jax
 import jax.numpy as jnp
 
 from .kinds import OBSERVABLES as KINDS
+from .net import AbstractNet
 from .problem import Params, Problem
 from .stability import gn_sharpness, sharpness
 
@@ -46,10 +48,15 @@ class Snapshot:
         return self.problem.ntg(self.params)
 
 
+# The axes of a series that the network measures: its `series_axes` names them.
+NET_AXES = None
+
+
 @dataclass(frozen=True)
 class Observable:
     name: str
-    series: dict[str, tuple[str, ...]]     # series it writes -> axis names of one checkpoint's value
+    # series it writes -> axis names of one checkpoint's value (NET_AXES: the network's)
+    series: dict[str, tuple[str, ...] | None]
     row_size: Callable[[int, int, int], int]   # (m, p, d) -> values per checkpoint row (disk estimate)
     fn: Callable[[Snapshot], dict[str, jax.Array]]
 
@@ -104,16 +111,16 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("ntg_eig", {"ntg_eig": ("eig",)}, lambda m, p, d: p,
                lambda s: {"ntg_eig": jnp.linalg.eigvalsh(s.ntg)}),
     Observable("ntg_change", {"ntg_change_spectral": (), "ntg_change_frobenius": ()}, _scalar_row, _ntg_change),
-    Observable("weight_change", {"weight_change": ("node",)}, lambda m, p, d: m,
+    Observable("weight_change", {"weight_change": NET_AXES}, lambda m, p, d: m,
                lambda s: {"weight_change": s.problem.net.weight_change(s.params, s.ref.params0)}),
     # per unit of every dense layer: ‖w_i(t) − w_i(0)‖ of each unit's incoming weights (the
     # rows of each 2-D trainable leaf; a shallow network's hidden nodes)
-    Observable("unit_change", {"unit_change": ("unit",)}, lambda m, p, d: m,
+    Observable("unit_change", {"unit_change": NET_AXES}, lambda m, p, d: m,
                lambda s: {"unit_change": s.problem.net.unit_change(s.params, s.ref.params0)}),
     # Caron et al.'s node importance λ_j‖w_j‖²
     Observable("importance", {"importance": ("node",)}, lambda m, p, d: m,
                lambda s: {"importance": s.problem.net.lam * jnp.sum(s.params["W"] ** 2, axis=-1)}),
-    Observable("weights", {"weights": ("node", "feature")}, lambda m, p, d: m * d,
+    Observable("weights", {"weights": NET_AXES}, lambda m, p, d: m * d,
                lambda s: {"weights": s.problem.net.weights(s.params)}),
     # rate·λ_max of the loss Hessian (Lanczos) and of its Gauss–Newton part: GD with step η
     # is linearly stable iff η·sharpness < 2 (flowsim/stability.py)
@@ -138,8 +145,8 @@ def observe(problem: Problem, params: Params, ref: Reference | None, names: tupl
     return out
 
 
-def series_axes(names: tuple[str, ...], net: eqx.Module | None = None) -> dict[str, tuple[str, ...]]:
-    """Series name → axis names, for the observables `names` (of the network `net`, whose
-    `SERIES_AXES` may name the weight measures' axes its own way)."""
-    own = getattr(net, "SERIES_AXES", {})
-    return {s: own.get(s, axes) for n in names for s, axes in OBSERVABLES[n].series.items()}
+def series_axes(names: tuple[str, ...], net: AbstractNet) -> dict[str, tuple[str, ...]]:
+    """Series name → axis names, for the observables `names` of the network `net` (which
+    names the axes of its weight measures)."""
+    return {s: net.series_axes[s] if axes is NET_AXES else axes
+            for n in names for s, axes in OBSERVABLES[n].series.items()}

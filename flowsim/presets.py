@@ -11,6 +11,7 @@ import numpy as np
 
 from .config.typed import DescentPreset, FlowPreset, Preset, Run
 from .integrate.base import AbstractIntegrator
+from .integrate.central_flow import make_central_integrator
 from .integrate.descent import DescentIntegrator, make_descent_integrator
 from .integrate.flow import make_flow_integrator
 from .integrate.reference import ReferencePair
@@ -28,6 +29,15 @@ def flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIn
         learning_rate=p.learning_rate if p.kind == "modified-flow" else None, stop_loss=stop_loss)
 
 
+def central_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
+    """The integrator of a `central-flow` preset."""
+    p = preset
+    return make_central_integrator(
+        method=p.method, learning_rate=p.learning_rate, max_eigen=p.max_eigen, track_threshold=p.track_threshold,
+        rtol=p.rtol, atol=p.atol, dtmin=p.dtmin, dtmax=p.dtmax, max_steps=p.max_steps, pcoeff=p.pcoeff,
+        icoeff=p.icoeff, stop_loss=stop_loss)
+
+
 def descent_integrator(preset: DescentPreset) -> DescentIntegrator:
     """The integrator of a `gd`, `momentum` or `sgd` preset."""
     return make_descent_integrator(learning_rate=preset.learning_rate, divergence_factor=preset.divergence_factor,
@@ -40,6 +50,8 @@ def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:
     or a flow beside its `reference` flow."""
     if isinstance(preset, DescentPreset):
         return descent_integrator(preset)
+    if preset.kind == "central-flow":     # (no reference: the loader refuses one)
+        return central_integrator(preset, stop_loss=run.stop_loss)
     flow = flow_integrator(preset, stop_loss=run.stop_loss)
     if preset.reference is None:
         return flow

@@ -4,7 +4,7 @@ Its trainable state `Params` is a pytree of arrays: the ODE state, the GD state 
 checkpoint alike. For the built-in networks it is a plain dict (`{"W": (m, d)}`, plus `"a"`
 when the output layer is trained; `flowsim.models.ShallowNet`, with a closed-form NTG); for
 a user's Equinox model it is the model's trainable leaves (`flowsim.models.ModuleNet`). The
-network is any module called as `net(params, X)` with an `ntg(params, X)`. A Problem is an
+network is an `AbstractNet` (`flowsim.net`), called as `net(params, X)`. A Problem is an
 Equinox module of arrays, so a batch of them (one per seed) is a pytree with a leading axis
 and `eqx.filter_vmap` maps the whole simulation over seeds.
 """
@@ -15,12 +15,13 @@ import equinox as eqx
 import jax
 
 from .losses import LossFn, loss_entry, loss_fn
+from .net import AbstractNet, Params, refuse_non_net
 
-Params = dict[str, jax.Array]
+__all__ = ["Params", "Problem", "hessian_vector_product"]
 
 
 class Problem(eqx.Module):
-    net: eqx.Module
+    net: AbstractNet
     X: jax.Array              # (n, d) training inputs
     y: jax.Array              # (n, k) training targets
     X_test: jax.Array         # (n_test, d)
@@ -31,6 +32,9 @@ class Problem(eqx.Module):
     # The user's loss (pred (n, k), y (n, k)) -> scalar when `loss_kind` is "callable"
     # (flowsim.simulate); static, so a run's programs are compiled for that function.
     custom_loss: Callable | None = eqx.field(static=True, default=None)
+
+    def __check_init__(self):
+        refuse_non_net(self.net, "Problem.net")
 
     def loss_function(self) -> LossFn:
         return self.custom_loss if self.custom_loss is not None else loss_fn(self.loss_kind)

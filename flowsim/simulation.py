@@ -279,12 +279,12 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     uninterrupted run would have.
     """
     from .archive import open as open_archive_file
-    from .build import start_problem
+    from .build import assemble, start_problem
     from .config import (ArraysData, Config, Loss, ModuleModel, Run, RunSpec, Scenario, ScenarioError, from_dict,
                          to_dict, to_toml)
     from .config.load import kink_warnings, refuse_filippov_misfits
     from .data import Dataset
-    from .models.module import build_module_run, leaf_paths
+    from .models.module import leaf_paths, module_network
     from .precision import enable_x64
     from .session import InputError, Job, open_archive
 
@@ -353,9 +353,9 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     scenario = Scenario(path=_SOURCE, text=text, settings=settings, runs=runs)
 
     ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)
-    built = {r.name: build_module_run(params, frozen, ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,
-                                      ntg_points=settings.run.ntg_points,
-                                      key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1))   # SGD's batches
+    built = {r.name: assemble(module_network(params, frozen, key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1)),
+                              ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,
+                              ntg_points=settings.run.ntg_points)   # the key: SGD's batches
              for r, (params, frozen) in zip(runs, splits)}
     for r in runs:
         why = start_problem(built[r.name])

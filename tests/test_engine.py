@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from conftest import make_problem, rel_err
 
-from flowsim import batch, checkpoint, status
+from flowsim import batch, state_arrays
 from flowsim.presets import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
+from flowsim.status import Status
 from flowsim.integrate.reference import ReferencePair
 from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
 from flowsim.ntg import jacobian_ntg
@@ -48,7 +49,7 @@ def flow_to(problem, params, times, preset):
     out = []
     for t in times:
         state, stats = advance(problem, state, jnp.asarray(t))  # an array: no retrace per time
-        assert int(stats["status"]) == status.DONE
+        assert int(stats["status"]) == Status.DONE
         out.append(state)
     return out
 
@@ -245,7 +246,7 @@ def test_checkpoints_inside_steps_cost_no_step_and_read_the_dense_output(method,
     state, steps, inside, worst = integ.init(problem, p0), 0, 0, 0.0
     for t in np.geomspace(0.05, 40.0, 40):
         state, seg = advance(problem, state, jnp.asarray(t), horizon)
-        assert int(seg["status"]) == status.DONE and float(integ.time(state)) == t
+        assert int(seg["status"]) == Status.DONE and float(integ.time(state)) == t
         steps += int(seg["steps"])
         inside += float(state.t) < t
         W, _ = linear_closed_form(problem, p0, t=t)
@@ -262,7 +263,7 @@ def test_a_flow_from_a_non_finite_state_ends_nonfinite_where_it_is():
     integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10})
     bad = {"W": p0["W"].at[0, 0].set(jnp.nan)}
     state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, bad), 50.0)
-    assert int(stats["status"]) == status.NONFINITE
+    assert int(stats["status"]) == Status.NONFINITE
     assert int(stats["steps"]) == int(stats["rejected"]) == 20 and float(integ.time(state)) == 0.0
 
 
@@ -271,10 +272,14 @@ def _stack(trees):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", [*SMOOTH_METHODS, "gd"])
+@pytest.mark.parametrize("kind", [*SMOOTH_METHODS, "gd", "central-flow"])
 def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
     pairs = [make_problem(seed=s) for s in range(3)]
-    if kind != "gd":
+    if kind == "central-flow":     # η = 1: seed 1 starts past 2/η and is held there, seed 0 reaches it by t = 5
+        integ = make_integrator(typed({"kind": "central-flow", "learning_rate": 1.0, "max_eigen": 2,
+                                       "rtol": 1e-8, "atol": 1e-10}), run_table())
+        states = [integ.init(p, w) for p, w in pairs]
+    elif kind != "gd":
         integ = make_flow_integrator({"kind": "flow", "method": kind, "rtol": 1e-8, "atol": 1e-10})
         states = [integ.init(p, w) for p, w in pairs]
     else:
@@ -333,7 +338,7 @@ def test_gd_divergence_is_a_status_with_the_step():
     problem, p0 = make_problem(activation="relu")  # unbounded, so GD past 2/λ_max blows up
     integ = make_descent_integrator({"kind": "gd", "learning_rate": 5.0, "divergence_factor": 1e6})
     state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0, jax.random.PRNGKey(0)), 5000.0)
-    assert int(stats["status"]) == status.DIVERGED
+    assert int(stats["status"]) == Status.DIVERGED
     assert 0 < int(state.step) < 100
     assert np.isfinite(float(problem.loss(state.y)))  # the last good iterate is kept
     assert float(problem.loss(state.y)) <= 1e6 * float(state.loss0)
@@ -344,12 +349,12 @@ def test_flow_max_steps_and_stop_event():
     problem, p0 = make_problem()
     integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10, "max_steps": 5})
     state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0), 50.0)
-    assert int(stats["status"]) == status.MAX_STEPS and int(stats["steps"]) == 5 and float(state.t) < 50.0
+    assert int(stats["status"]) == Status.MAX_STEPS and int(stats["steps"]) == 5 and float(state.t) < 50.0
     L0 = float(problem.loss(p0))
     integ = make_flow_integrator({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10},
                                  stop_loss=0.5 * L0)
     state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0), 1000.0)
-    assert int(stats["status"]) == status.STOPPED
+    assert int(stats["status"]) == Status.STOPPED
     assert float(problem.loss(state.y)) <= 0.5 * L0 and float(state.t) < 1000.0
 
 
@@ -414,12 +419,12 @@ def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind, met
     keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
     horizon = jnp.asarray(3.0)     # a flow holds the step that passes t = 1 and t = 2 (its scratch)
     state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(2, 1.0), horizon)
-    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
     fresh = jax.tree.map(np.asarray, batch.init(integ, problems, params, keys))
-    restored = checkpoint.restore(fresh, 1, stored)
+    restored = state_arrays.restore(fresh, 1, stored)
     a, stats = batch.advance(integ, problems, state, jnp.full(2, 2.0), horizon)
     b, stats_b = batch.advance(integ, problems, restored, jnp.full(2, 2.0), horizon)
-    assert (np.asarray(stats["status"]) == status.DONE).all()
+    assert (np.asarray(stats["status"]) == Status.DONE).all()
     assert np.asarray(integ.time(a))[1] == pytest.approx(2.0)
     assert np.array_equal(integ.params(a)["W"][1], integ.params(b)["W"][1])
     assert int(stats["steps"][1]) == int(stats_b["steps"][1])   # the step computed again is counted once

@@ -1,4 +1,4 @@
-"""The Filippov integrator (flowsim/integrate/filippov.py) against its oracles: autodiff off
+"""The Filippov integrator (flowsim/integrate/filippov/) against its oracles: autodiff off
 the kinks and the jump identity across one; sliding pairs held on their surfaces; the
 sliding velocity as the minimum-norm element of the Filippov hull (a box QP solved
 independently); within a mode, the exact linear flow of the residual by eigh of the
@@ -15,13 +15,15 @@ import optimistix as optx
 import pytest
 from conftest import make_problem, rel_err
 
-from flowsim import batch, checkpoint, status
+from flowsim import batch, state_arrays
+from flowsim.status import Status
 from flowsim.archive import ArchiveError
 from flowsim.activations import PIECEWISE_LINEAR
 from flowsim.build import build_run
 from flowsim.config import ScenarioError, load_scenario, load_solver
-from flowsim.integrate.filippov import (
-    FilippovIntegrator, _on, _preactivations, _response, initial_mode, low_slope, projected_ntg, velocity_and_control,
+from flowsim.integrate.filippov import FilippovIntegrator
+from flowsim.integrate.filippov.modes import (
+    initial_mode, low_slope, preactivations, projected_ntg, response, sliding_mask, velocity_and_control,
 )
 from flowsim.presets import descent_integrator, flow_integrator
 from flowsim.config import Preset, from_dict
@@ -47,7 +49,7 @@ def _integrator(rtol=1e-8, slots=8, few_slots=4):
                               few_slots=few_slots)
 
 
-def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE, few_slots=4, totals=None):
+def _flow(problem, params, times, rtol=1e-8, slots=8, expect=Status.DONE, few_slots=4, totals=None):
     """The flow through `times`; `totals` (a dict) collects the segments' steps and rejected steps."""
     integ = _integrator(rtol, slots, few_slots)
     advance = eqx.filter_jit(integ.advance)
@@ -57,9 +59,9 @@ def _flow(problem, params, times, rtol=1e-8, slots=8, expect=status.DONE, few_sl
         if totals is not None:
             for k in ("steps", "rejected"):
                 totals[k] = totals.get(k, 0) + int(stats[k])
-        if int(stats["status"]) != status.DONE:
+        if int(stats["status"]) != Status.DONE:
             break
-    assert int(stats["status"]) == expect, status.name(stats["status"])
+    assert int(stats["status"]) == expect, Status.of(stats["status"]).label
     return integ, state
 
 
@@ -69,7 +71,7 @@ def sliding(request):
     problem, p0 = make_problem(activation=request.param, n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse",
                                init_std=1.4)
     integ, state = _flow(problem, p0, [50.0, 400.0])
-    assert int(_on(state.mode.slide, problem.X.shape[0]).sum()) >= 3
+    assert int(sliding_mask(state.mode.slide, problem.X.shape[0]).sum()) >= 3
     return problem, p0, integ, state
 
 
@@ -90,14 +92,14 @@ def test_the_jump_identity_across_one_kink_against_autodiff(activation):
     eps = 1e-7
     up, down = on.at[j].add(eps * X[i]), on.at[j].add(-eps * X[i])
     jump = problem.velocity({"W": up})["W"] - problem.velocity({"W": down})["W"]
-    b, _, _ = _response(problem, _preactivations(problem, on), initial_mode(problem, up, 8).active)
+    b, _, _ = response(problem, preactivations(problem, on), initial_mode(problem, up, 8).active)
     np.testing.assert_allclose(jump[j], b[j, i] * (1 - low_slope(problem)) * X[i], rtol=1e-5, atol=1e-12)
     assert float(jnp.abs(jnp.delete(jump, j, axis=0)).max()) < 1e-5 * float(jnp.abs(jump[j]).max())
 
 
 def test_sliding_pairs_stay_on_their_surfaces(sliding):
     problem, _, _, state = sliding
-    on = _on(state.mode.slide, problem.X.shape[0])
+    on = sliding_mask(state.mode.slide, problem.X.shape[0])
     s = state.y["W"] @ problem.X.T
     assert float(jnp.abs(jnp.where(on, s, 0)).max()) <= 1e-14 * float(jnp.abs(s).max())
     v, delta = velocity_and_control(problem, state.y["W"], state.mode)[:2]
@@ -114,7 +116,7 @@ def test_within_a_mode_the_residual_is_the_exact_linear_flow_of_the_projected_nt
     projected NTG, r(t) = V exp(−rate H Λ t) Vᵀ r(0), is a second implementation, held
     against the integrator's r (the network's own forward pass) over a window without events."""
     problem, _, integ, state = sliding
-    assert int(_on(state.mode.slide, problem.X.shape[0]).sum()) >= 3
+    assert int(sliding_mask(state.mode.slide, problem.X.shape[0]).sum()) >= 3
     advance = eqx.filter_jit(integ.advance)
     t0, window = float(state.t), None
     for dt in np.geomspace(1e-2, 50.0, 40):     # the longest window before the next event
@@ -147,8 +149,8 @@ def test_the_sliding_velocity_is_the_minimum_norm_element_of_the_filippov_hull(s
     X = np.asarray(problem.X)
     W = state.y["W"]
     n = X.shape[0]
-    on = np.asarray(_on(state.mode.slide, n))
-    b, D = (np.asarray(a) for a in _response(problem, _preactivations(problem, W), state.mode.active)[:2])
+    on = np.asarray(sliding_mask(state.mode.slide, n))
+    b, D = (np.asarray(a) for a in response(problem, preactivations(problem, W), state.mode.active)[:2])
     v = velocity_and_control(problem, W, state.mode)[0]
     checked = 0
     for j in np.flatnonzero(on.any(1)):
@@ -223,11 +225,11 @@ def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing
     run with status `failed`; 4 slots and 12 (held to d = 5: no node slides on more surfaces
     than the inputs' dimension) give the same events and the same W."""
     problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
-    _, short = _flow(problem, p0, [400.0], slots=3, expect=status.FAILED)
+    _, short = _flow(problem, p0, [400.0], slots=3, expect=Status.FAILED)
     assert 0.0 < float(short.t) < 400.0
     (_, four), (_, twelve) = (_flow(problem, p0, [400.0], slots=k) for k in (4, 12))
     assert four.mode.slide.shape[-1] == 4 and twelve.mode.slide.shape[-1] == 5
-    assert int(_on(twelve.mode.slide, 20).sum(-1).max()) <= 4
+    assert int(sliding_mask(twelve.mode.slide, 20).sum(-1).max()) <= 4
     assert np.array_equal(four.events, twelve.events) and int(four.events.sum()) > 100
     assert rel_err(four.y["W"], twelve.y["W"]) < 1e-12
 
@@ -254,7 +256,7 @@ def test_passes_with_few_slots_hand_over_to_more():
         handed = totals[case]["rejected"] - totals["one pass"]["rejected"]
         assert totals[case]["steps"] - totals["one pass"]["steps"] == handed, (totals, case)
         assert (handed > 0) == (case != "one pass"), (totals, case)
-    assert int(_on(runs["2, 4"].mode.slide, 20).sum(-1).max()) > 2
+    assert int(sliding_mask(runs["2, 4"].mode.slide, 20).sum(-1).max()) > 2
 
 
 def _event_restart_flow(problem, params, T):
@@ -320,11 +322,11 @@ def test_two_seeds_resume_bit_identically_from_their_checkpoint_arrays():
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
     keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
     state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(2, 20.0))
-    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
-    restored = checkpoint.restore(jax.tree.map(np.asarray, batch.init(integ, problems, params, keys)), 1, stored)
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
+    restored = state_arrays.restore(jax.tree.map(np.asarray, batch.init(integ, problems, params, keys)), 1, stored)
     a, stats = batch.advance(integ, problems, state, jnp.full(2, 60.0))
     b, _ = batch.advance(integ, problems, restored, jnp.full(2, 60.0))
-    assert (np.asarray(stats["status"]) == status.DONE).all()
+    assert (np.asarray(stats["status"]) == Status.DONE).all()
     assert np.array_equal(a.y["W"][1], b.y["W"][1]) and np.array_equal(a.events[1], b.events[1])
     _, one = _flow(*pairs[1], [20.0, 60.0])
     assert rel_err(a.y["W"][1], one.y["W"]) < 1e-12       # the batch is the member alone
@@ -336,11 +338,11 @@ def test_a_checkpoint_with_other_slots_is_refused_by_name_not_reshaped():
     problem, p0 = make_problem(activation="relu", m=30, gamma=0.0, alpha=0.4, loss="mse")
     problems, params = batch.stack_problems([problem]), batch.stack([p0])
     keys = batch.stack([jax.random.PRNGKey(0)])
-    stored = checkpoint.as_arrays(jax.tree.map(lambda x: np.asarray(x)[0],
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[0],
                                                batch.init(_integrator(slots=4), problems, params, keys)))
     fewer = jax.tree.map(np.asarray, batch.init(_integrator(slots=3), problems, params, keys))
     with pytest.raises(ArchiveError, match=r"needs \(30, 3\).*without --resume"):
-        checkpoint.restore(fewer, 0, stored)
+        state_arrays.restore(fewer, 0, stored)
 
 
 def test_the_loader_refuses_filippov_for_a_network_it_does_not_integrate():
@@ -395,7 +397,7 @@ def test_the_projected_ntg_is_the_jacobian_of_the_modes_flow(sliding):
     D = jnp.where(mode.active, 1.0, low_slope(problem))
     ca = problem.net.c * problem.net.a[:, 0]
     J = jax.jacobian(lambda w: (ca @ (D * (w @ problem.X.T))) / np.sqrt(d))(W)        # (n, m, d)
-    on = np.asarray(_on(mode.slide, n))
+    on = np.asarray(sliding_mask(mode.slide, n))
     P = []
     for j in range(W.shape[0]):
         Xs = np.asarray(problem.X)[on[j]]
@@ -426,7 +428,7 @@ def test_near_the_minimum_the_loss_is_resolved_and_sliders_do_not_chatter():
     # on to round-off, with no event once the loss is below 1e-18, in a few hundred steps
     integ, state = runs[1e-8]
     later, stats = eqx.filter_jit(integ.advance)(problem, state, jnp.asarray(4000.0))
-    assert int(stats["status"]) == status.DONE and int(stats["steps"]) < 500, stats
+    assert int(stats["status"]) == Status.DONE and int(stats["steps"]) < 500, stats
     assert (np.asarray(later.events) == np.asarray(state.events)).all()
     assert float(problem.loss(later.y)) < 1e-28
 
@@ -440,7 +442,7 @@ def test_the_energy_identity_holds_through_every_event():
     (rtol 1e-12) of that mode's smooth field from the step's start."""
     import diffrax as dfx
 
-    from flowsim.integrate.filippov import _field
+    from flowsim.integrate.filippov.modes import mode_field
 
     problem, p0 = make_problem(activation="relu", n=20, d=5, m=40, gamma=0.0, alpha=0.4, loss="mse", init_std=1.4)
     T = 300.0
@@ -451,7 +453,7 @@ def test_the_energy_identity_holds_through_every_event():
     @eqx.filter_jit
     def dissipated(state, t1):
         t0 = state.t
-        sol = dfx.diffeqsolve(dfx.ODETerm(_field), dfx.Tsit5(), t0, t1, None, state.y, args=(problem, state.mode),
+        sol = dfx.diffeqsolve(dfx.ODETerm(mode_field), dfx.Tsit5(), t0, t1, None, state.y, args=(problem, state.mode),
                               saveat=dfx.SaveAt(ts=t0 + (t1 - t0) * (nodes + 1) / 2),
                               stepsize_controller=dfx.PIDController(rtol=1e-12, atol=1e-14), max_steps=10_000)
         v = jax.vmap(lambda W: velocity_and_control(problem, W, state.mode)[0])(sol.ys["W"])
@@ -462,7 +464,7 @@ def test_the_energy_identity_holds_through_every_event():
         new, _ = advance(problem, state, jnp.asarray(T))
         if float(new.t) > float(state.t):
             energy += float(dissipated(state, new.t))
-            slid = max(slid, int(_on(state.mode.slide, problem.X.shape[0]).sum()))
+            slid = max(slid, int(sliding_mask(state.mode.slide, problem.X.shape[0]).sum()))
         state = new
     assert int(state.events.sum()) >= 100 and slid >= 5, (state.events, slid)
     drop = float(problem.loss(p0) - problem.loss(state.y))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_engine import make_flow_integrator
 
-from flowsim import status
+from flowsim.status import Status
 from flowsim.integrate.rock4 import MAX_H_RHO, TABLES, Rock4, power_iteration, stability_bound
 from flowsim.models.module import ModuleNet
 from flowsim.problem import Problem
@@ -161,7 +161,7 @@ def test_a_stiff_quadratic_costs_rock4_a_fraction_of_tsit5_at_the_same_accuracy(
     for method in ("rock4", "tsit5"):
         integ = make_flow_integrator({"kind": "flow", "method": method, "rtol": 1e-6, "atol": 1e-8})
         state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0), jnp.asarray(20.0))
-        assert int(stats["status"]) == status.DONE
+        assert int(stats["status"]) == Status.DONE
         ref = exact(20.0)
         err = float(np.linalg.norm(np.asarray(state.y.w) - ref) / np.linalg.norm(ref - np.asarray(p0.w)))
         out[method] = (int(stats["vf_evals"]) + int(stats["hvps"]), err, int(stats["stiff_steps"]),
@@ -183,7 +183,7 @@ def test_rho_estimate_brackets_the_top_eigenvalue_and_recovers_from_an_underesti
     fooled = eqx.tree_at(lambda s: s.solver_state.rho, state, state.solver_state.rho / 100)
     fooled = eqx.tree_at(lambda s: s.controller_state[1], fooled, jnp.asarray(0.5))
     new, stats = eqx.filter_jit(integ.advance)(problem, fooled, jnp.asarray(20.0))
-    assert int(stats["status"]) == status.DONE and int(stats["rejected"]) >= 1 and int(stats["hvps"]) >= 1
+    assert int(stats["status"]) == Status.DONE and int(stats["rejected"]) >= 1 and int(stats["hvps"]) >= 1
     assert float(new.solver_state.rho) >= 1e3
     ref = exact(20.0)
     assert np.linalg.norm(np.asarray(new.y.w) - ref) / np.linalg.norm(ref - np.asarray(p0.w)) <= 1e-5

@@ -594,7 +594,7 @@ def test_kinds_are_read_from_the_registries():
      'one of "loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change", '
      '"weight_change", "unit_change", "importance", "weights", "sharpness", "gn_sharpness", "hidden"'),
     ({"run.solvers": '[{ name = "x", kind = "flo" }]'},
-     'one of "flow", "modified-flow", "gd", "momentum", "sgd"'),
+     'one of "flow", "modified-flow", "central-flow", "gd", "momentum", "sgd"'),
     ({"run.solvers": '[{ name = "x", kind = "flow", method = "rk4" }]'},
      'one of "tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4", "filippov"'),
 ])

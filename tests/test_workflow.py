@@ -11,7 +11,7 @@ from flowsim.config import ScenarioError, load_scenario, loads_scenario
 from flowsim.config.files import display
 from flowsim.driver import Interrupted
 from flowsim.session import prepare, run_scenario
-from flowsim.status import ADVICE
+from flowsim.status import Status
 from helpers import call_cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +88,7 @@ def test_a_non_smooth_activation_under_a_tight_flow_tolerance_is_warned_about(tm
     sc = load_scenario(TINY, ["model.activation=relu"])
     assert len(sc.warnings) == 1 and '"tsit5"' in sc.warnings[0] and "bosh3-relu" in sc.warnings[0]
     assert load_scenario(TINY, ["model.activation=relu", 'run.solvers=["bosh3-relu", "gd-lr1"]']).warnings == ()
-    assert "bosh3-relu" in ADVICE["max_steps"]
+    assert "bosh3-relu" in Status.MAX_STEPS.advice
     res = call_cli("run", TINY, "-o", tmp_path / "r.h5", "-q", *_sets(*ONE, "model.activation=leaky-relu",
                                                                      'run.solvers=["gd-lr1"]'))
     assert res.returncode == 0 and "warning" not in res.stderr       # GD only: nothing to warn about

@@ -126,7 +126,7 @@ def final_params_from_archive(config: Config, seed: int, preset: Preset, stored)
     (built, final params)."""
     import jax
 
-    from .. import batch, checkpoint
+    from .. import batch, state_arrays
     from ..build import build_run
     from ..presets import make_integrator
 
@@ -134,7 +134,7 @@ def final_params_from_archive(config: Config, seed: int, preset: Preset, stored)
     integ = make_integrator(preset, config.run)
     template = batch.init(integ, batch.stack_problems([built.problem]), batch.stack([built.params]),
                           batch.stack([built.key]))
-    state = checkpoint.restore(template, 0, stored[0])
+    state = state_arrays.restore(template, 0, stored[0])
     return built, jax.tree.map(lambda x: x[0], integ.params(state))
 
 

@@ -241,7 +241,7 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     if Wd is not None and Wf is not None:
         diff = Wd[ia] - Wf[ib]
         gaps["weight_gap"] = np.sqrt(np.sum(_rows(diff) ** 2, axis=1))
-        W0 = np.asarray(run.init["W0"], float) if "W0" in run.init else Wf[0]
+        W0 = Wf[0]   # the flow's first row, t = 0: the network's `weights` (AbstractNet) at its start
         pair.flow_displacement = np.sqrt(np.sum(_rows(Wf[ib] - W0) ** 2, axis=1))
         with np.errstate(divide="ignore", invalid="ignore"):
             gaps["weight_gap_rel"] = gaps["weight_gap"] / pair.flow_displacement

@@ -73,7 +73,7 @@ from typing import Iterator
 import h5py
 import numpy as np
 
-from ..status import NAMES as STATUS_NAMES
+from ..status import LABELS as STATUS_NAMES
 from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, checkpoint_layout, committed_slot,
                          mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_rows,
                          write_slot)

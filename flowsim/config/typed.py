@@ -537,6 +537,21 @@ def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
                       f"{show(t['dtmax'])}", "dtmin <= dtmax (0 means no bound)")
 
 
+def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
+    """A central flow is stepped by an explicit Runge–Kutta method (its eigenvectors ride in
+    the method's state: flowsim.integrate.central), and has no reference flow of its own."""
+    if t["kind"] != "central-flow":
+        return
+    spec = _FLOW_METHOD_REGISTRY[t["method"]]
+    if spec.implicit or spec.filippov or spec.stabilised:
+        allowed = [m for m, s in _FLOW_METHOD_REGISTRY.items() if not (s.implicit or s.filippov or s.stabilised)]
+        raise ctx.bad(join(key, "method"), t["method"], "cannot step a central flow",
+                      "an explicit Runge–Kutta method: " + ", ".join(allowed))
+    if t["reference"] != "":
+        raise ctx.bad(join(key, "reference"), t["reference"], "is not supported by a central flow",
+                      "\"\" (none)")
+
+
 def _check_kind(preset) -> None:
     if preset.kind not in preset.KINDS:
         raise ValueError(f"`kind` = {preset.kind!r} is not a kind of {type(preset).__name__}; "
@@ -555,8 +570,8 @@ def _description() -> Any:
 
 
 def _learning_rate(kinds: tuple[str, ...] = ()) -> Any:
-    return setting(_positive(), "the step η (modified-flow: the GD step whose modified equation it solves)",
-                   kinds=kinds)
+    return setting(_positive(), "the step η (modified-flow: the GD step whose modified equation it solves; "
+                   "central-flow: the GD step whose central flow it solves)", kinds=kinds)
 
 
 def _check_reference(value: Any, key: str, ctx: Ctx) -> str | dict:
@@ -571,14 +586,23 @@ def _check_reference(value: Any, key: str, ctx: Ctx) -> str | dict:
 
 @table
 class FlowPreset:
-    """A continuous solver: the exact gradient flow, or GD's modified flow at `learning_rate`."""
+    """A continuous solver: the exact gradient flow, or GD's modified or central flow at
+    `learning_rate`."""
 
     KINDS: ClassVar[tuple[str, ...]] = FLOW_KINDS
-    RULES: ClassVar = (_dt_bounds,)
+    RULES: ClassVar = (_dt_bounds, _central_fits)
     name: str = _name()
     kind: Literal[FLOW_KINDS] = "flow"
     description: str = _description()
-    learning_rate: float | None = _learning_rate(kinds=("modified-flow",))
+    learning_rate: float | None = _learning_rate(kinds=("modified-flow", "central-flow"))
+    # central-flow: the eigen-directions tracked, and the share of the edge 2/η from which a
+    # tracked direction enters the complementarity problem
+    max_eigen: int | None = setting(Int(lo=1, hi=16, default=5), "central-flow: Hessian eigen-directions "
+                                    "tracked (by warm-started LOBPCG), at most", kinds=("central-flow",))
+    track_threshold: float | None = setting(
+        Float(lo=0.0, hi=1.0, lo_open=True, default=0.9), "central-flow: a tracked direction whose ηλ/2 "
+        "reaches this enters the complementarity problem that holds it at 2/η (third derivatives are "
+        "computed for it); below, it is free", kinds=("central-flow",))
     method: Literal[FLOW_METHODS] = setting(
         Str(choices=FLOW_METHODS, default="tsit5"),
         "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
@@ -651,7 +675,8 @@ class DescentPreset:
 
 Preset = Union[FlowPreset, DescentPreset]
 _PRESET_CLASSES = (FlowPreset, DescentPreset)
-SOLVER_KIND_MEANING = ("flow (the exact gradient flow), modified-flow (the flow GD follows to second order), gd, "
+SOLVER_KIND_MEANING = ("flow (the exact gradient flow), modified-flow (the flow GD follows to second order), "
+                       "central-flow (the path GD's time average follows at the edge of stability), gd, "
                        "momentum, sgd")
 
 

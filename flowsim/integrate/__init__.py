@@ -3,7 +3,8 @@
     registry.py    the solver kinds and flow methods, declared once, and t = kη (no JAX)
     base.py        AbstractIntegrator: init, advance, time, and what the driver records
     flow.py        FlowIntegrator: Diffrax, segment by segment, resumable bit for bit
-    filippov.py    FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
+    filippov/      FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
+                   (modes.py the mode algebra, events.py the events, integrator.py the stepping)
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
     reference.py   ReferencePair: a flow beside a tighter reference (its error certificate)
 

@@ -15,7 +15,7 @@ State = Any     # an integrator's own state: an Equinox module of arrays
 class Scratch(eqx.Module):
     """A part of an integrator's state that the integrator can compute again from the rest:
     it lives on the device between checkpoints but is not stored in the archive
-    (`flowsim.checkpoint`), and a state restored from a checkpoint has it as `init` made it."""
+    (`flowsim.state_arrays`), and a state restored from a checkpoint has it as `init` made it."""
 
 
 class AbstractIntegrator(eqx.Module):

@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .. import status
+from ..status import Status
 from ..problem import Params
 from ..problem import Problem
 from .base import AbstractIntegrator
@@ -51,7 +51,7 @@ class DescentIntegrator(AbstractIntegrator):
         dtype = jax.tree.leaves(params)[0].dtype
         return DescentState(y=params, velocity=jax.tree.map(jnp.zeros_like, params),
                             step=jnp.asarray(0, jnp.int64), loss0=problem.loss(params).astype(dtype),
-                            key=key, code=jnp.asarray(status.RUNNING))
+                            key=key, code=jnp.asarray(Status.RUNNING))
 
     def steps_for(self, t):
         """The step count k whose time kη is nearest to `t`."""
@@ -79,7 +79,7 @@ class DescentIntegrator(AbstractIntegrator):
 
         def cond(carry):
             s, _, _ = carry
-            return (s.step < k_end) & (s.code == status.RUNNING)
+            return (s.step < k_end) & (s.code == Status.RUNNING)
 
         def body(carry):
             # Look ahead: step to W_{k+1}, take its loss and gradient (which the next step
@@ -98,16 +98,16 @@ class DescentIntegrator(AbstractIntegrator):
             keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)  # noqa: E731
             s = DescentState(y=keep(y, s.y), velocity=keep(v, s.velocity) if self.momentum else v,
                              step=s.step + ok, loss0=s.loss0, key=s.key,
-                             code=jnp.where(ok, s.code, status.DIVERGED))
+                             code=jnp.where(ok, s.code, Status.DIVERGED))
             return s, loss_next, g_next
 
         # One gradient per chunk beyond its steps: the look-ahead needs the one at the start.
         loss, g = self._loss_and_grad(problem, state.y, state.key, state.step)
-        code = jnp.where((state.code == status.RUNNING) & ~healthy(loss), status.DIVERGED, state.code)
+        code = jnp.where((state.code == Status.RUNNING) & ~healthy(loss), Status.DIVERGED, state.code)
         new, _, _ = jax.lax.while_loop(cond, body, (eqx.tree_at(lambda z: z.code, state, code), loss, g))
         taken = new.step - k_start
         stats = {"steps": taken, "accepted": taken, "rejected": jnp.zeros_like(taken),
-                 "vf_evals": taken + 1, "status": jnp.where(new.code == status.RUNNING, status.DONE, new.code)}
+                 "vf_evals": taken + 1, "status": jnp.where(new.code == Status.RUNNING, Status.DONE, new.code)}
         return new, stats
 
     def time(self, state: DescentState) -> jax.Array:

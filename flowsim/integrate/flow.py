@@ -27,7 +27,7 @@ import lineax as lx
 import numpy as np
 import optimistix as optx
 
-from .. import status
+from ..status import Status
 from ..problem import Params
 from ..problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
@@ -260,12 +260,12 @@ class FlowIntegrator(AbstractIntegrator):
             s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
             stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held]).astype(stats.dtype)
             if self.stop_loss > 0:
-                code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), status.STOPPED, code)
+                code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), Status.STOPPED, code)
             return s, stats, code
 
         def cond(c):
             s, stats, code, streak, tries = c
-            return ((code == status.RUNNING) & ~s.ahead.valid & (s.t < t_next) & (streak < _NONFINITE_TRIES)
+            return ((code == Status.RUNNING) & ~s.ahead.valid & (s.t < t_next) & (streak < _NONFINITE_TRIES)
                     & (tries < self.max_steps))
 
         def body(c):
@@ -278,33 +278,33 @@ class FlowIntegrator(AbstractIntegrator):
                                        stages=stages, held=held, at=a.at, y_at=a.y_at), a)
             # a rejected try updates the committed controller (its next proposal); a step held
             # ahead leaves it as it was, so that the step is proposed again after a restore.
-            # ROCK4 also keeps what the rejected try learnt of ρ.
+            # ROCK4 also keeps what the rejected try learnt of ρ, the central flow its cost.
             sstate_kept = s.solver_state
-            if isinstance(self.solver, Rock4):
+            if hasattr(self.solver, "rejected"):
                 sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
             s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
                           controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
             evals, hvps = self._cost(sstate)
             stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0]).astype(stats.dtype)
             s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
-            code = jnp.where(result != dfx.RESULTS.successful, status.FAILED, code)
+            code = jnp.where(result != dfx.RESULTS.successful, Status.FAILED, code)
             return s, stats, code, jnp.where(blowup & ~keep, streak + 1, 0), tries + 1
 
         a = state.ahead
         # the step held ahead is committed once the new checkpoint is past its end
         s, stats, code = commit(state, a.valid & (a.t1 <= t_next), a.t1, a.y1, a.solver_state,
-                                a.controller_state, a.held, jnp.zeros(6, jnp.int64), jnp.asarray(status.RUNNING))
+                                a.controller_state, a.held, jnp.zeros(6, jnp.int64), jnp.asarray(Status.RUNNING))
         s = eqx.tree_at(lambda s: s.ahead.valid, s, a.valid & (a.t1 > t_next))
         s, stats, code, streak, _ = jax.lax.while_loop(
             cond, body, (s, stats, code, jnp.asarray(0), jnp.asarray(0)))
         reached = (s.t >= t_next) | (s.ahead.valid & (s.ahead.t1 > t_next))
         blowup = streak > 0
-        code = jnp.where(code == status.FAILED, jnp.where(blowup, status.NONFINITE, status.FAILED),
-               jnp.where(code != status.RUNNING, code,
-               jnp.where(reached, status.DONE, jnp.where(blowup, status.NONFINITE, status.MAX_STEPS))))
+        code = jnp.where(code == Status.FAILED, jnp.where(blowup, Status.NONFINITE, Status.FAILED),
+               jnp.where(code != Status.RUNNING, code,
+               jnp.where(reached, Status.DONE, jnp.where(blowup, Status.NONFINITE, Status.MAX_STEPS))))
         # the member's position: t_next, inside the step held ahead or at the committed end;
         # a member that ended (stopped, failed) stays at its last committed step
-        done = code == status.DONE
+        done = code == Status.DONE
         inside = done & (s.t < t_next)
         a = s.ahead
         dense = self.solver.interpolation_cls(t0=s.t, t1=a.t1, y0=s.y, y1=a.y1, **a.stages).evaluate(t_next)

@@ -42,6 +42,8 @@ class FlowMethod:
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("flow", discrete=False, label="flow", state_copies=0),
     SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0),
+    # GD's central flow at the edge of stability (flowsim.integrate.central)
+    SolverKind("central-flow", discrete=False, label="central flow", state_copies=0),
     SolverKind("gd", discrete=True, label="GD", state_copies=4),
     SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
     SolverKind("sgd", discrete=True, label="SGD", state_copies=4),

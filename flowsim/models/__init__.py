@@ -1,6 +1,7 @@
 """Model kinds, declared once: `MODELS` maps a scenario's `model.kind` to the builder that
-turns a run config and its data into a ready `Problem`, its initial weights and the init
-record the archive keeps.
+turns a run config and its data into a `Network`: the network (an `AbstractNet`), its
+initial weights and the init record the archive keeps. `flowsim.build.build_run`
+assembles the run's `Problem` from it.
 
 - ``shallow``: Caron et al.'s one-hidden-layer network with node scaling (`shallow.py`);
 - ``embedded``: Chen, Vanden-Eijnden & Bruna's models, a shallow net on fixed embedded
@@ -14,6 +15,7 @@ record the archive keeps.
 from .base import BuildError as BuildError
 from .base import Built as Built
 from .base import Model as Model
+from .base import Network as Network
 from .embedded import build_embedded
 from .mlp import build_mlp
 from .module import ModuleNet as ModuleNet

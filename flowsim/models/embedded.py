@@ -56,9 +56,8 @@ from ..activations import activation as _activation
 from ..activations import derivative as _derivative
 from ..config.typed import Config
 from ..data import Dataset, quadratic_features
-from ..problem import Problem
 from ..scaling import OutputScale
-from .base import Built, dtype_of
+from .base import Network, dtype_of
 from .shallow import ShallowNet, init_shallow
 
 # Separates the random-features stream from every other use of the run's seed.
@@ -126,11 +125,11 @@ def active_fraction(net: ShallowNet, params, U: jax.Array) -> float:
     return float(jnp.min(jnp.mean(_derivative(net.activation)(h) ** 2, axis=1)))
 
 
-def build_embedded(config: Config, ds: Dataset, seed: int) -> Built:
+def build_embedded(config: Config, ds: Dataset, seed: int) -> Network:
     """The builder of `model.kind = "embedded"`: data → φ̃(X), network, init record."""
     dtype = dtype_of(config)
     model = config.model
-    n, d = ds.X_train.shape
+    d = ds.X_train.shape[1]
     m = model.width
     kind = model.embedding
     z = feature_weights(seed, model.features, d) if kind == "random-features" else None
@@ -151,19 +150,16 @@ def build_embedded(config: Config, ds: Dataset, seed: int) -> Built:
                                scaling_kind="embedded", activation_name=model.activation,
                                init_std=model.init_std, train_output=False, zeroed=model.zeroed,
                                init_weights={"W0": np.asarray(W), "a": np.asarray(a)}, dtype=dtype)
-    p = min(config.run.ntg_points, n)
     U = jnp.asarray(sc.input_factor * phi, dtype)
-    problem = Problem(net=net, X=U, y=jnp.asarray(ds.y_train, dtype),
-                      X_test=jnp.asarray(sc.input_factor * phi_test, dtype), y_test=jnp.asarray(ds.y_test, dtype),
-                      rate=sc.rate, loss_kind=config.loss.kind, ntg_points=p)
     eta0 = active_fraction(net, params, U)
     eig = np.linalg.eigvalsh(G)
     init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
-            "loss0": np.asarray(problem.loss(params)),
+            "loss0": None,    # build_run's; its place in the archive's init group is here
             "G_lambda_min": np.asarray(eig[0]), "G_lambda_max": np.asarray(eig[-1]),
             "c_hat": np.asarray(float(model.c_hat)), "flow_rate": np.asarray(sc.rate),
             "eta0": np.asarray(eta0), "chen_r": np.asarray(2 * eta0 * sc.chen_r_factor),
             "embedding_dim": np.asarray(D), "input_factor": np.asarray(sc.input_factor)}
     if z is not None:
         init["z"] = z
-    return Built(problem=problem, params=params, dataset=ds, init=init, key=solver_key)
+    return Network(net=net, params=params, rate=sc.rate, init=init, key=solver_key, X=U,
+                   X_test=jnp.asarray(sc.input_factor * phi_test, dtype))

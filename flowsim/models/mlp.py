@@ -32,8 +32,8 @@ import jax.numpy as jnp
 from ..activations import activation
 from ..config.typed import Config, MlpModel
 from ..data import Dataset
-from .base import Built, dtype_of
-from .module import build_module_run
+from .base import Network, dtype_of
+from .module import module_network
 
 
 class MLP(eqx.Module):
@@ -83,8 +83,8 @@ def trained_layers(model: MlpModel) -> list[int]:
     return list(range(layers)) if model.train == "all" else list(model.train)
 
 
-def build_mlp(config: Config, ds: Dataset, seed: int) -> Built:
-    """Network, loss and initial weights of one run of `model.kind = "mlp"`."""
+def build_mlp(config: Config, ds: Dataset, seed: int) -> Network:
+    """Network and initial weights of one run of `model.kind = "mlp"`."""
     model = config.model
     dtype = dtype_of(config)
     model_key, solver_key = jax.random.split(jax.random.PRNGKey(seed))
@@ -96,5 +96,4 @@ def build_mlp(config: Config, ds: Dataset, seed: int) -> Built:
                     biases=tuple(None if b is None else i in train for i, b in enumerate(net.biases)),
                     multipliers=net.multipliers, activation=net.activation)
     params, frozen = eqx.partition(net, trainable)
-    return build_module_run(params, frozen, ds, dtype=dtype, loss_kind=config.loss.kind,
-                            ntg_points=config.run.ntg_points, key=solver_key)
+    return module_network(params, frozen, solver_key)

@@ -19,19 +19,21 @@ from jax.flatten_util import ravel_pytree
 from .. import plugins
 from ..config.typed import Config
 from ..data import Dataset
+from ..net import AbstractNet
 from ..ntg import vector_product_ntg
-from ..problem import Params, Problem
-from .base import BuildError, Built, dtype_of
+from ..problem import Params
+from .base import BuildError, Network, dtype_of
 
 
-class ModuleNet(eqx.Module):
+class ModuleNet(AbstractNet):
     """The frozen part of a user's model; call it with the trainable leaves."""
 
     frozen: eqx.Module      # the model with its trainable leaves replaced by None
 
-    # The weight measures' axes (flowsim.observe.series_axes): per trainable leaf, and the
-    # trainable parameters as one flat vector (jax.flatten_util.ravel_pytree's order).
-    SERIES_AXES: ClassVar[dict[str, tuple[str, ...]]] = {"weight_change": ("leaf",), "weights": ("param",)}
+    # The weight measures' axes: the trainable parameters as one flat vector
+    # (jax.flatten_util.ravel_pytree's order), the change per trainable leaf and per unit.
+    series_axes: ClassVar[dict[str, tuple[str, ...]]] = {
+        "weights": ("param",), "weight_change": ("leaf",), "unit_change": ("unit",)}
 
     def model(self, params: Params) -> eqx.Module:
         return eqx.combine(params, self.frozen)
@@ -51,7 +53,6 @@ class ModuleNet(eqx.Module):
         return jnp.stack([jnp.linalg.norm(a - b) for a, b in
                           zip(jax.tree.leaves(params), jax.tree.leaves(params0), strict=True)])
 
-
     def unit_change(self, params: Params, params0: Params) -> jax.Array:
         """‖w_i − w_i(0)‖ per unit of every dense layer: the rows of each 2-D trainable leaf
         (a layer's (out, in) weight matrix, Equinox's layout), layers in `leaf_paths` order."""
@@ -66,21 +67,15 @@ def leaf_paths(params: Params) -> list[str]:
             for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
 
 
-def build_module_run(params: Params, frozen: eqx.Module, ds: Dataset, *, dtype, loss_kind: str,
-                     ntg_points: int, key: jax.Array, custom_loss=None) -> Built:
-    """The `Built` run of a model split into its trainable `params` and `frozen` rest (the
+def module_network(params: Params, frozen: eqx.Module, key: jax.Array) -> Network:
+    """The `Network` of a model split into its trainable `params` and `frozen` rest (the
     `mlp` kind, and `flowsim.simulate`): the flow is dθ/dt = −∇L (rate 1), and the archive's
-    init record holds each trainable leaf under its path, with the initial loss."""
-    as_j = lambda a: jnp.asarray(a, dtype)  # noqa: E731
-    problem = Problem(net=ModuleNet(frozen=frozen), X=as_j(ds.X_train), y=as_j(ds.y_train),
-                      X_test=as_j(ds.X_test), y_test=as_j(ds.y_test), rate=1.0, loss_kind=loss_kind,
-                      ntg_points=min(ntg_points, ds.X_train.shape[0]), custom_loss=custom_loss)
+    init record holds each trainable leaf under its path."""
     init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
-    init["loss0"] = np.asarray(problem.loss(params))
-    return Built(problem=problem, params=params, dataset=ds, init=init, key=key)
+    return Network(net=ModuleNet(frozen=frozen), params=params, rate=1.0, init=init, key=key)
 
 
-def build_python(config: Config, ds: Dataset, seed: int) -> Built:
+def build_python(config: Config, ds: Dataset, seed: int) -> Network:
     """`model.kind = "python"`: the scenario's `factory(key, d, k)` builds the network (an
     Equinox module mapping one input (d,) to outputs (k,)); every floating array trains. The
     loader has imported the factory already (`flowsim.plugins`); a factory that fails or
@@ -103,5 +98,4 @@ def build_python(config: Config, ds: Dataset, seed: int) -> Built:
         raise BuildError(f"`model.factory` = {path!r}: factory(key, d={d}, k={k}) {what}; allowed: {allowed}")
     model = jax.tree.map(lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x, model)
     params, frozen = eqx.partition(model, eqx.is_inexact_array)
-    return build_module_run(params, frozen, ds, dtype=dtype, loss_kind=config.loss.kind,
-                            ntg_points=config.run.ntg_points, key=solver_key)
+    return module_network(params, frozen, solver_key)

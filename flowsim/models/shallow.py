@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import hashlib
 import math
+from typing import ClassVar
 
 import equinox as eqx
 import jax
@@ -22,16 +23,20 @@ from .. import theory
 from ..activations import activation, derivative
 from ..config.typed import Config, CustomScaling, Scaling, ShallowModel
 from ..data import Dataset
-from ..problem import Params, Problem
+from ..net import AbstractNet
+from ..problem import Params
 from ..scaling import OutputScale, output_scale
-from .base import BuildError, Built, dtype_of
+from .base import BuildError, Network, dtype_of
 
 
-class ShallowNet(eqx.Module):
+class ShallowNet(AbstractNet):
     """Fixed parts of a one-hidden-layer network; call it with the trainable `params`.
 
     With `zeroed`, the network subtracts a frozen copy of itself at initialisation
     (`ref`), so f ≡ 0 at t = 0 (Caron Assumption 7.7) while gradients are unchanged.
+    Besides the `AbstractNet` protocol it offers the parts the exact ReLU flow
+    (`flowsim.integrate.filippov`) assembles its field from: `preactivations`,
+    `output_layer` and `frozen_output`.
     """
 
     c: jax.Array                  # (m,) output multipliers
@@ -41,6 +46,10 @@ class ShallowNet(eqx.Module):
     activation: str = eqx.field(static=True)
     train_output: bool = eqx.field(static=True)
 
+    # per hidden node: its incoming weights (node, feature) and their change
+    series_axes: ClassVar[dict[str, tuple[str, ...]]] = {
+        "weights": ("node", "feature"), "weight_change": ("node",), "unit_change": ("unit",)}
+
     @property
     def width(self) -> int:
         return self.c.shape[-1]
@@ -48,18 +57,33 @@ class ShallowNet(eqx.Module):
     def output_weights(self, params: Params) -> jax.Array:
         return params["a"] if self.train_output else self.a
 
-    def _raw(self, params: Params, X: jax.Array) -> jax.Array:
+    def output_layer(self) -> jax.Array:
+        """c_j a_j (m, k): the output layer with its multipliers, as initialised (the layer
+        itself when it is fixed)."""
+        return self.c[:, None] * self.a
+
+    @staticmethod
+    def preactivations(W: jax.Array, X: jax.Array) -> jax.Array:
+        """s_ji = w_j·x_i/√d (m, n) of the hidden weights W (m, d) at inputs X (n, d)."""
         # Hidden units along rows, (m, n): the backward product is then ∇W = δ X, a plain
         # row-major matmul. In the (n, m) layout it is δᵀX, which XLA:CPU runs at half the
         # speed (measured: a float64 swish GD step at n = 100, d = 50, m = 2000, 2.1 → 1.5 ms).
-        z = params["W"] @ X.T / math.sqrt(X.shape[-1])
+        return W @ X.T / math.sqrt(X.shape[-1])
+
+    def _raw(self, params: Params, X: jax.Array) -> jax.Array:
+        z = self.preactivations(params["W"], X)
         return ((self.c[:, None] * self.output_weights(params)).T @ activation(self.activation)(z)).T
+
+    def frozen_output(self, X: jax.Array) -> jax.Array | None:
+        """What the zeroed variant subtracts at inputs X: its frozen initial copy's
+        predictions (n, k); None when the network is not zeroed."""
+        return None if self.ref is None else self._raw(jax.lax.stop_gradient(self.ref), X)
 
     def __call__(self, params: Params, X: jax.Array) -> jax.Array:
         """Predictions (n, k) at inputs X (n, d)."""
         out = self._raw(params, X)
         if self.ref is not None:
-            out = out - self._raw(jax.lax.stop_gradient(self.ref), X)
+            out = out - self.frozen_output(X)
         return out
 
     def weights(self, params: Params) -> jax.Array:
@@ -136,7 +160,7 @@ def init_shallow(key: jax.Array, *, d: int, outputs: int, scale: OutputScale, sc
 
 
 # ---------------------------------------------------------------------------------------
-# The builder: run config and data -> Problem, initial weights, init record
+# The builder: run config and data -> network, initial weights, init record
 # ---------------------------------------------------------------------------------------
 
 def _load_npz(path: str, key: str, names: tuple[str, ...]) -> dict[str, np.ndarray]:
@@ -202,15 +226,8 @@ def _compute_kappa_n(X: np.ndarray, activation: str) -> float:
     return k if np.isfinite(k) else float("nan")
 
 
-@eqx.filter_jit
-def _loss(problem: Problem, params: Params) -> jax.Array:
-    # one compiled program: evaluated eagerly, the forward pass is a dozen small programs,
-    # each a compilation (or a cache load) at start-up
-    return problem.loss(params)
-
-
-def build_shallow(config: Config, ds: Dataset, seed: int) -> Built:
-    """Network, loss and initial weights of one run of `model.kind = "shallow"`."""
+def build_shallow(config: Config, ds: Dataset, seed: int) -> Network:
+    """Network and initial weights of one run of `model.kind = "shallow"`."""
     dtype = dtype_of(config)
     model = config.model
     n, d = ds.X_train.shape
@@ -223,10 +240,6 @@ def build_shallow(config: Config, ds: Dataset, seed: int) -> Built:
                                init_std=model.init_std, train_output=model.output == "trained",
                                zeroed=model.zeroed, init_weights=_init_weights(model, d), dtype=dtype)
     p = min(config.run.ntg_points, n)
-    problem = Problem(net=net, X=jnp.asarray(ds.X_train, dtype), y=jnp.asarray(ds.y_train, dtype),
-                      X_test=jnp.asarray(ds.X_test, dtype), y_test=jnp.asarray(ds.y_test, dtype),
-                      rate=scale.rate, loss_kind=config.loss.kind, ntg_points=p)
     init = {"W0": np.asarray(params["W"]), "a": np.asarray(net.a), "lam": scale.lam, "c": scale.c,
-            "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model.activation)),
-            "loss0": np.asarray(_loss(problem, params))}
-    return Built(problem=problem, params=params, dataset=ds, init=init, key=solver_key)
+            "kappa_n": np.asarray(_kappa_n(ds.X_train[:p], model.activation))}
+    return Network(net=net, params=params, rate=scale.rate, init=init, key=solver_key, compiled_loss0=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from flowsim import archive as _archive
-from flowsim import status
+from flowsim.status import LABELS, Status
 from flowsim.archive.dataset import blocks
 from flowsim.archive.reader import INTERRUPTED
 from flowsim.config.declare import from_dict
@@ -22,7 +22,7 @@ from .labels import short_label
 TOP_NODES = 5                    # panel (b): the nodes that moved most, per seed
 # Statuses of a run that has not reached its end time: every status but done, and
 # "interrupted" (a run left `running` with no live writer; `running` itself is a live one).
-EARLY_END = tuple(s for s in status.NAMES if s != status.name(status.DONE)) + (INTERRUPTED,)
+EARLY_END = tuple(s for s in LABELS if s != Status.DONE.label) + (INTERRUPTED,)
 
 
 @dataclass

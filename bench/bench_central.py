@@ -1,0 +1,158 @@
+"""GD beside its central flow and the exact flow: tracking figures and costs; writes
+bench/results/central.md.
+
+    python bench/bench_central.py [--scenario NAME] [--eta ETA] [--steps N] [--quick]
+
+For the scenario's problem (seed 0; default central-mlp, the JAX central-flow package's
+example) and GD's step η:
+- GD for N steps (every loss recorded), and GD again from a start perturbed by 1e-12 (each
+  weight plus 1e-12 × a standard normal draw): the noise floor of any distance to GD's
+  iterates, GD being chaotic after the edge-of-stability onset;
+- the exact gradient flow (tsit5, rtol 1e-8) and the central flow (rtol 1e-6, k = 5), observed
+  at the matched times t = kη every `EVERY` steps.
+Figures, after the onset (the first matched time where GD's sharpness reaches 2/η):
+- ‖θ_GD − θ_central‖ / ‖θ_GD − θ_flow‖, its mean and its value at steps 500, 750 and 1 000;
+- the predicted loss L + ½⟨∇²L, Σ⟩ against GD's loss smoothed by a Gaussian of σ = 50 steps
+  (scipy's gaussian_filter1d, mode "nearest", on the loss of every step): mean relative error;
+- sharpness of the three (top eigenvalue by LOBPCG, to 1e-8 relative);
+- cost in gradient-equivalents per GD step: gradients + Hessian-vector products + third-
+  derivative products (counted alike), against GD's one gradient and the flow's evaluations.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy.ndimage import gaussian_filter1d
+
+from bench_core import ROOT, Table, fmt, publish, ready  # noqa: E402
+from flowsim.build import build_run
+from flowsim.config import Preset, from_dict, load_scenario, load_solver
+from flowsim.integrate.central import central_point, initial_vectors
+from flowsim.presets import central_integrator, flow_integrator
+
+EVERY = 10            # GD steps between matched times
+SMOOTH_STEPS = 50     # σ of the Gaussian smoothing of GD's loss, in steps
+PERTURBATION = 1e-12
+
+
+def typed(preset) -> Preset:
+    return from_dict(Preset, load_solver({"name": "bench"} | preset))
+
+
+def flat(params) -> np.ndarray:
+    return np.concatenate([np.ravel(np.asarray(x)) for x in jax.tree.leaves(params)])
+
+
+def gd(problem, p0, eta: float, steps: int):
+    """Plain GD W ← W − η·rate·∇L: the loss at every step, the weights every EVERY steps."""
+    def one(w, _):
+        loss, g = jax.value_and_grad(problem.loss)(w)
+        return jax.tree.map(lambda x, gi: x - eta * problem.rate * gi, w, g), (loss, w)
+
+    @jax.jit
+    def run(w):
+        w_end, (losses, ws) = jax.lax.scan(one, w, None, length=steps)
+        return losses, ws, w_end
+
+    losses, ws, w_end = ready(run(p0))
+    rows = [flat(jax.tree.map(lambda x: x[i], ws)) for i in range(0, steps, EVERY)] + [flat(w_end)]
+    return np.asarray(losses), np.stack(rows)
+
+
+def sharpness(problem, params_rows, unravel):
+    top = jax.jit(lambda w, U: central_point(problem, unravel(w), U, 1.0, 1, 2.0, iterations=500).lam[0])
+    U = initial_vectors(params_rows.shape[1], 1, jnp.float64)
+    return np.asarray([float(top(jnp.asarray(w), U)) for w in params_rows])
+
+
+def flow_rows(integ, problem, p0, times):
+    advance = eqx.filter_jit(integ.advance)
+    certificate = eqx.filter_jit(integ.certificate)
+    state, rows, certs, spent = integ.init(problem, p0), [flat(p0)], [], {"vf_evals": 0, "hvps": 0}
+    certs.append({k: float(v) for k, v in certificate(problem, state).items()} if integ.certificate_series else {})
+    start = time.perf_counter()
+    for t in times[1:]:
+        state, stats = advance(problem, state, jnp.asarray(t))
+        assert int(stats["status"]) == 1, stats
+        for k in spent:
+            spent[k] += int(stats[k])
+        rows.append(flat(integ.params(state)))
+        if integ.certificate_series:
+            certs.append({k: float(v) for k, v in certificate(problem, state).items()})
+    return np.stack(rows), certs, spent, time.perf_counter() - start
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--scenario", default="central-mlp")
+    ap.add_argument("--eta", type=float, default=0.1)
+    ap.add_argument("--steps", type=int, default=1000)
+    ap.add_argument("--quick", action="store_true", help="300 steps")
+    args = ap.parse_args()
+    steps = 300 if args.quick else args.steps
+    eta = args.eta
+
+    sc = load_scenario(ROOT / "scenarios" / f"{args.scenario}.toml")
+    b = build_run(sc.runs[0].settings, sc.runs[0].seed)
+    problem, p0 = b.problem, b.params
+    w0, unravel = jax.flatten_util.ravel_pytree(p0)
+    times = np.arange(0, steps + 1, EVERY) * eta
+
+    print(f"[{args.scenario}] GD at η = {eta}, {steps} steps", flush=True)
+    losses, gd_w = gd(problem, p0, eta, steps)
+    noise = jax.random.normal(jax.random.PRNGKey(1), w0.shape, w0.dtype) * PERTURBATION
+    _, gd2_w = gd(problem, unravel(w0 + noise), eta, steps)
+    print("  exact flow (tsit5, rtol 1e-8)", flush=True)
+    flow = flow_integrator(typed({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10}))
+    flow_w, _, flow_spent, flow_wall = flow_rows(flow, problem, p0, times)
+    print("  central flow (rtol 1e-6, k = 5)", flush=True)
+    central = central_integrator(typed({"kind": "central-flow", "learning_rate": eta, "max_eigen": 5,
+                                             "rtol": 1e-6, "atol": 1e-8}))
+    central_w, certs, central_spent, central_wall = flow_rows(central, problem, p0, times)
+
+    print("  sharpness", flush=True)
+    s_gd, s_flow = sharpness(problem, gd_w, unravel), sharpness(problem, flow_w, unravel)
+    s_central = np.asarray([c["central_eig1"] for c in certs])
+    onset = int(np.argmax(s_gd >= 2 / eta))
+    after = slice(onset, None)
+    smooth = gaussian_filter1d(losses, SMOOTH_STEPS, mode="nearest")
+    matched = np.minimum(np.arange(0, steps + 1, EVERY), steps - 1)
+    predicted = np.asarray([c["predicted_loss"] for c in certs])
+    rel = np.abs(predicted - smooth[matched]) / smooth[matched]
+    d_central = np.linalg.norm(gd_w - central_w, axis=1)
+    d_flow = np.linalg.norm(gd_w - flow_w, axis=1)
+    floor = np.linalg.norm(gd_w - gd2_w, axis=1)
+    # the tries (stats) and the first point (the state's counters at t = 0); the two evaluations of
+    # the first step-size search are not counted
+    cost = (central_spent["vf_evals"] + central_spent["hvps"]
+            + certs[0]["central_hvps"] + certs[0]["central_evals"] + certs[0]["central_thirds"])
+
+    table = Table(f"GD beside its central flow: {args.scenario}", ["figure", "value"])
+    table.add("scenario, η, steps", f"{args.scenario}, {eta:g}, {steps}")
+    table.add("onset (first matched step with GD sharpness ≥ 2/η)", f"{onset * EVERY}")
+    table.add("predicted loss vs GD smoothed (σ = 50 steps): mean rel. error after onset",
+               fmt(rel[after].mean()))
+    table.add("‖GD − central‖ / ‖GD − flow‖, mean after onset", fmt((d_central[after] / d_flow[after]).mean()))
+    for step in (500, 750, 1000):
+        if step <= steps:
+            i = step // EVERY
+            table.add(f"step {step}: ‖GD − central‖, ‖GD − flow‖, noise floor ‖GD − GD(θ0 + 1e-12)‖",
+                       f"{fmt(d_central[i])}, {fmt(d_flow[i])}, {fmt(floor[i])}")
+    table.add("sharpness at the end: GD, central, flow", f"{fmt(s_gd[-1])}, {fmt(s_central[-1])}, {fmt(s_flow[-1])}")
+    table.add("central flow: evaluations, HVPs + third-derivative products, events",
+               f"{central_spent['vf_evals']}, {central_spent['hvps']}, {int(certs[-1]['central_events'])}")
+    table.add("cost per GD step (gradient-equivalents): central, flow, GD",
+               f"{fmt(cost / steps)}, {fmt(flow_spent['vf_evals'] / steps)}, 1")
+    table.add("wall (s, this machine): central, flow", f"{fmt(central_wall)}, {fmt(flow_wall)}")
+    publish(table.markdown(), "central" if args.scenario == "central-mlp" else f"central-{args.scenario}",
+            args.quick)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+"""The integrator of a `central-flow` preset: `FlowIntegrator` stepping `CentralSolver`
+(`flowsim.integrate.central`), with the central flow's series as its certificate and its
+eigen-tracking and third-derivative products in the statistics."""
+
+import diffrax as dfx
+import jax
+
+from ..problem import Problem
+from .central import CentralField, CentralSolver, CentralState, certificate, certificate_names
+from .flow import FlowIntegrator, ProposingPID, stiffness_probe
+from .registry import FLOW_METHODS
+
+
+class CentralIntegrator(FlowIntegrator):
+    """A flow whose solver is a `CentralSolver`."""
+
+    @property
+    def certificate_series(self) -> tuple[str, ...]:
+        return certificate_names(self.solver.field.k)
+
+    def certificate(self, problem: Problem, state) -> dict[str, jax.Array]:
+        return certificate(self.solver, problem, self.params(state), state.solver_state)
+
+    @property
+    def init_evals(self) -> int:
+        # the first step's size (2 evaluations), the state's first point, the FSAL stage
+        return 4
+
+    @property
+    def init_hvps(self) -> int:
+        return 0    # counted in the state's `spent` (series central_hvps)
+
+    def _cost(self, sstate: CentralState):
+        # field evaluations; "hvps" holds the try's Hessian-vector and third-derivative products
+        return sstate.tried[0], sstate.tried[1] + sstate.tried[2]
+
+
+def make_central_integrator(*, method: str, learning_rate: float, max_eigen: int, track_threshold: float,
+                             rtol: float, atol: float, dtmin: float, dtmax: float, max_steps: int,
+                             pcoeff: float, icoeff: float, stop_loss: float = 0.0) -> CentralIntegrator:
+    """The central flow of GD at step `learning_rate`, stepped by the explicit Runge–Kutta
+    `method`, tracking at most `max_eigen` Hessian eigen-directions; the other fields are a
+    `central-flow` preset's (`flowsim.config.FlowPreset` documents them)."""
+    name = method
+    method = FLOW_METHODS[name]
+    if method.implicit or method.filippov or method.stabilised:
+        raise ValueError(f"`method` = {name!r} cannot step a central flow; "
+                         "allowed: an explicit Runge–Kutta method ("
+                         + ", ".join(m for m, s in FLOW_METHODS.items()
+                                     if not (s.implicit or s.filippov or s.stabilised)) + ")")
+    inner = getattr(dfx, method.diffrax)()
+    tab = inner.tableau
+    evals = len(tab.c) + 1 - int(tab.fsal)
+    field = CentralField(eta=jax.numpy.asarray(learning_rate, jax.numpy.float64),
+                         k=int(max_eigen), threshold=float(track_threshold))
+    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
+                            dtmax=dtmax or None)
+    return CentralIntegrator(solver=CentralSolver(inner=inner, field=field, evals_per_step=evals),
+                             controller=ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol),
+                             term=dfx.ODETerm(field), max_steps=int(max_steps),
+                             stop_loss=float(stop_loss), evals_per_step=evals, stiffness_probe=stiffness_probe(tab))

@@ -1,0 +1,263 @@
+"""The central flow (flowsim/integrate/central.py) and its complementarity solver
+(flowsim/integrate/sdcp.py) against oracles: planted and CVXPY solutions of the k×k problem,
+a valley whose central flow has a closed form, the exact gradient flow below the edge of
+stability, and plain Euler on the same field."""
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from conftest import make_problem, rel_err
+
+from flowsim.config import Preset, from_dict, load_solver
+from flowsim.config.spec import ScenarioError
+from flowsim.integrate import sdcp
+from flowsim.integrate.central import RELAX_STEPS, central_point, initial_vectors
+from flowsim.presets import central_integrator, flow_integrator
+from flowsim.net import AbstractNet
+from flowsim.ntg import vector_product_ntg
+from flowsim.problem import Problem
+
+
+def typed(preset) -> Preset:
+    return from_dict(Preset, load_solver({"name": "test"} | preset))
+
+
+def central(eta, rtol, k=1, **extra):
+    return central_integrator(typed({"kind": "central-flow", "learning_rate": eta, "max_eigen": k,
+                                       "rtol": rtol, "atol": rtol * 1e-2} | extra))
+
+
+# ---------------------------------------------------------------- the k×k problem
+
+
+def _pairs(k):
+    return [(i, j) for j in range(k) for i in range(j + 1)]
+
+
+def _instance(rng, k, n=40, conditioned=False):
+    """Third-derivative vectors g_ij = g_ji (k, k, n): Gaussian, or orthogonal with scales in
+    [0.5, 2] (a Gram operator of condition ≤ 16)."""
+    pairs = _pairs(k)
+    if conditioned:
+        Q, _ = np.linalg.qr(rng.normal(size=(n, len(pairs))))
+        vectors = Q.T * rng.uniform(0.5, 2.0, size=(len(pairs), 1))
+    else:
+        vectors = rng.normal(size=(len(pairs), n)) / np.sqrt(n)
+    G = np.zeros((k, k, n))
+    for (i, j), g in zip(pairs, vectors):
+        G[i, j] = G[j, i] = g
+    return G
+
+
+def _kkt(q, T, X):
+    """The complementarity conditions' violations: X's and Y's negative parts, and |⟨X, Y⟩|."""
+    Y = q + np.asarray(sdcp.apply(T, jnp.asarray(X)))
+    return (max(-np.linalg.eigvalsh(X)[0], 0.0), max(-np.linalg.eigvalsh(Y)[0], 0.0), abs(np.trace(X @ Y)))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_sdcp_finds_a_planted_solution(k):
+    """X* of rank r and Y* ⪰ 0 on X*'s null space, q = Y* − M(X*): the problem's unique
+    solution is X* (M positive definite). Found to 1e-8 (measured: ≤ 1e-12)."""
+    rng = np.random.default_rng(k)
+    solve = jax.jit(sdcp.solve)
+    for trial in range(10):
+        T = sdcp.gram_operator(jnp.asarray(_instance(rng, k, conditioned=trial % 2 == 0)))
+        V, _ = np.linalg.qr(rng.normal(size=(k, k)))
+        r = rng.integers(0, k + 1)
+        X_star = V[:, :r] @ np.diag(rng.uniform(0.5, 3.0, r)) @ V[:, :r].T
+        Y_star = V[:, r:] @ np.diag(rng.uniform(0.5, 3.0, k - r)) @ V[:, r:].T
+        q = Y_star - np.asarray(sdcp.apply(T, jnp.asarray(X_star)))
+        X = np.asarray(solve(jnp.asarray(q), T))
+        assert np.abs(X - X_star).max() <= 1e-8, (k, trial, r)
+
+
+def test_sdcp_is_zero_exactly_where_q_is_psd():
+    rng = np.random.default_rng(0)
+    T = sdcp.gram_operator(jnp.asarray(_instance(rng, 3)))
+    B = rng.normal(size=(3, 3))
+    X = np.asarray(jax.jit(sdcp.solve)(jnp.asarray(B @ B.T + 0.1 * np.eye(3)), T))
+    assert np.array_equal(X, np.zeros((3, 3)))
+
+
+@pytest.mark.parametrize("conditioned", [True, False])
+def test_sdcp_against_cvxpy(conditioned):
+    """Random instances (Gaussian q, Gaussian or well-conditioned g): the complementarity
+    conditions hold to 1e-10 (scale 1), the QP's objective is CVXPY's (Clarabel) or lower, and X
+    is CVXPY's to CVXPY's own accuracy. Clarabel stops at a gap ⟨X, Y⟩ of 1e-10–1e-9 (it fails
+    at tolerances below 1e-11), and near a degenerate complementarity an X off by ε leaves a
+    gap of ε², so its X is only good to about 1e-5 (measured: up to 2e-5 off ours, whose gap is
+    1e-15); the 1e-8 oracle is the planted one above."""
+    cp = pytest.importorskip("cvxpy")   # a test extra (pyproject's [test])
+    rng = np.random.default_rng(1)
+    solve = jax.jit(sdcp.solve)
+    for trial in range(12):
+        k = (1, 2, 3, 5)[trial % 4]
+        G = _instance(rng, k, conditioned=conditioned)
+        B = rng.normal(size=(k, k))
+        q = B + B.T - np.eye(k)
+        T = sdcp.gram_operator(jnp.asarray(G))
+        X = np.asarray(solve(jnp.asarray(q), T))
+        assert max(_kkt(q, T, X)) <= 1e-10, (trial, _kkt(q, T, X))
+
+        var = cp.Variable((k, k), PSD=True)
+        pairs = _pairs(k)
+        # ½⟨X, M(X)⟩ = ¼ ‖Σ_ab X_ab g_ab‖², the off-diagonal pairs counted twice
+        F = np.stack([G[i, j] * (1 if i == j else 2) for i, j in pairs], 1)
+        x = cp.hstack([var[i, j] for i, j in pairs])
+        objective = lambda v: 0.25 * cp.sum_squares(np.linalg.qr(F)[1] @ v) + cp.trace(q @ var)
+        cp.Problem(cp.Minimize(objective(x))).solve(solver="CLARABEL", tol_gap_abs=1e-10, tol_gap_rel=1e-10,
+                                                   tol_feas=1e-10, max_iter=500)
+        Xc = var.value
+        value = lambda Z: 0.5 * np.sum(Z * np.asarray(sdcp.apply(T, jnp.asarray(Z)))) + np.sum(q * Z)
+        assert value(X) <= value(Xc) + 1e-9
+        assert np.abs(X - Xc).max() <= 1e-4 * max(1.0, np.abs(X).max())
+
+
+# ---------------------------------------------------------------- a valley with a closed form
+
+# L(x, u, z) = −c x + ½ (a0 + b x) u² + ½ d z². On u = 0 the Hessian is diag(0, a0 + b x, d):
+# the flow runs along x at speed c and the curvature across, a(x) = a0 + b x, rises. With S =
+# 2/η − a, g = ∇a = (b, 0, 0), α = ⟨g, ∇L⟩ = −bc, β = b², κ = 1/(RELAX_STEPS η): X = 0 while
+# κS ≥ bc; from S = S1 = bc/κ on (t1), Y = κS − bc + ½b²X = 0 gives X = 2(bc − κS)/b², and
+# ẋ = c − ½bX = κS/b, Ṡ = −κS: S = S1 e^{−κ(t − t1)}, x = x1 + (S1/b)(1 − e^{−κ(t − t1)}).
+# u stays 0 and z = z0 e^{−dt} (the gradient flow's).
+C, A0, B, D, ETA = 1.0, 1.0, 0.5, 0.3, 0.5
+
+
+class _Point(AbstractNet):
+    """The valley's "network": its three parameters are its prediction."""
+
+    series_axes = {"weights": ("param",), "weight_change": ("leaf",), "unit_change": ("param",)}
+
+    def __call__(self, params, X):
+        return params["w"][None, :]
+
+    def ntg(self, params, X):
+        return vector_product_ntg(self, params, X)
+
+    def weights(self, params):
+        return params["w"]
+
+    def weight_change(self, params, params0):
+        return jnp.linalg.norm(params["w"] - params0["w"])[None]
+
+    def unit_change(self, params, params0):
+        return jnp.abs(params["w"] - params0["w"])
+
+
+def _valley_loss(pred, y):
+    x, u, z = pred[0]
+    return -C * x + 0.5 * (A0 + B * x) * u ** 2 + 0.5 * D * z ** 2
+
+
+def _valley():
+    zero = jnp.zeros((1, 3))
+    problem = Problem(net=_Point(), X=zero, y=zero, X_test=zero, y_test=zero, rate=1.0, loss_kind="callable",
+                      ntg_points=1, custom_loss=_valley_loss)
+    return problem, {"w": jnp.asarray([0.0, 0.0, 1.0])}
+
+
+def _valley_closed_form(t):
+    kappa = 1.0 / (RELAX_STEPS * ETA)
+    s0, s1 = 2.0 / ETA - A0, B * C / kappa
+    t1 = (s0 - s1) / (B * C)
+    x = np.where(t < t1, C * t, C * t1 + (s1 / B) * (1.0 - np.exp(-kappa * (t - t1))))
+    return np.stack([x, 0.0 * t, np.exp(-D * t)], -1), t1
+
+
+def _flow_to(integ, problem, p0, t):
+    state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0), jnp.asarray(t))
+    return state, stats
+
+
+def test_valley_central_flow_matches_its_closed_form():
+    problem, p0 = _valley()
+    integ = central(ETA, 1e-10)
+    exact, t1 = _valley_closed_form(np.asarray(12.0))
+    assert 5.0 < t1 < 6.0     # the onset, inside the run
+    state, stats = _flow_to(integ, problem, p0, 12.0)
+    assert int(stats["status"]) == 1
+    assert np.abs(np.asarray(integ.params(state)["w"]) - exact).max() <= 1e-8   # measured 2.8e-13
+    cert = eqx.filter_jit(integ.certificate)(problem, state)
+    assert float(cert["central_events"]) == 1          # the onset, located
+    assert float(cert["central_held"]) == 1
+    # the held curvature sits at 2/η, up to what is left of the margin: S1 e^{−κ(t − t1)}
+    s = (B * C * RELAX_STEPS * ETA) * np.exp(-(12.0 - t1) / (RELAX_STEPS * ETA))
+    assert float(cert["central_eig1"]) == pytest.approx(2 / ETA - s, abs=1e-9)
+    # X = 2(bc − κS)/b², and the predicted loss is L + ½ λ X
+    x = 2 * (B * C - s / (RELAX_STEPS * ETA)) / B ** 2
+    assert float(cert["central_sigma1"]) == pytest.approx(x, rel=1e-8)
+    loss = -C * exact[0] + 0.5 * D * exact[2] ** 2
+    assert float(cert["predicted_loss"]) == pytest.approx(loss + 0.5 * (2 / ETA - s) * x, rel=1e-8)
+
+
+def test_tightening_the_tolerance_converges_on_the_valley():
+    """Each tolerance's error against the closed form, after the onset: within 10 × rtol and
+    falling (measured: 4.9e-9, 3.4e-11, 2.8e-13 at rtol 1e-6, 1e-8, 1e-10)."""
+    problem, p0 = _valley()
+    exact, _ = _valley_closed_form(np.asarray(20.0))
+    errors = []
+    for rtol in (1e-6, 1e-8, 1e-10):
+        state, _ = _flow_to(central(ETA, rtol), problem, p0, 20.0)
+        errors.append(np.abs(np.asarray(state.y["w"]) - exact).max())
+        assert errors[-1] <= 10 * rtol
+    assert errors[0] > 10 * errors[1] > 100 * errors[2]
+
+
+def test_halving_eulers_step_moves_it_towards_the_central_flow_at_first_order():
+    """Forward Euler on the same field (the published codes' integrator), h = 0.04, 0.02, 0.01
+    to t = 10: its distance to flowsim's central flow halves with h (ratio 2 ± 0.2)."""
+    problem, p0 = _valley()
+    state, _ = _flow_to(central(ETA, 1e-10), problem, p0, 10.0)
+    ref = np.asarray(state.y["w"])
+
+    @jax.jit
+    def euler(h, steps):
+        def one(_, c):
+            w, U = c
+            p = central_point(problem, {"w": w}, U, ETA, 1, 0.9)
+            return w + h * p.velocity["w"], p.U
+        return jax.lax.fori_loop(0, steps, one, (p0["w"], initial_vectors(3, 1, jnp.float64)))[0]
+
+    errors = [np.abs(np.asarray(euler(10.0 / n, n)) - ref).max() for n in (250, 500, 1000)]
+    assert 1.8 <= errors[0] / errors[1] <= 2.2 and 1.8 <= errors[1] / errors[2] <= 2.2, errors
+
+
+# ---------------------------------------------------------------- below the edge: the gradient flow
+
+
+def test_below_the_edge_the_central_flow_is_the_gradient_flow():
+    """η = 0.4 (2/η = 5) on a network whose sharpness stays below 2.4 (0.48 × 2/η) to t = 10:
+    no direction reaches the threshold, no third derivative is computed, and the central flow is
+    the exact flow at the same tolerances (LOBPCG tracks k = 2 of 250 directions)."""
+    problem, p0 = make_problem(seed=1)
+    integ = central(0.4, 1e-10, k=2)
+    state, stats = _flow_to(integ, problem, p0, 10.0)
+    cert = eqx.filter_jit(integ.certificate)(problem, state)
+    assert float(cert["central_thirds"]) == 0 and float(cert["central_events"]) == 0
+    assert float(cert["central_edge1"]) < 0.5
+    flow = flow_integrator(typed({"kind": "flow", "method": "tsit5", "rtol": 1e-10, "atol": 1e-12}))
+    plain, _ = _flow_to(flow, problem, p0, 10.0)
+    assert rel_err(integ.params(state)["W"] - p0["W"], flow.params(plain)["W"] - p0["W"]) <= 1e-10
+    # the predicted loss is the loss itself (Σ = 0)
+    assert float(cert["predicted_loss"]) == pytest.approx(float(problem.loss(integ.params(state))), rel=1e-14)
+
+
+def test_the_tracked_eigenvalues_are_the_hessians():
+    problem, p0 = make_problem(seed=0)
+    point = jax.jit(lambda w: central_point(problem, w, initial_vectors(250, 3, jnp.float64), 1.0, 3, 0.9,
+                                            iterations=500))(p0)
+    flat, unravel = jax.flatten_util.ravel_pytree(p0)
+    H = jax.hessian(lambda v: problem.rate * problem.loss(unravel(v)))(flat)
+    assert np.allclose(np.asarray(point.lam), np.linalg.eigvalsh(H)[::-1][:3], rtol=1e-9, atol=0)
+
+
+def test_a_central_flow_refuses_methods_that_cannot_step_it():
+    for method in ("kvaerno5", "rock4", "filippov"):
+        with pytest.raises(ScenarioError, match="cannot step a central flow"):
+            load_solver({"name": "c", "kind": "central-flow", "learning_rate": 0.1, "method": method})
+    with pytest.raises(ScenarioError, match="not supported by a central flow"):
+        load_solver({"name": "c", "kind": "central-flow", "learning_rate": 0.1, "reference": "dopri8-tight"})
