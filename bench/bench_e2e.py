@@ -64,8 +64,8 @@ marks = []
 def mark(name):
     marks.append((name, time.perf_counter()))
 import flowsim.cli
-flowsim.cli._load_engine()    # as `flowsim run` imports, and freezes what it imported
-flowsim.cli._compilation_cache()
+flowsim.cli.load_engine()    # as `flowsim run` imports, and freezes what it imported
+flowsim.cli.compilation_cache()
 mark("import flowsim, JAX, Diffrax")
 from flowsim import session
 job = session.prepare(sys.argv[1], sys.argv[2:-1], output=sys.argv[-1] + ".h5", overwrite=True)

@@ -1,20 +1,23 @@
 """flowsim: the exact gradient flow of neural networks, with gradient descent beside it.
 
-Importing flowsim imports no JAX and changes no JAX setting in code (a run turns float64
-on itself: flowsim.precision). It does set two environment defaults, below: Equinox's
-runtime-error mode and an XLA:CPU scheduler flag."""
+What a user calls is here, flat (`flowsim.__all__`):
 
+    flowsim.simulate(model, data=(X, y), ...)      # your own Equinox model, into an archive
+    flowsim.run_scenario("quickstart")             # what `flowsim run` does
+    flowsim.open("runs/quickstart.h5")             # read an archive (no JAX)
+    flowsim.load_scenario / solver_preset          # scenarios and presets, typed
+    flowsim.Config, FlowPreset, DescentPreset ...  # every configuration table (flowsim.config)
+    flowsim.build_run, Problem, make_integrator    # the engine, driven by hand
+    flowsim.AbstractNet                            # what a network offers (subclass it)
+
+Importing flowsim imports no JAX and changes no JAX setting: each name loads its module when
+first used (a run turns float64 on itself: flowsim.precision), and the names that load the
+engine set its environment default first (flowsim.engine_env). Importing it does set one
+environment default, below: an XLA:CPU scheduler flag."""
+
+import importlib
 import os
-
-# Equinox's runtime checks (`eqx.error_if`) become host callbacks in the compiled program
-# by default, and JAX never stores a program with a host callback in its persistent cache:
-# every flow run recompiled (about 10 s a process on 2 cores for the test scenarios). The
-# one check inside flowsim's segments is diffeqsolve's "(t1 - t0) * dt0 >= 0", which holds
-# by construction (dt0 is the controller's positive proposal); with "nan" a failed check
-# would give NaNs, which end the run with status `nonfinite`: statuses are results either
-# way. Equinox reads the variable when it is first imported, so a user who imported it
-# before flowsim, or who set EQX_ON_ERROR, keeps their choice.
-os.environ.setdefault("EQX_ON_ERROR", "nan")
+from typing import TYPE_CHECKING
 
 # XLA:CPU (jaxlib 0.10) can deadlock a program whose schedule it optimised for concurrency:
 # it never completes and every thread waits. Measured: caron-uci-concrete-quick (GD and the
@@ -29,20 +32,75 @@ if "xla_cpu_enable_concurrency_optimized_scheduler" not in os.environ.get("XLA_F
 
 from .version import __version__ as __version__  # noqa: E402
 
-__all__ = ["open", "simulate", "__version__"]
+if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__` loads the same
+    from .archive import Archive, ArchiveError, open  # noqa: A004
+    from .build import build_run
+    from .config import RunSpec, Scenario, ScenarioError, load_scenario, loads_scenario, solver_preset
+    from .config import (
+        Config, Data, Model, Scaling, Checkpoints, Preset, SphereSineData, SingleReluData,
+        RandomLabelsData, XorNoiseData, QuadraticTeacherData, UciData, Split, DigitsData, CsvData,
+        NpzData, ArraysData, NtkScaling, AsymmetricScaling, SingleScaling, FiniteScaling,
+        CustomScaling, MeanFieldScaling, StandardScaling, ShallowModel, EmbeddedModel, MlpModel,
+        PythonModel, ModuleModel, Loss, CheckpointEvery, CheckpointCount, CheckpointTimes,
+        FlowPreset, DescentPreset, Run, Sweep, PruneAnalysis, TransferAnalysis, PcaAnalysis,
+        Analysis, Plot,
+    )
+    from .data import DataError
+    from .models import BuildError
+    from .net import AbstractNet
+    from .presets import make_integrator
+    from .problem import Problem
+    from .session import InputError, run_scenario
+    from .simulation import simulate
+
+# Every configuration table's class, as `flowsim.config` exports it (a test keeps this list
+# and flowsim.config.typed.__all__ the same).
+_CONFIG_CLASSES = (
+    "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset", "SphereSineData",
+    "SingleReluData", "RandomLabelsData", "XorNoiseData", "QuadraticTeacherData", "UciData",
+    "Split", "DigitsData", "CsvData", "NpzData", "ArraysData", "NtkScaling", "AsymmetricScaling",
+    "SingleScaling", "FiniteScaling", "CustomScaling", "MeanFieldScaling", "StandardScaling",
+    "ShallowModel", "EmbeddedModel", "MlpModel", "PythonModel", "ModuleModel", "Loss",
+    "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset", "Run",
+    "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
+)
+
+# Each public name and the module it is loaded from when first used. The modules outside
+# _READERS load JAX and Equinox.
+_EXPORTS: dict[str, str] = {
+    "open": "flowsim.archive", "Archive": "flowsim.archive", "ArchiveError": "flowsim.archive",
+    "load_scenario": "flowsim.config", "loads_scenario": "flowsim.config", "solver_preset": "flowsim.config",
+    "Scenario": "flowsim.config", "RunSpec": "flowsim.config", "ScenarioError": "flowsim.config",
+    **dict.fromkeys(_CONFIG_CLASSES, "flowsim.config"),
+    "DataError": "flowsim.data",
+    "simulate": "flowsim.simulation",
+    "run_scenario": "flowsim.session", "InputError": "flowsim.session",
+    "build_run": "flowsim.build", "BuildError": "flowsim.models",
+    "Problem": "flowsim.problem", "AbstractNet": "flowsim.net",
+    "make_integrator": "flowsim.presets",
+}
+_READERS = frozenset({"flowsim.archive", "flowsim.config", "flowsim.data"})   # they import no JAX
+
+__all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str):
-    # flowsim.open (which reads an archive) and flowsim.simulate load h5py and JAX only when
-    # first used: the `flowsim` command imports this package before it can take SIGTERM
-    # over, and their seconds of import time would be a window in which a scheduler's stop
-    # kills instead of stopping.
-    if name == "open":
-        from .archive import open
+    # Loaded when first used, not at `import flowsim`: the `flowsim` command imports this
+    # package before it can take SIGTERM over, and seconds of importing h5py and JAX would
+    # be a window in which a scheduler's stop kills instead of stopping; and reading an
+    # archive needs no JAX. (`simulate` lives in `flowsim.simulation`: a submodule named
+    # `simulate` would replace this attribute once imported.)
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flowsim' has no attribute {name!r}")
+    if module not in _READERS:
+        from .engine_env import set_engine_defaults
 
-        return open
-    if name == "simulate":   # (its module is `simulation`: a submodule named `simulate`
-        from .simulation import simulate   # would replace this attribute once imported)
+        set_engine_defaults()   # before Equinox is first imported (flowsim.engine_env says why)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value     # found directly from now on
+    return value
 
-        return simulate
-    raise AttributeError(f"module 'flowsim' has no attribute {name!r}")
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

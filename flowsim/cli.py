@@ -1,7 +1,8 @@
 """The `flowsim` command: run | merge | list | show | inspect | plot | compare | analyze.
 
 Argument parsing, messages and exit codes only: the work is done by library calls
-(`flowsim.session` for `run`).
+(`flowsim.session` for `run`, `flowsim.inspection` for `inspect`); the process's stop
+requests, start-up and exit are `flowsim.lifecycle`'s.
 
 Exit status: 0 when every run finished (numerical statuses such as `diverged` included),
 2 for bad input (scenario, data, archive refused), 1 for an internal failure, 130 when
@@ -10,138 +11,30 @@ interrupted (the archive then holds every finished checkpoint and `--resume` goe
 
 import argparse
 import shutil
-import signal
 import sys
 from pathlib import Path
 
+from .engine_env import set_engine_defaults
+from .lifecycle import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, StopRequest,
+                        compilation_cache, leave, load_engine, quiet_hdf5_unraisable, write_failure)
 from .session import InputError
-
-EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_NOTHING = 1     # the command found nothing to do (compare: no discrete/flow pair)
 
 
 def _err(msg: str) -> None:
     print(f"flowsim: error: {msg}", file=sys.stderr)
 
 
-def _input_errors():
-    """The exception types that mean bad input (exit 2) rather than a bug (exit 1)."""
+def _input_errors() -> tuple:
+    """The exception types that mean bad input (exit 2) rather than a bug (exit 1). Asked
+    when an exception is matched, it names `BuildError` only where its module (which loads
+    JAX) was imported: a command that never imported it (inspect, plot and compare read an
+    archive without JAX) cannot have raised one."""
     from .archive import ArchiveError
-    from .build import BuildError
-    from .data import DataError
     from .config import ScenarioError
+    from .data import DataError
 
-    return (ScenarioError, DataError, BuildError, ArchiveError, InputError)
-
-
-class _StopRequest:
-    """SIGTERM (a batch scheduler's stop) and Ctrl-C during `flowsim run`: the first one
-    stops the driver within a quarter second, abandoning the segment being computed (with
-    --distributed: after the checkpoint being computed, on every process); exit 130, the
-    archive resumable. A second one stops at once (the archive is crash-safe anyway).
-    Nothing is printed inside the handler (a write there can collide with one it interrupted)."""
-
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self):
-        self.requested = False
-        # Before the archive is opened a stop loses nothing, so the process ends at once
-        # (exit 130), also inside a plug-in's import or factory that never returns. It ends
-        # rather than raising: an exception raised in the middle of an import or of JAX's
-        # tracing can turn into an ImportError or a crash at exit.
-        self.at_once = False
-        self.children: set[int] = set()    # processes to end with this one (plugins.rehearse)
-        self._saved: dict = {}
-
-    def __call__(self) -> bool:
-        return self.requested
-
-    def _handle(self, signum, frame):
-        if self.at_once:
-            import os
-
-            for pid in self.children:
-                os.kill(pid, signal.SIGKILL)
-            os.write(2, b"flowsim: error: interrupted\n")
-            os._exit(EXIT_INTERRUPTED)
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
-
-    def install(self) -> None:
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:     # a second install keeps the first's saved handlers
-                self._saved.setdefault(sig, signal.signal(sig, self._handle))
-
-    def ignore(self) -> None:
-        for sig in self.SIGNALS:
-            signal.signal(sig, signal.SIG_IGN)
-
-    def restore(self) -> None:
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-        self._saved.clear()
-
-
-_DISK_ERRNOS = {"ENOSPC", "EFBIG", "EDQUOT", "EROFS", "EIO"}
-
-
-def _write_failure(out: Path, err: OSError, resume_cmd: str) -> str | None:
-    """The message for an archive write that failed because of the disk (None: not that)."""
-    import errno as _errno
-
-    code = _errno.errorcode.get(getattr(err, "errno", None) or 0, "")
-    text = str(err)
-    import re
-
-    found = re.search(r"errno = (\d+), error message = '([^']*)'", text)
-    if found:   # h5py wraps the OS error in HDF5's own words: keep the OS's
-        code, text = _errno.errorcode.get(int(found.group(1)), code), f"{found.group(2)} (errno {found.group(1)})"
-    disk = code in _DISK_ERRNOS or any(w in text for w in (
-        "No space left", "File too large", "Disk quota", "Read-only file system", "file write failed"))
-    if not disk:
-        return None
-    return (f"writing {out} failed: {text.strip() or code}. The disk is full or the file hit a size "
-            f"limit. {out} keeps every checkpoint committed before the failure (see `flowsim inspect "
-            f"{out}`); free space, then continue with `{resume_cmd}`")
-
-
-def _quiet_hdf5_unraisable(unraisable) -> None:
-    """After a failed write, h5py reports every object it cannot release as an ignored
-    exception with a traceback; the run reports the failure once, in words."""
-    if isinstance(unraisable.exc_value, RuntimeError) and "errno" in str(unraisable.exc_value):
-        return
-    sys.__unraisablehook__(unraisable)
-
-
-def _load_engine() -> tuple:
-    """`_input_errors()`, importing JAX, Diffrax, h5py and the engine on the way, with
-    Python's cyclic collector off, and then those ~200 000 long-lived objects frozen out of
-    its sight (`gc.freeze`): otherwise every full collection during a run's tracing scans
-    them again, 0.15-0.2 s of a 1.9 s run (bench_e2e), and collections during the imports
-    find little. For the command's own process only: a caller of main() keeps its heap."""
-    import gc
-
-    gc.disable()
-    try:
-        from . import driver, provenance  # noqa: F401  (what a run imports later)
-        from .analysis import caron  # noqa: F401
-
-        return _input_errors()
-    finally:
-        gc.freeze()
-        gc.enable()
-
-
-def _leave(code: int) -> None:
-    """Exit now, without the interpreter's teardown (see the callers for why)."""
-    import os
-
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    models = sys.modules.get("flowsim.models.base")
+    return (ScenarioError, DataError, ArchiveError, InputError) + ((models.BuildError,) if models else ())
 
 
 def cmd_run(args) -> int:
@@ -188,12 +81,12 @@ def cmd_run(args) -> int:
     try:
         writer = session.open_archive(job, distributed=args.distributed)
     except OSError as err:   # permissions, a read-only or full disk: the archive cannot be written
-        raise InputError(_write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
+        raise InputError(write_failure(out, err, resume_cmd) or f"{out}: cannot be written ({err})") from None
     if speak:
         print(f"flowsim: {job.scenario.settings.name}: {len(job.runs)} run(s)" + (f" (part {shard} of "
               f"{len(job.scenario.runs)})" if shard else "") + f" → {out}", file=sys.stderr)
     saved_hook = sys.unraisablehook
-    sys.unraisablehook = _quiet_hdf5_unraisable
+    sys.unraisablehook = quiet_hdf5_unraisable
     try:
         # One process alone can stop during a segment; several must stop after the same checkpoint.
         statuses = session.drive(job, writer, progress=progress,
@@ -210,17 +103,17 @@ def cmd_run(args) -> int:
         if _COMMAND_LINE:
             # The abandoned segment may still be computing on its thread, and the interpreter's
             # teardown aborts under it; the archive is closed, so leave at once.
-            _leave(EXIT_INTERRUPTED)
+            leave(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except (OSError, RuntimeError) as err:   # h5py reports failed writes as either
-        msg = _write_failure(out, err, resume_cmd)
+        msg = write_failure(out, err, resume_cmd)
         if msg is None:
             raise
         _err(msg)
         if _COMMAND_LINE:
             # HDF5 still holds the file it could not flush and retries at interpreter exit,
             # which can crash (SIGSEGV); every commit is on disk, so leave at once.
-            _leave(EXIT_INTERNAL)
+            leave(EXIT_INTERNAL)
         return EXIT_INTERNAL
     finally:
         sys.unraisablehook = saved_hook
@@ -237,7 +130,7 @@ def cmd_run(args) -> int:
 
         _STOP.ignore()
         atexit._run_exitfuncs()
-        _leave(EXIT_OK)
+        leave(EXIT_OK)
     return EXIT_OK
 
 
@@ -321,82 +214,10 @@ def cmd_show(args) -> int:
     return EXIT_OK
 
 
-def _written_by_simulate(resolved) -> bool:
-    """Whether `flowsim.simulate` wrote the archive (its model came from Python, not a file)."""
-    return isinstance(resolved, dict) and isinstance(resolved.get("model"), dict) and \
-        resolved["model"].get("kind") == "module"
-
-
 def cmd_inspect(args) -> int:
-    import numpy as np
+    from .inspection import inspect_archive
 
-    from . import archive, plugins
-    from .advice import advise
-
-    with archive.open(args.archive) as a:
-        attrs = a.attrs
-        # inspect reads any archive, a recovered or partial one too: its attributes may be missing
-        prov = attrs.get("provenance", {})
-        print(f"{args.archive}: scenario {attrs.get('scenario_resolved', {}).get('name', '?')!r}, "
-              f"dtype {attrs.get('dtype')}, flowsim {attrs.get('flowsim_version')}, created {attrs.get('created')}")
-        if prov:
-            print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v))
-        resolved = attrs.get("scenario_resolved")
-        history = attrs.get("t_end_history")
-        if history and isinstance(resolved, dict):
-            print(f"  extended: t_end {' → '.join(f'{t:g}' for t in [*history, resolved['run']['t_end']])} "
-                  "(--resume --set run.t_end)")
-        found = plugins.named_in(resolved) if isinstance(resolved, dict) else []
-        if found:   # named, never imported: reading an archive runs nothing
-            print(f"  ran user code (plug-ins): {', '.join(found)}")
-        if a.data:
-            print("  /data: " + ", ".join(f"{k} {v.shape}" for k, v in a.data.items()))
-        if a.writer_pid is not None:
-            print(f"  being written by pid {a.writer_pid}")
-        elif a.killed_inside_write:
-            print("  its writer was killed inside a write: HDF5 tools other than flowsim refuse the file until "
-                  "`--resume` repairs it")
-        interrupted = False
-        # The seeds of a sweep point run together, as one batch: its wall time is shown once,
-        # on the point's first run (each run records the whole batch's)
-        batch = {}
-        for name, run in a.runs.items():
-            batch.setdefault(run.point, []).append(name)
-        for name, run in a.runs.items():
-            print(f"  run {name}: seed {run.seed}" + (f", {run.label}" if run.label else ""))
-            together = batch[run.point]
-            # solvers not begun and no writer live: killed before it got to them
-            never = run.unbegun if a.writer_pid is None else []
-            if never:
-                interrupted = True
-                print(f"    not started: {', '.join(never)}")
-            for sname, sv in run.solvers.items():
-                t = sv.t
-                reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"
-                stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in ("steps", "rejected", "vf_evals")
-                                  or (k == "hvps" and v))
-                interrupted |= sv.interrupted
-                loss = f", loss {float(np.asarray(sv['loss'])[-1]):.6g}" if "loss" in sv.series_names and t.size \
-                    else ""
-                observing = sv.stats.get("observe_time")
-                split = "" if observing is None else \
-                    f" (observing ≈ {observing:.3g} s, integrating and compiling ≈ {sv.wall_time - observing:.3g} s)"
-                wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
-                    f" for its {len(together)} seeds together" if len(together) > 1 else "") + split
-                advice = advise(sv.preset.get("method", ""), sv.stats)
-                print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
-                      + (f", {stats}" if stats else "") + wall
-                      + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
-                      + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
-                      + (f"\n{'':20}advice: {advice}" if advice else ""))
-                print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
-        if interrupted and _written_by_simulate(resolved):
-            print(f"  interrupted: resume with `flowsim.simulate(..., output={str(args.archive)!r}, resume=True)` "
-                  "(the model, data and arguments it was run with)")
-        elif interrupted:
-            name = attrs.get("scenario_resolved", {}).get("name", "SCENARIO")
-            print(f"  interrupted: resume with `flowsim run {name} -o {args.archive} --resume` "
-                  "(the scenario file and --set values it was run with)")
+    inspect_archive(args.archive)
     return EXIT_OK
 
 
@@ -410,7 +231,8 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .analysis.compare import compare_archive, format_report, write_csv, write_figures
+    from .analysis.compare import compare_archive
+    from .analysis.compare_report import format_report, write_csv
 
     if not args.factor > 0:
         raise InputError(f"--factor {args.factor}: must be a positive number")
@@ -422,6 +244,8 @@ def cmd_compare(args) -> int:
     if args.csv:
         print(f"flowsim: wrote {write_csv(rep, args.csv)}", file=sys.stderr)
     if args.output:
+        from .plots.compare import write_figures   # (matplotlib: only when figures are asked for)
+
         for path in write_figures(rep, args.output, formats=tuple(args.format.split(","))):
             print(f"flowsim: wrote {path}", file=sys.stderr)
     return EXIT_OK
@@ -501,20 +325,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-def _compilation_cache() -> None:
-    """Keep compiled programs across runs (solver segments take seconds to compile).
-    FLOWSIM_CACHE_DIR moves the cache; an empty value turns it off."""
-    import os
-
-    import jax
-
-    where = os.environ.get("FLOWSIM_CACHE_DIR", str(Path.home() / ".cache" / "flowsim" / "jax"))
-    if where:
-        jax.config.update("jax_compilation_cache_dir", where)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-
-
-_STOP = _StopRequest()
+_STOP = StopRequest()
+# The commands that import the engine (Equinox): they set its environment default first.
+_ENGINE_COMMANDS = frozenset({"run", "show", "analyze"})
 _COMMAND_LINE = False      # main() called as the `flowsim` command (not with an argv list)
 
 
@@ -529,13 +342,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         _STOP.requested, _STOP.at_once = False, not args.distributed
         _STOP.install()          # first, so that a stop during start-up is honoured too
-    errors: tuple = ()
+    if args.command in _ENGINE_COMMANDS:
+        set_engine_defaults()    # before anything imports Equinox
     try:
-        errors = _load_engine() if _COMMAND_LINE and args.command == "run" else _input_errors()
+        if _COMMAND_LINE and args.command == "run":
+            load_engine()
         if args.command == "run":
-            _compilation_cache()
+            compilation_cache()
         return args.func(args)
-    except errors as err:
+    except _input_errors() as err:
         _err(str(err))
         return EXIT_INPUT
     except KeyboardInterrupt:

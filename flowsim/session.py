@@ -57,7 +57,8 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
     import jax
 
-    from .build import build_run, check_resources, program_signature, start_problem
+    from .build import build_run, program_signature, start_problem
+    from .resources import check_resources
     from .models import BuildError
     from .devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
@@ -69,7 +70,8 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
         print(f"flowsim: warning: {warning}", file=sys.stderr)
     runs, part = sc.runs, None
     if shard:   # a job array's part: its own archive, joined later by `flowsim merge`
-        from .archive.merge import ShardError, parse_shard, shard_runs
+        from .archive.merge import ShardError, parse_shard
+        from .config.sweep import shard_runs
 
         try:
             i, n = parse_shard(shard)

@@ -8,7 +8,7 @@ memory and disk estimate that `run` checks. Nothing is built or run.
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .build import point_estimates
+from .resources import point_estimates
 from .config import FlowPreset, Scenario
 from .config.files import parse_toml
 from .config.schema import sweep_axes, sweep_key
@@ -120,7 +120,7 @@ def grids(sc: Scenario) -> list[str]:
 
 
 def estimate(sc: Scenario) -> list[str]:
-    """The estimate per sweep point that `run` checks (see `build.estimate_resources`)."""
+    """The estimate per sweep point that `run` checks (see `resources.estimate_resources`)."""
     out = ["estimate (per sweep point: one batch of its seeds; uncompressed archive):"]
     points = point_estimates(sc)
     for point, est in points:

@@ -380,10 +380,10 @@ def _drive_stoppable(job, writer, **kwargs) -> None:
     thread of the caller's) the caller's own signal handling applies."""
     import threading
 
-    from .cli import _StopRequest
+    from .lifecycle import StopRequest
     from .session import drive
 
-    stop = _StopRequest()
+    stop = StopRequest()
     stop.install()
     try:
         drive(job, writer, should_stop=stop, stop_now=stop, **kwargs)

@@ -1,5 +1,8 @@
 """Theory numbers to overlay on simulations (float64 numpy; σ' evaluated with JAX).
 
+JAX is imported only where σ' is evaluated (the smooth activations' quadrature): the plots
+draw these bounds from an archive, and reading an archive imports no JAX.
+
 Caron, Ayed, Jung, Lee, Lee, Yang (2023), *Over-parameterised shallow neural networks with
 asymmetrical node scaling*:
 
@@ -19,12 +22,9 @@ from __future__ import annotations
 import functools
 import math
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
-from flowsim import activations
-from flowsim.activations import LEAKY_RELU_SLOPE, SMOOTH
+from flowsim.kinds import LEAKY_RELU_SLOPE, SMOOTH
 
 # Entries of the (rows, n, Q, Q) quadrature block evaluated at once: 2**22 float64 = 32 MiB.
 _QUADRATURE_BLOCK = 2**22
@@ -75,11 +75,19 @@ def gauss_hermite_rule(quad_points: int) -> tuple[np.ndarray, np.ndarray]:
     return z, w / math.sqrt(2 * math.pi)
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _quadrature_block(sigma_prime, L11, L21, L22, z, w):
-    """Σ_a Σ_b w_a w_b σ'(L11_p z_a) σ'(L21_p z_a + L22_p z_b) for a block of pairs p."""
-    inner = sigma_prime(L21[:, None, None] * z[:, None] + L22[:, None, None] * z[None, :]) @ w   # (pairs, Q)
-    return jnp.sum(sigma_prime(L11[:, None] * z) * w * inner, axis=-1)
+@functools.cache
+def _quadrature_block():
+    """The compiled block sum, built at its first use (JAX is imported then, see above)."""
+    import jax
+    import jax.numpy as jnp
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def block(sigma_prime, L11, L21, L22, z, w):
+        """Σ_a Σ_b w_a w_b σ'(L11_p z_a) σ'(L21_p z_a + L22_p z_b) for a block of pairs p."""
+        inner = sigma_prime(L21[:, None, None] * z[:, None] + L22[:, None, None] * z[None, :]) @ w   # (pairs, Q)
+        return jnp.sum(sigma_prime(L11[:, None] * z) * w * inner, axis=-1)
+
+    return block
 
 
 def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48) -> np.ndarray:
@@ -109,7 +117,7 @@ def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48)
     # one compiled program, where a shorter last block would trace and compile a second
     pad = -len(i) % size
     L11, L21, L22 = (np.concatenate([A, np.zeros(pad)]) for A in (L11, L21, L22))
-    pairs = np.concatenate([np.asarray(_quadrature_block(sigma_prime, L11[j : j + size], L21[j : j + size],
+    pairs = np.concatenate([np.asarray(_quadrature_block()(sigma_prime, L11[j : j + size], L21[j : j + size],
                                                          L22[j : j + size], z, w))
                             for j in range(0, len(L11), size)])[: len(i)]
     E = np.empty((n, n))
@@ -120,6 +128,8 @@ def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48)
 @functools.lru_cache
 def _sigma_prime(name: str):
     # One callable per name, so the jitted quadrature (σ' is a static argument) compiles once.
+    from flowsim import activations
+
     return activations.derivative(name)
 
 
@@ -135,6 +145,8 @@ def mean_ntg(X, activation: str, *, quad_points: int = 48) -> np.ndarray:
     for unit-sphere inputs, see `gauss_hermite_expectation` for larger |x|²/d). Rows with
     x = 0 give zero rows and columns, never NaN.
     """
+    from flowsim import activations
+
     activations.activation(activation)  # a ValueError listing the names if unknown
     C = input_covariance(X)
     if activation == "relu":

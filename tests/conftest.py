@@ -8,6 +8,13 @@ from pathlib import Path
 # subprocesses share the device with this process, so each takes what it needs.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
+# The suite drives the engine through its modules, in-process: it sets the run path's
+# environment default itself (`flowsim run` and the package's engine names do), before
+# anything imports Equinox.
+from flowsim.engine_env import set_engine_defaults  # noqa: E402
+
+set_engine_defaults()
+
 import jax  # noqa: E402
 import jax.numpy as jnp
 import numpy as np

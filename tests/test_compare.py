@@ -15,7 +15,7 @@ from jax.flatten_util import ravel_pytree
 from test_engine import linear_closed_form
 
 from flowsim import archive
-from flowsim.analysis import compare
+from flowsim.analysis import compare, compare_report
 from flowsim.build import build_run
 from flowsim.config import Config, DescentPreset, Preset, from_dict, load_solver
 from flowsim.cli import main
@@ -243,7 +243,7 @@ def test_ladder_leaves_out_unresolved_and_diverged_steps():
     assert lad.used.tolist() == [False, True, True, True, False]      # η descending: 2, 1, 0.5, .25, .125
     assert lad.reasons[0] == "diverged" and lad.reasons[4].startswith("unresolved")
     assert abs(lad.order - 1.0) < 1e-12 and abs(lad.stderr) < 1e-12
-    text = compare.ladder_text(lad)
+    text = compare_report.ladder_text(lad)
     assert "order 1.000 ± 0" in text and "η = 0.125 left out: unresolved" in text
 
 
@@ -339,4 +339,4 @@ def test_compare_on_the_new_scenarios(name, tmp_path, capsys):
 
 
 def ladder_text(lad):
-    return compare.ladder_text(lad)
+    return compare_report.ladder_text(lad)

@@ -1,7 +1,8 @@
 """The README and the docs/ pages: every fenced code block is well formed (Python compiles,
 TOML parses, shell passes `bash -n`), and every relative link points at a file that exists.
 The annotated scenario of docs/scenarios.md loads, and the Python blocks of
-docs/python-api.md and docs/archive.md run on the quick start's archive. Run elsewhere: the
+docs/python-api.md, docs/archive.md and the README's Python API section run (on the quick
+start's archive where they read one). Run elsewhere: the
 walkthrough and the archive's sweep snippet (tests/test_walkthrough.py), the simulate and
 classifier examples (tests/test_simulate.py)."""
 
@@ -74,9 +75,11 @@ def test_the_python_api_and_archive_blocks_run_on_the_quick_start(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     api = [b for lang, b in page_blocks(ROOT / "docs" / "python-api.md") if lang == "python"]
     archive = [b for lang, b in page_blocks(ROOT / "docs" / "archive.md") if lang == "python"]
-    # reading runs/quickstart.h5 from the folder it was run in; the engine block names the
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").split("\n## Python API\n", 1)[1].split("\n## ", 1)[0]
+    (engine,) = re.findall(r"```python\n(.*?)```", readme, re.S)
+    # reading runs/quickstart.h5 from the folder it was run in; the engine blocks name the
     # catalog file by its path in the repository
-    for body, cwd in ((api[0], tmp_path), (archive[0], tmp_path), (api[1], ROOT)):
+    for body, cwd in ((api[0], tmp_path), (archive[0], tmp_path), (api[1], ROOT), (engine, ROOT)):
         proc = subprocess.run([sys.executable, "-c", body], cwd=cwd, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, f"{body}\n{proc.stderr[-3000:]}"
         assert proc.stdout or "xr.open_dataset" in body

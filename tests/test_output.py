@@ -40,7 +40,8 @@ def no_weights(tmp_path_factory):
 
 @pytest.mark.slow
 def test_compare_shows_the_gaps_it_reports_and_names_the_missing_ones(no_weights):
-    from flowsim.analysis.compare import compare_archive, figure_run
+    from flowsim.analysis.compare import compare_archive
+    from flowsim.plots.compare import figure_run
 
     text = run_cli("compare", no_weights)
     head = next(line for line in text.splitlines() if line.strip().startswith("discrete"))

@@ -14,7 +14,8 @@ import pytest
 
 from flowsim import archive, plots, theory
 from flowsim.activations import ACTIVATIONS
-from flowsim.build import build_run, estimate_resources
+from flowsim.build import build_run
+from flowsim.resources import estimate_resources
 from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS, state_copies
 from flowsim.losses import LOSSES
 from flowsim.models import MODELS, ShallowNet, init_shallow

@@ -99,7 +99,8 @@ def test_compare_summarises_each_gap_against_each_swept_key(path, tmp_path):
 
 
 def test_compare_figures_have_no_placeholder_panels(path):
-    from flowsim.analysis.compare import compare_archive, figure_run, figure_sweep
+    from flowsim.analysis.compare import compare_archive
+    from flowsim.plots.compare import figure_run, figure_sweep
 
     rep = compare_archive(path)
     fig = figure_run(rep, "p0-seed0")      # loss and weight change recorded, no weights, no sharpness

@@ -157,7 +157,7 @@ def test_analyze_refuses_an_archive_that_is_not_a_caron_experiment(interrupted, 
 # ---- flowsim show ------------------------------------------------------------------------------
 
 def test_show_gives_every_key_with_its_origin_the_runs_grids_and_estimate(tmp_path):
-    from flowsim.build import point_estimates
+    from flowsim.resources import point_estimates
     from flowsim.show import _unused, leaves
 
     rc, out, err = call_cli("show", TINY, "--set", "model.width=7", "--set", "run.t_end=12.0", cwd=tmp_path)
@@ -249,7 +249,7 @@ def test_the_resume_disk_check_counts_only_the_rows_still_to_come(tmp_path, monk
     those, not for a whole new archive, is enough to resume on."""
     import shutil
 
-    from flowsim.build import ResourceError, point_estimates
+    from flowsim.resources import ResourceError, point_estimates
 
     out = tmp_path / "a.h5"
     sets = ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]']

@@ -1,4 +1,5 @@
-"""Flow versus discrete trajectories at matched times (`flowsim compare`).
+"""Flow versus discrete trajectories at matched times (`flowsim compare`): the numbers.
+Their report table and CSV are `compare_report`'s, their figures `flowsim.plots.compare`'s.
 
 For every run of an archive, each discrete solver (GD, momentum, SGD; step η, step k at
 flow time t = kη) is paired with each plain flow solver of the same run, and each `gd`
@@ -39,11 +40,9 @@ judged at the recorded checkpoints only (a coarser grid can miss a crossing).
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,11 +211,13 @@ def fit_order(etas, gaps) -> tuple[float, float, float]:
     return slope, float(math.sqrt(np.sum(resid**2) / (x.size - 2) / sxx)), intercept
 
 
-def _series(view, name):
+def series_of(view, name):
+    """A solver's series `name` as float64, None where it was not recorded."""
     return np.asarray(view[name], float) if name in view else None
 
 
-def _sharp_source(view) -> str:
+def sharp_source(view) -> str:
+    """The sharpness series a solver recorded: `sharpness`, else `gn_sharpness`, else ""."""
     return "sharpness" if "sharpness" in view else "gn_sharpness" if "gn_sharpness" in view else ""
 
 
@@ -236,7 +237,7 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
                 eta=float(dpreset.learning_rate), status=dview.status, preset=dpreset,
                 flow_preset=fpreset, t=td[ia], step=step, unmatched=unmatched)
     gaps: dict[str, np.ndarray | None] = dict.fromkeys(GAPS)
-    Wd, Wf = _series(dview, "weights"), _series(fview, "weights")
+    Wd, Wf = series_of(dview, "weights"), series_of(fview, "weights")
     if Wd is not None and Wf is not None:
         diff = Wd[ia] - Wf[ib]
         gaps["weight_gap"] = np.sqrt(np.sum(_rows(diff) ** 2, axis=1))
@@ -244,26 +245,26 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
         pair.flow_displacement = np.sqrt(np.sum(_rows(Wf[ib] - W0) ** 2, axis=1))
         with np.errstate(divide="ignore", invalid="ignore"):
             gaps["weight_gap_rel"] = gaps["weight_gap"] / pair.flow_displacement
-    Ld, Lf = _series(dview, "loss"), _series(fview, "loss")
+    Ld, Lf = series_of(dview, "loss"), series_of(fview, "loss")
     if Ld is not None and Lf is not None:
         gaps["loss_gap"] = np.abs(_rows(Ld[ia] - Lf[ib])).max(axis=1)
-    Nd, Nf = _series(dview, "ntg"), _series(fview, "ntg")
+    Nd, Nf = series_of(dview, "ntg"), series_of(fview, "ntg")
     if Nd is not None and Nf is not None:
         gaps["ntg_gap"] = np.array([_spectral(a - b) for a, b in zip(Nd[ia], Nf[ib])])
-    Cd, Cf = _series(dview, "weight_change"), _series(fview, "weight_change")
+    Cd, Cf = series_of(dview, "weight_change"), series_of(fview, "weight_change")
     if Cd is not None and Cf is not None:
         gaps["weight_change_gap"] = np.abs(_rows(Cd[ia] - Cf[ib])).max(axis=1)
     pair.gaps = gaps
-    fe, fle = _series(fview, "flow_error"), _series(fview, "flow_loss_error")
+    fe, fle = series_of(fview, "flow_error"), series_of(fview, "flow_loss_error")
     pair.flow_error = None if fe is None else fe[ib]
     pair.flow_loss_error = None if fle is None else fle[ib]
     if pair.flow_error is not None and gaps["weight_gap"] is not None:
         pair.unresolved, pair.certified_on = ~(gaps["weight_gap"] > factor * pair.flow_error), "weights"
     elif pair.flow_loss_error is not None and gaps["loss_gap"] is not None:
         pair.unresolved, pair.certified_on = ~(gaps["loss_gap"] > factor * pair.flow_loss_error), "loss"
-    src = _sharp_source(dview)
+    src = sharp_source(dview)
     if src:
-        pair.eta_sharpness = pair.eta * _series(dview, src)[ia]
+        pair.eta_sharpness = pair.eta * series_of(dview, src)[ia]
     return pair
 
 
@@ -282,11 +283,11 @@ def _spectral(m: np.ndarray) -> float:
 def _stability(run, view, preset: DescentPreset) -> Stability:
     eta = float(preset.learning_rate)
     limit = 2.0 * (1.0 + float(preset.beta)) if preset.kind == "momentum" else 2.0
-    src = _sharp_source(view)
+    src = sharp_source(view)
     out = Stability(run=run.name, solver=view.name, eta=eta, status=view.status, source=src, limit=limit,
                     verdict="unknown")
     if src:
-        t, lam = np.asarray(view.t, float), _series(view, src)
+        t, lam = np.asarray(view.t, float), series_of(view, src)
         out.t, out.sharp = t, lam
         el = eta * lam
         fin = np.isfinite(el)
@@ -468,6 +469,11 @@ SUMMARY_GAPS = {"weight_gap_rel": "rel ‖ΔW‖", "loss_gap": "|ΔL|", "ntg_gap
 GAP_SERIES = {"weight_gap_rel": "weights", "loss_gap": "loss", "ntg_gap": "ntg", "weight_change_gap": "weight_change"}
 
 
+def cell_text(value: Any) -> str:
+    """A swept value in the CSV: a number as written, anything else as inline TOML."""
+    return repr(value) if is_number(value) else toml_value(value)
+
+
 @dataclass
 class SweepCell:
     """max_t of one gap over the runs of one swept value, for one discrete/flow pair."""
@@ -490,14 +496,14 @@ def sweep_summary(rep: Report) -> list[SweepCell]:
     when they are numbers, in sweep order otherwise."""
     cells: dict[tuple, SweepCell] = {}
     for key in rep.swept_keys:
-        values = list(dict.fromkeys(_cell(rep.sweep[r][key]) for r in rep.runs))
+        values = list(dict.fromkeys(cell_text(rep.sweep[r][key]) for r in rep.runs))
         numeric = all(is_number(rep.sweep[r][key]) for r in rep.runs)
         if numeric:
             values.sort(key=float)
         for value in values:
             for p in rep.pairs:
                 raw = rep.sweep[p.run][key]
-                if _cell(raw) != value:
+                if cell_text(raw) != value:
                     continue
                 for gap in SUMMARY_GAPS:
                     a = p.gaps.get(gap)
@@ -507,345 +513,3 @@ def sweep_summary(rep: Report) -> list[SweepCell]:
                                          SweepCell(key, raw, p.discrete, p.flow, gap, [])).maxima.append(
                             float(finite.max()))
     return list(cells.values())
-
-
-# --------------------------------------------------------------------------------------
-# Output: table, CSV
-# --------------------------------------------------------------------------------------
-
-def _g(x) -> str:
-    if x is None:
-        return "—"
-    x = float(x)
-    return "nan" if not math.isfinite(x) else f"{x:.3g}"
-
-
-def _max_final(a: np.ndarray | None) -> tuple[str, str]:
-    if a is None or not a.size:
-        return "—", "—"
-    fin = a[np.isfinite(a)]
-    return (_g(fin.max()) if fin.size else "nan"), _g(a[-1])
-
-
-def format_report(rep: Report) -> str:
-    lines = [f"{rep.path}: scenario {rep.name!r} — discrete vs flow at matched times t = kη "
-             f"(certificate: a gap ≤ {rep.factor:g} × the flow's error estimate is unresolved)"]
-    # a column per gap some pair reports (what none can report is said in the notes)
-    shown = [g for g in SUMMARY_GAPS if any(p.gaps.get(g) is not None for p in rep.pairs)]
-    head = (f"  {'discrete':<12}{'flow':<14}{'η':>7}{'times':>6}"
-            + "".join(f"  {SUMMARY_GAPS[g] + ' max/final':>20}" for g in shown) + f"  {'unresolved':>10}")
-    for run, label in rep.runs.items():
-        ps = [p for p in rep.pairs if p.run == run]
-        lines.append(f"run {run}" + (f" ({label})" if label else ""))
-        if ps:
-            lines.append(head)
-        for p in ps:
-            cols = "".join(f"  {' / '.join(_max_final(p.gaps.get(g))):>20}" for g in shown)
-            unres = "no cert." if p.unresolved is None else f"{int(p.unresolved.sum())}/{p.unresolved.size}"
-            st = "" if p.status == "done" else f"  [{p.status}]"
-            lines.append(f"  {p.discrete:<12}{p.flow:<14}{p.eta:>7.4g}{p.t.size:>6}{cols}  {unres:>10}{st}")
-        for lad in (x for x in rep.ladders if x.run == run):
-            lines.append("  " + ladder_text(lad))
-        for s in (x for x in rep.stability if x.run == run and x.verdict != "unknown"):   # (in the notes)
-            lines.append(f"  stability {s.solver} (η = {s.eta:g}): {s.text()}")
-    cells = sweep_summary(rep)
-    for key in rep.swept_keys:
-        mine = [c for c in cells if c.key == key]
-        gaps = [g for g in SUMMARY_GAPS if any(c.gap == g for c in mine)]
-        lines.append(f"summary against `{key}`: max over t of each gap, mean [min, max] over the runs "
-                     "with that value")
-        rows: dict[tuple, dict[str, SweepCell]] = {}
-        for c in mine:
-            rows.setdefault((_cell(c.value), c.discrete, c.flow), {})[c.gap] = c
-        width = max(len(key), *(len(v) for v, _, _ in rows)) + 2
-        lines.append(f"  {key:<{width}}{'discrete':<12}{'flow':<14}" + "".join(f"  {SUMMARY_GAPS[g]:>28}" for g in gaps))
-        for (value, discrete, flow), by_gap in rows.items():
-            text = [f"{_g(by_gap[g].mean)} [{_g(min(by_gap[g].maxima))}, {_g(max(by_gap[g].maxima))}]"
-                    if g in by_gap else "—" for g in gaps]
-            lines.append(f"  {value:<{width}}{discrete:<12}{flow:<14}" + "".join(f"  {t:>28}" for t in text))
-    if rep.notes:
-        lines.append("notes:")
-        lines += [f"  {n}" for n in rep.notes]
-    return "\n".join(lines)
-
-
-def ladder_text(lad: Ladder) -> str:
-    what = "‖W_GD − W_flow‖" if lad.measure == "weight_gap" else "|L_GD − L_flow|"
-    kind = SOLVER_KINDS[lad.discrete_kind].label   # ladders hold discrete kinds only
-    target = f"flow `{lad.flow}`" if lad.flow_kind == "flow" else lad.flow
-    if math.isfinite(lad.order):
-        se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else " (two steps: no error estimate)"
-        res = f"order {lad.order:.3f}{se}"
-    else:
-        res = "order not fitted (fewer than two usable steps)"
-    etas = ", ".join(f"{e:g}" for e in lad.etas[lad.used])
-    left = "; ".join(f"η = {e:g} left out: {r}" for e, r, u in zip(lad.etas, lad.reasons, lad.used) if not u)
-    times = f"{lad.n_times} common times" if lad.n_times else "each step's own times"
-    return (f"ladder {kind} → {target}: {res} (fit of log max_t {what} on log η, η = {etas}; "
-            f"max over {times})" + (f"; {left}" if left else "") + "".join(f"; {w}" for w in lad.warnings))
-
-
-def _cell(value: Any) -> str:
-    """A swept value in the CSV: a number as written, anything else as inline TOML."""
-    return repr(value) if is_number(value) else toml_value(value)
-
-
-def write_csv(rep: Report, path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as fh:
-        w = csv.writer(fh)
-        keys = rep.swept_keys
-        w.writerow([*CSV_COLUMNS[:2], *keys, *CSV_COLUMNS[2:]])
-        for p in rep.pairs:
-            swept = [_cell(rep.sweep[p.run][k]) for k in keys]
-            for i in range(p.t.size):
-                def col(a):
-                    return "" if a is None else repr(float(a[i]))
-                w.writerow([p.run, p.label, *swept, p.seed, p.discrete, p.discrete_kind, repr(p.eta), p.flow, p.flow_kind,
-                            repr(float(p.t[i])), int(p.step[i]), *(col(p.gaps.get(g)) for g in GAPS),
-                            col(p.flow_error), col(p.flow_loss_error),
-                            "" if p.unresolved is None else int(bool(p.unresolved[i])),
-                            col(p.eta_sharpness), p.status])
-    return path
-
-
-# --------------------------------------------------------------------------------------
-# Figure
-# --------------------------------------------------------------------------------------
-
-def _safe(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "flowsim"
-
-
-def _colours(etas) -> dict[float, tuple]:
-    from matplotlib import colormaps
-
-    etas = sorted(set(etas), reverse=True)
-    cmap = colormaps["plasma"]
-    return {e: cmap(0.1 + 0.75 * i / max(1, len(etas) - 1)) for i, e in enumerate(etas)}
-
-
-def _positive(a):
-    a = np.asarray(a, float).copy()
-    a[~(a > 0)] = np.nan
-    return a
-
-
-def _drawable(t: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """The points a log-log panel can show: t > 0 and a finite value."""
-    return (t > 0) & np.isfinite(values)
-
-
-def figure_run(rep: Report, run: str):   # -> Figure | None
-    """Up to four panels for one run, each only when the archive holds what it shows: the
-    relative weight distance vs t with the certificate band, the loss gap vs t, η-scaled
-    sharpness with the stability line 2/η, and the step-size ladders with their orders."""
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
-
-    pairs = [p for p in rep.pairs if p.run == run]
-    stab = [s for s in rep.stability if s.run == run]
-    lads = [x for x in rep.ladders if x.run == run]
-    col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
-    style = {"flow": "-", "modified-flow": (0, (1.5, 1.5))}
-    with _archive.open(rep.path) as arch:
-        flow_sharp = next(((np.asarray(v.t, float), _series(v, _sharp_source(v)), v.name)
-                           for v in arch.runs[run].solvers.values()
-                           if from_dict(Preset, v.preset).kind == "flow" and _sharp_source(v)), None)
-    if flow_sharp is not None and not _drawable(*flow_sharp[:2]).any():
-        flow_sharp = None      # a flow that ended at t = 0 has nothing to draw on a log axis
-    stab = [s for s in stab if s.sharp is None or _drawable(s.t, s.sharp).any()]
-    # a panel per gap the table reports (as its columns), then sharpness and the ladder
-    shown = {g: any(p.gaps.get(g) is not None and p.t.size for p in pairs) for g in SUMMARY_GAPS} | {
-        "sharpness": flow_sharp is not None or any(s.sharp is not None for s in stab), "ladder": bool(lads)}
-    count = sum(shown.values())
-    if not count:
-        return None
-    cols = min(count, 2 if count <= 4 else 3)
-    rows = -(-count // cols)
-    fig = Figure(figsize=(max(6.5 * cols, 9.0), 4.6 * rows), layout="constrained")
-    grid = fig.subplots(rows, cols, squeeze=False).ravel()
-    for ax in grid[count:]:   # e.g. three panels: the fourth cell stays empty, without axes
-        ax.remove()
-    axes = iter(grid)
-    panel = {k: next(axes) if on else None for k, on in shown.items()}
-    ax_s, ax_o = panel["sharpness"], panel["ladder"]
-    letters = iter("abcdef")
-    label = rep.runs.get(run, "")
-    fig.suptitle(f"{rep.name} · {run} — GD vs flow at t = kη" + (f"\n{label}" if label else ""), fontsize=12)
-
-    def gap_panel(ax, gap, err_name, ylabel, title):
-        if ax is None:
-            return
-        title = f"({next(letters)}) {title}"
-        band_done = set()
-        bands = []
-        for p in pairs:
-            g = p.gaps.get(gap)
-            if g is None or not p.t.size:
-                continue
-            ax.plot(p.t, _positive(g), ls=style.get(p.flow_kind, "-"), color=col[p.eta], lw=1.6,
-                    marker="o", ms=3)
-            if p.unresolved is not None and p.unresolved.any():
-                u = p.unresolved
-                ax.plot(p.t[u], _positive(g)[u], ls="none", marker="o", ms=8, mfc="none", mec="k", mew=1.0)
-            err = {"flow_error": p.flow_error, "flow_loss_error": p.flow_loss_error}.get(err_name)
-            if err is not None and p.flow not in band_done:
-                band_done.add(p.flow)
-                level = rep.factor * err
-                if gap == "weight_gap_rel" and p.flow_displacement is not None:
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        level = level / p.flow_displacement
-                ax.fill_between(p.t, 1e-300, _positive(level), color="0.6", alpha=0.35, lw=0, zorder=0)
-                if np.isfinite(_positive(level)).any():
-                    bands.append(float(np.nanmax(_positive(level))))
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ys = np.concatenate([_positive(p.gaps[gap]) for p in pairs if p.gaps.get(gap) is not None])
-        ys = ys[np.isfinite(ys)]
-        if ys.size:
-            lo = ys.min() / 20
-            ax.set_ylim(lo, ys.max() * 3)
-            if bands and max(bands) < lo:
-                title += (f"\ngrey band ({rep.factor:g} × flow error, ≤ {max(bands):.2g}) lies below the axis: "
-                          "every gap resolved")
-        ax.set_xlabel("flow time t = kη")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="major", alpha=0.3)
-
-    gap_panel(panel["weight_gap_rel"], "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
-              "relative weight distance")
-    gap_panel(panel["loss_gap"], "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "loss gap")
-    gap_panel(panel["ntg_gap"], "ntg_gap", None, "‖Θ̂_GD − Θ̂_flow‖ (spectral)", "NTG gap")
-    gap_panel(panel["weight_change_gap"], "weight_change_gap", None,
-              "max |‖w_GD − w₀‖ − ‖w_flow − w₀‖|", "weight-change gap")
-
-    # sharpness
-    if ax_s is not None:
-        for s in stab:
-            if s.sharp is None:
-                continue
-            ok = _drawable(s.t, s.sharp)
-            ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
-            ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
-            ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta),
-                          xycoords=("axes fraction", "data"), xytext=(-4, 2), textcoords="offset points",
-                          ha="right", va="bottom", fontsize=7, color=col[s.eta])
-            if s.verdict == "diverged":
-                ax_s.plot(s.t[ok][-1], s.sharp[ok][-1], marker="x", ms=9, mew=2, color=col[s.eta])
-        if flow_sharp is not None:
-            t, lam, flow_name = flow_sharp
-            ok = _drawable(t, lam)
-            ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
-            ax_s.annotate(f"flow `{flow_name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
-                          textcoords="offset points", fontsize=8, color="0.3")
-        ax_s.set_xscale("log")
-        ax_s.set_yscale("log")
-        ax_s.set_xlabel("flow time t")
-        src = next((s.source for s in stab if s.source), "sharpness")
-        ax_s.set_ylabel("rate · λ_max(∇²L)" if src == "sharpness" else "rate · λ_max(Gauss–Newton)")
-        ax_s.set_title(f"({next(letters)}) sharpness; dotted: stability limit 2/η (× marks divergence)",
-                       fontsize=10)
-        ax_s.grid(True, which="major", alpha=0.3)
-
-    # step-size ladder
-    if ax_o is not None:
-        for lad in lads:
-            mk = "o" if lad.flow_kind == "flow" else "s"
-            c = "tab:blue" if lad.flow_kind == "flow" else "tab:red"
-            ok = np.isfinite(lad.gaps) & (lad.gaps > 0)
-            ax_o.plot(lad.etas[ok & lad.used], lad.gaps[ok & lad.used], ls="none", marker=mk, color=c, ms=7)
-            ax_o.plot(lad.etas[ok & ~lad.used], lad.gaps[ok & ~lad.used], ls="none", marker=mk, mfc="none",
-                      mec=c, ms=7)
-            name = "GD → flow" if lad.flow_kind == "flow" else "GD → modified flow"
-            if math.isfinite(lad.order):
-                e = np.geomspace(lad.etas.min(), lad.etas.max(), 20)
-                se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else ""
-                ax_o.plot(e, np.exp(lad.intercept) * e**lad.order, color=c, lw=1.2,
-                          label=f"{name}: order {lad.order:.2f}{se}")
-            else:
-                ax_o.plot([], [], color=c, marker=mk, ls="none", label=f"{name}: not fitted")
-        ax_o.set_xscale("log", base=2)
-        ax_o.set_yscale("log")
-        ax_o.set_xlabel("step η")
-        meas = lads[0].measure
-        ax_o.set_ylabel("max_t ‖W_GD − W‖" if meas == "weight_gap" else "max_t |L_GD − L|")
-        ax_o.set_title(f"({next(letters)}) step-size ladder (open: left out of the fit)", fontsize=10)
-        ax_o.grid(True, which="both", alpha=0.3)
-        ax_o.legend(fontsize=8, loc="lower right")
-
-    # legend: colours = η, styles = flow kind, grey band = certificate
-    handles = [Line2D([], [], color=col[e], lw=2, label=f"η = {e:g}") for e in sorted(col, reverse=True)]
-    kinds = sorted({p.flow_kind for p in pairs})
-    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6,
-                       label="vs flow" if k == "flow" else "vs modified flow (same η)") for k in kinds]
-    from matplotlib.patches import Patch
-    if any(p.unresolved is not None for p in pairs):
-        handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
-        handles.append(Line2D([], [], ls="none", marker="o", mfc="none", mec="k", ms=8, label="unresolved gap"))
-    next(ax for ax in panel.values() if ax is not None).legend(
-        handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
-    return fig
-
-
-def figure_sweep(rep: Report, key: str):   # -> Figure | None
-    """One panel per recorded gap: its max over t against the swept key's values, one line
-    per discrete/flow pair (mean over the runs with that value, bars from min to max)."""
-    from matplotlib.figure import Figure
-
-    cells = [c for c in sweep_summary(rep) if c.key == key]
-    gaps = [g for g in SUMMARY_GAPS if any(c.gap == g for c in cells)]
-    if not gaps:
-        return None
-    values = list(dict.fromkeys(_cell(c.value) for c in cells))
-    numeric = all(is_number(c.value) for c in cells)
-    fig = Figure(figsize=(max(4.6 * len(gaps), 7.0), 4.4), layout="constrained")
-    fig.suptitle(f"{rep.name} — GD vs flow against `{key}`\nmax over t of each gap; mean over the runs "
-                 "with that value, bars from min to max", fontsize=11)
-    for ax, gap in zip(fig.subplots(1, len(gaps), squeeze=False)[0], gaps):
-        for pair in dict.fromkeys((c.discrete, c.flow) for c in cells if c.gap == gap):
-            mine = [c for c in cells if c.gap == gap and (c.discrete, c.flow) == pair]
-            x = [float(c.value) if numeric else values.index(_cell(c.value)) for c in mine]
-            mean = np.array([c.mean for c in mine])
-            lo, hi = mean - [min(c.maxima) for c in mine], [max(c.maxima) for c in mine] - mean
-            ax.errorbar(x, mean, yerr=[lo, hi], marker="o", capsize=3, lw=1.5, ls="-" if numeric else "none",
-                        label=f"{pair[0]} vs {pair[1]}")     # (no line between unordered values)
-        if numeric and min(float(c.value) for c in cells) > 0 and \
-                max(float(c.value) for c in cells) >= 10 * min(float(c.value) for c in cells):
-            ax.set_xscale("log")
-        if not numeric:
-            ax.set_xticks(range(len(values)), values, rotation=20, ha="right", fontsize=8)
-        if all(c.mean > 0 for c in cells if c.gap == gap):
-            ax.set_yscale("log")
-        ax.set_xlabel(key)
-        ax.set_title(f"max_t {SUMMARY_GAPS[gap]}", fontsize=10)
-        ax.grid(True, which="major", alpha=0.3)
-        ax.legend(fontsize=8)
-    return fig
-
-
-def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for run in rep.runs:
-        if not any(p.run == run for p in rep.pairs):
-            continue
-        fig = figure_run(rep, run)
-        if fig is None:   # nothing recorded that a panel shows
-            continue
-        for fmt in formats:
-            path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
-            fig.savefig(path, dpi=110)
-            written.append(path)
-    for key in rep.swept_keys:
-        fig = figure_sweep(rep, key)
-        if fig is None:
-            continue
-        for fmt in formats:
-            path = out / f"{_safe(rep.name)}-compare-sweep-{_safe(key)}.{fmt}"
-            fig.savefig(path, dpi=110)
-            written.append(path)
-    return written

@@ -1,8 +1,7 @@
-"""Job arrays: split a scenario's runs into parts, and join the parts' archives into one.
+"""Job arrays: the `--shard i/N` value, and the parts' archives joined into one.
 
 `flowsim run SCENARIO --shard i/N` runs the i-th of N contiguous parts of the scenario's
-run list (sweep points × seeds, point-major, so a part keeps the seeds of a point batched
-wherever it can) into its own archive. `flowsim merge OUT.h5 PART.h5 …` then writes a small
+run list (`flowsim.config.sweep.shard_runs`) into its own archive. `flowsim merge OUT.h5 PART.h5 …` then writes a small
 HDF5 file whose `/runs/<run>` groups and `/data` are *external links* into the parts: no
 array is copied, the parts must stay where they are (a relative link is resolved against
 the merged file's folder first), and `flowsim.archive.open`, `flowsim inspect`, `plot` and
@@ -33,12 +32,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not (n >= 1 and 0 <= i < n):
         raise ShardError(f"--shard {text!r}: allowed: i/N with integers 0 ≤ i < N, e.g. 0/4")
     return i, n
-
-
-def shard_runs(runs: list, i: int, n: int) -> list:
-    """The i-th of n contiguous, near-equal parts of `runs` (may be empty when n > len(runs))."""
-    total = len(runs)
-    return runs[i * total // n:(i + 1) * total // n]
 
 
 def _link_target(part: Path, out: Path) -> str:

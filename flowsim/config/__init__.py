@@ -5,7 +5,7 @@
     typed      every table, declared once: frozen typed classes whose fields carry their rules
     schema     the scenario and solver-preset spec trees the classes give
     overrides  ``--set KEY=VALUE``
-    sweep      expansion of a [sweep] into `RunSpec`s
+    sweep      expansion of a [sweep] into `RunSpec`s; `shard_runs` (a job array's part)
     times      checkpoint times of a [run] table
     files      TOML in (with messages) and out
     load       `load_scenario`, `loads_scenario`, `load_solver`, `solver_preset`, `differences`

@@ -1,4 +1,5 @@
-"""A [sweep] expanded into runs: one configuration per sweep point, one `RunSpec` per seed."""
+"""A [sweep] expanded into runs: one configuration per sweep point, one `RunSpec` per seed;
+and the run list cut into a job array's parts (`shard_runs`)."""
 
 from __future__ import annotations
 
@@ -116,3 +117,10 @@ def make_runs(points: list[tuple[str, dict]], seeds: list[int], swept: bool,
             runs.append(RunSpec(name=name, point=i, seed=seed, label=label, settings=settings))
     return runs
 
+
+def shard_runs(runs: list, i: int, n: int) -> list:
+    """The i-th of n contiguous, near-equal parts of `runs` (may be empty when n > len(runs)):
+    a job array's part (`flowsim run --shard i/N`). The runs are point-major (sweep points ×
+    seeds), so a part keeps the seeds of a point batched wherever it can."""
+    total = len(runs)
+    return runs[i * total // n:(i + 1) * total // n]

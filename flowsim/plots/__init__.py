@@ -11,6 +11,9 @@
   archive holds them (`caron.py`); a scenario with ``[plot] figure = "chen-exp…"`` gets
   Chen et al.'s layouts instead (`chen.py`).
 
+`flowsim compare -o` draws its own figures (`compare.py`, from `flowsim.analysis.compare`'s
+numbers).
+
 Styling (`style.py`): one colour per sweep point, one line style per solver (flow solid,
 discrete dashed, modified flow dotted), mean over seeds with a min–max band over seeds, a
 ``×`` where a run ended early or is unfinished (any status but done, `interrupted`

@@ -75,7 +75,7 @@ def test_a_finished_command_line_run_ignores_late_stops(tmp_path, monkeypatch):
     (death by signal): a scheduler's SIGTERM landing while a finished `flowsim run` process
     tears down turned exit 0 into -15 (a CI failure of the random-signal test). The command
     ignores the stop signals once its run is over, before its exit handlers run and it
-    leaves (`_leave`, here recorded instead of leaving this process)."""
+    leaves (`leave`, here recorded instead of leaving this process)."""
     import atexit
     import gc
     import warnings
@@ -91,7 +91,7 @@ def test_a_finished_command_line_run_ignores_late_stops(tmp_path, monkeypatch):
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
     monkeypatch.setattr(sys, "argv", ["flowsim", "run", str(FAULT), "-o", str(tmp_path / "a.h5"), "-q", *QUICK])
-    monkeypatch.setattr(cli, "_leave", leave)
+    monkeypatch.setattr(cli, "leave", leave)
     monkeypatch.setattr(atexit, "_run_exitfuncs", lambda: None)    # this process's handlers are pytest's
     monkeypatch.setattr(gc, "freeze", lambda: None)                # and so is its heap
     try:

@@ -1,40 +1,20 @@
-"""Datasets as plain numpy float64 arrays: the papers' synthetic generators and file loaders.
-
-`make_dataset(data, seed)` turns the typed `[data]` table of a scenario (`flowsim.config.Data`)
-into a `Dataset`.
-Every kind returns `y` as a 2-D array: one column for regression, one-hot columns for
-classification. The arrays are numpy's: the draws do not depend on JAX or on the device.
-
-Synthetic kinds (all draws from `np.random.default_rng(seed)`, training set first, then the
-test set from the same distribution):
-
-- `sphere-sine`       Caron et al. §6.1 / §8.1.1
-- `single-relu`       Caron et al. §8.1.2 (journal version)
-- `random-labels`     Chen, Vanden-Eijnden & Bruna, experiment 1
-- `xor-noise`         Chen et al., experiment 3
-- `quadratic-teacher` Chen et al., experiment 2
-
-File kinds: `uci` (the shipped regression CSVs), `digits` (shipped UCI optdigits), `csv` (a
-user CSV with a header row), `npz` (a user archive of arrays). `load_idx` reads the IDX
-binary format of MNIST.
-"""
+"""Tables from files: the shipped UCI regression CSVs (`uci`), a user's CSV (`csv`) and a
+user's .npz archive of arrays (`npz`), and the CSV reader and standardisation they share
+with `digits`."""
 
 from __future__ import annotations
 
 import csv
 import dataclasses
-import gzip
 import math
 import zipfile
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .config.catalog import data_dir
-from .config.typed import (CsvData, Data, DigitsData, NpzData, QuadraticTeacherData,
-                           RandomLabelsData, SingleReluData, SphereSineData, UciData, XorNoiseData)
+from ..config.catalog import data_dir
+from ..config.typed import CsvData, NpzData, UciData
+from .base import DataError, Dataset, _count, _real, one_hot
 
 DATA_DIR = data_dir()
 
@@ -46,163 +26,6 @@ UCI_TARGETS: dict[str, tuple[str, tuple[str, ...]]] = {
     "airfoil": ("scaled_sound_pressure_level", ()),
     "plant": ("net_hourly_electrical_energy_output", ()),
 }
-
-DIGITS_FILES = ("optdigits_train.csv", "optdigits_test.csv")
-DIGITS_CLASSES = 10
-DIGITS_MAX_PIXEL = 16.0  # each optdigits pixel counts the "on" bits of a 4×4 block
-
-
-@dataclass(frozen=True)
-class Dataset:
-    """Training and test arrays, all float64; `y` is always 2-D (n, k).
-
-    `classes` is 0 for regression (k target columns) and the number of classes for
-    classification (`y` one-hot, k = classes). `extra` holds other named arrays worth
-    archiving: a validation split, teacher weights, standardisation statistics.
-    """
-
-    X_train: np.ndarray
-    y_train: np.ndarray
-    X_test: np.ndarray
-    y_test: np.ndarray
-    classes: int
-    extra: dict = field(default_factory=dict)
-
-
-class DataError(ValueError):
-    """Bad data input; the message names the file or the `[data]` key and what is wrong."""
-
-
-def make_dataset(data: Data, seed: int) -> Dataset:
-    """The dataset described by a typed `[data]` table; `seed` seeds the data RNG."""
-    return _MAKERS[data.kind](data, np.random.default_rng(seed))
-
-
-# ------------------------------------------------------------------------ value checks
-# Validation has checked these ranges already; a table built with `from_dict` has not.
-
-
-def _count(value, key: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < minimum:
-        raise DataError(f"[data] {key} = {value!r}: expected an integer >= {minimum}")
-    return int(value)
-
-
-def _real(value, key: str, minimum: float = -math.inf) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value >= minimum:
-        raise DataError(f"[data] {key} = {value!r}: expected a number >= {minimum}")
-    return float(value)
-
-
-# ----------------------------------------------------------------------- synthetic kinds
-
-Sampler = Callable[[int], tuple[np.ndarray, np.ndarray]]
-
-
-def _synthetic(draw: Sampler, n: int, n_test: int, extra: dict | None = None) -> Dataset:
-    """Training set then test set from one sampler (so the RNG order is fixed)."""
-    X_train, y_train = draw(n)
-    X_test, y_test = draw(n_test)
-    return Dataset(X_train, y_train[:, None], X_test, y_test[:, None], 0, extra or {})
-
-
-def sphere(rng: np.random.Generator, n: int, d: int, radius: float = 1.0) -> np.ndarray:
-    """n points uniform on the sphere of `radius` in R^d: normalised standard Gaussians."""
-    g = rng.standard_normal((n, d))
-    return radius * g / np.linalg.norm(g, axis=1, keepdims=True)
-
-
-def sphere_sine_target(X: np.ndarray) -> np.ndarray:
-    """Noise-free Caron §6.1 target: (5/d) Σ_k sin(π x_k), one value per row."""
-    return 5.0 / X.shape[1] * np.sin(np.pi * X).sum(axis=1)
-
-
-def _sphere_sine(data: SphereSineData, rng: np.random.Generator) -> Dataset:
-    """Caron et al. §6.1: x uniform on S^{d-1}, y = (5/d) Σ_k sin(π x_k) + ε, ε ~ N(0, noise²)."""
-    d, noise = _count(data.d, "d", 1), _real(data.noise, "noise", 0.0)
-
-    def draw(count: int):
-        X = sphere(rng, count, d)
-        return X, sphere_sine_target(X) + noise * rng.standard_normal(count)
-
-    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"))
-
-
-def _single_relu(data: SingleReluData, rng: np.random.Generator) -> Dataset:
-    """Caron et al. §8.1.2: a single-ReLU teacher, y = relu(⟨w*, x⟩) + noise·ε.
-
-    The formula is lost in the available text of the paper; this is our reading. w* is
-    uniform on the unit sphere S^{d-1}; x is uniform on the sphere of radius sqrt(d), so that
-    ⟨w*, x⟩ has variance 1 whatever d (the same O(1) pre-activation scale as the student's
-    w·x/sqrt(d) with w ~ N(0, I_d)). w* is returned as extra["teacher_w"].
-    """
-    d, noise = _count(data.d, "d", 1), _real(data.noise, "noise", 0.0)
-    w_star = sphere(rng, 1, d)[0]
-
-    def draw(count: int):
-        X = sphere(rng, count, d, math.sqrt(d))
-        return X, np.maximum(X @ w_star, 0.0) + noise * rng.standard_normal(count)
-
-    n, n_test = _count(data.n, "n", 1), _count(data.n_test, "n_test")
-    return _synthetic(draw, n, n_test, {"teacher_w": w_star})
-
-
-def _random_labels(data: RandomLabelsData, rng: np.random.Generator) -> Dataset:
-    """Chen et al. experiment 1: x ~ N(0, I_d), y ~ U[low, high] independent of x."""
-    d, low, high = _count(data.d, "d", 1), _real(data.low, "low"), _real(data.high, "high")
-    if not high > low:
-        raise DataError(f"[data] low = {low!r}, high = {high!r}: need low < high")
-
-    def draw(count: int):
-        return rng.standard_normal((count, d)), rng.uniform(low, high, count)
-
-    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"))
-
-
-# Chen et al. experiment 3: (x1, x2, y) for each of the four equally likely cases.
-_XOR_CASES = np.array([[1.0, 0.0, 1.0], [-1.0, 0.0, 1.0], [0.0, 1.0, -1.0], [0.0, -1.0, -1.0]])
-
-
-def _xor_noise(data: XorNoiseData, rng: np.random.Generator) -> Dataset:
-    """Chen et al. experiment 3: (x1, x2, y) = (±1, 0, +1) or (0, ±1, −1), each w.p. 1/4;
-    x3..xd ~ U[−1, 1] are noise coordinates."""
-    d = _count(data.d, "d", 2)
-
-    def draw(count: int):
-        case = _XOR_CASES[rng.integers(len(_XOR_CASES), size=count)]
-        X = rng.uniform(-1.0, 1.0, (count, d))
-        X[:, :2] = case[:, :2]
-        return X, case[:, 2].copy()
-
-    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"))
-
-
-def quadratic_features(X: np.ndarray) -> np.ndarray:
-    """φ(x) = vec(x xᵀ), row by row: (n, d) → (n, d²)."""
-    return (X[:, :, None] * X[:, None, :]).reshape(len(X), -1)
-
-
-def _quadratic_teacher(data: QuadraticTeacherData, rng: np.random.Generator) -> Dataset:
-    """Chen et al. experiment 2: a quadratic-embedded ReLU teacher plus noise.
-
-    f*(x) = (1/m*) Σ_i c_i relu(h_i(x)),  h_i(x) = D^{-1/2} Σ_j W_ij φ_j(x),  φ(x) = vec(x xᵀ),
-    D = d², W_ij ~ N(0, 1), c_i = ±1 (Rademacher), m* = teacher_width; y = f*(x) + noise·ε.
-    The input law is not in the text; we take x uniform on the sphere of radius sqrt(d): then
-    |φ(x)|² = |x|⁴ = D, so every h_i(x) ~ N(0, 1) exactly over W, an O(1) teacher for all d.
-    Teacher arrays: extra["teacher_W"] (m*, D) and extra["teacher_c"] (m*,).
-    """
-    d, width = _count(data.d, "d", 1), _count(data.teacher_width, "teacher_width", 1)
-    noise = _real(data.noise, "noise", 0.0)
-    W = rng.standard_normal((width, d * d))
-    c = rng.choice([-1.0, 1.0], size=width)
-
-    def draw(count: int):
-        X = sphere(rng, count, d, math.sqrt(d))
-        h = quadratic_features(X) @ W.T / d  # D^{-1/2} = 1/d
-        return X, np.maximum(h, 0.0) @ c / width + noise * rng.standard_normal(count)
-
-    extra = {"teacher_W": W, "teacher_c": c}
-    return _synthetic(draw, _count(data.n, "n", 1), _count(data.n_test, "n_test"), extra)
 
 
 # ------------------------------------------------------------------------------ CSV files
@@ -343,51 +166,6 @@ def _uci(data: UciData, rng: np.random.Generator) -> Dataset:
     )
 
 
-def one_hot(labels: np.ndarray, classes: int) -> np.ndarray:
-    """(n,) integer labels in [0, classes) → (n, classes) float64 one-hot rows."""
-    return np.eye(classes)[labels]
-
-
-def _subsample(rng: np.random.Generator, table: np.ndarray, count, key: str) -> np.ndarray:
-    """The first `count` rows (all if None) of a permutation of `table` drawn from `rng`."""
-    if count is None:
-        count = len(table)
-    if (
-        isinstance(count, bool)
-        or not isinstance(count, int | np.integer)
-        or not 1 <= count <= len(table)
-    ):
-        raise DataError(
-            f"[data] {key} = {count!r}: expected an integer in [1, {len(table)}] or none"
-        )
-    return table[rng.permutation(len(table))[:count]]
-
-
-def _digits(data: DigitsData, rng: np.random.Generator) -> Dataset:
-    """UCI optdigits (8×8 digits, 64 pixel counts 0–16 and a `label` column), the offline
-    stand-in for Caron et al.'s MNIST experiment.
-
-    Each file is permuted with the run seed and its first n (n_test) rows kept (all when
-    none). X = pixels / 16 ∈ [0, 1], then, with `standardize`, standardised per pixel with the
-    statistics of the kept training rows (always-zero pixels divided by 1). y is one-hot.
-    """
-    tables = {}
-    counts = {"n": data.n, "n_test": data.n_test}
-    for split, filename, key in zip(("train", "test"), DIGITS_FILES, counts, strict=True):
-        path = DATA_DIR / filename
-        header, table = read_csv(path)
-        (label,) = _columns(path, header, ["label"])
-        if label != len(header) - 1:
-            raise DataError(f"{path}: expected 'label' as the last column")
-        tables[split] = _subsample(rng, table, counts[key], key)
-    splits = {f"X_{s}": t[:, :-1] / DIGITS_MAX_PIXEL for s, t in tables.items()}
-    stats = _standardize(splits, "X") if data.standardize else {}
-    y = {s: one_hot(t[:, -1].astype(np.int64), DIGITS_CLASSES) for s, t in tables.items()}
-    return Dataset(
-        splits["X_train"], y["train"], splits["X_test"], y["test"], DIGITS_CLASSES, stats
-    )
-
-
 def _csv(data: CsvData, rng: np.random.Generator) -> Dataset:
     """A user CSV with a header row: the named target column(s) are y, every other column X.
 
@@ -509,49 +287,3 @@ def _npz(data: NpzData, rng: np.random.Generator) -> Dataset:
     _refuse_degenerate(f"{path} (X_train, y_train)", out, targets=[] if classes else
                        [f"y_train[:, {j}]" for j in range(out["y_train"].shape[1])])
     return Dataset(out["X_train"], out["y_train"], out["X_test"], out["y_test"], classes, {})
-
-
-# ------------------------------------------------------------------------------ IDX files
-
-# IDX type byte → big-endian numpy dtype (http://yann.lecun.com/exdb/mnist/).
-_IDX_TYPES = {0x08: ">u1", 0x09: ">i1", 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
-
-
-def load_idx(path) -> np.ndarray:
-    """Parse an IDX file (MNIST's format), optionally gzipped, into a native-endian array.
-
-    Layout: magic = two zero bytes, a type byte, a byte giving the number of dimensions;
-    then each dimension as a big-endian uint32; then the values, big-endian, C order.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: no such file")
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] not in _IDX_TYPES:
-        raise DataError(f"{path}: not an IDX file (magic bytes {raw[:4].hex() or 'missing'})")
-    dtype, ndim = np.dtype(_IDX_TYPES[raw[2]]), raw[3]
-    start = 4 + 4 * ndim
-    if len(raw) < start:
-        raise DataError(f"{path}: truncated IDX header ({ndim} dimensions announced)")
-    shape = tuple(int(s) for s in np.frombuffer(raw, ">u4", count=ndim, offset=4))
-    size = math.prod(shape) * dtype.itemsize
-    if len(raw) != start + size:
-        raise DataError(
-            f"{path}: IDX shape {shape} needs {size} data bytes, the file has {len(raw) - start}"
-        )
-    return np.frombuffer(raw, dtype, offset=start).reshape(shape).astype(dtype.newbyteorder("="))
-
-
-_MAKERS: dict[str, Callable[[Data, np.random.Generator], Dataset]] = {
-    "sphere-sine": _sphere_sine,
-    "single-relu": _single_relu,
-    "random-labels": _random_labels,
-    "xor-noise": _xor_noise,
-    "quadratic-teacher": _quadratic_teacher,
-    "uci": _uci,
-    "digits": _digits,
-    "csv": _csv,
-    "npz": _npz,
-}

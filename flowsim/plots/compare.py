@@ -1,0 +1,254 @@
+"""`flowsim compare`'s figures: per run, the gaps against t, the sharpness and the step-size
+ladders; per swept key, each gap's maximum against its values (the numbers are
+`flowsim.analysis.compare`'s)."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+
+from flowsim import archive as _archive
+from flowsim.analysis.compare import SUMMARY_GAPS, Report, cell_text, series_of, sharp_source, sweep_summary
+from flowsim.config.declare import from_dict
+from flowsim.config.typed import Preset
+from flowsim.toml_text import is_number
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "_", name).strip("_") or "flowsim"
+
+
+def _colours(etas) -> dict[float, tuple]:
+    from matplotlib import colormaps
+
+    etas = sorted(set(etas), reverse=True)
+    cmap = colormaps["plasma"]
+    return {e: cmap(0.1 + 0.75 * i / max(1, len(etas) - 1)) for i, e in enumerate(etas)}
+
+
+def _positive(a):
+    a = np.asarray(a, float).copy()
+    a[~(a > 0)] = np.nan
+    return a
+
+
+def _drawable(t: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """The points a log-log panel can show: t > 0 and a finite value."""
+    return (t > 0) & np.isfinite(values)
+
+
+def figure_run(rep: Report, run: str):   # -> Figure | None
+    """Up to four panels for one run, each only when the archive holds what it shows: the
+    relative weight distance vs t with the certificate band, the loss gap vs t, η-scaled
+    sharpness with the stability line 2/η, and the step-size ladders with their orders."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    pairs = [p for p in rep.pairs if p.run == run]
+    stab = [s for s in rep.stability if s.run == run]
+    lads = [x for x in rep.ladders if x.run == run]
+    col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
+    style = {"flow": "-", "modified-flow": (0, (1.5, 1.5))}
+    with _archive.open(rep.path) as arch:
+        flow_sharp = next(((np.asarray(v.t, float), series_of(v, sharp_source(v)), v.name)
+                           for v in arch.runs[run].solvers.values()
+                           if from_dict(Preset, v.preset).kind == "flow" and sharp_source(v)), None)
+    if flow_sharp is not None and not _drawable(*flow_sharp[:2]).any():
+        flow_sharp = None      # a flow that ended at t = 0 has nothing to draw on a log axis
+    stab = [s for s in stab if s.sharp is None or _drawable(s.t, s.sharp).any()]
+    # a panel per gap the table reports (as its columns), then sharpness and the ladder
+    shown = {g: any(p.gaps.get(g) is not None and p.t.size for p in pairs) for g in SUMMARY_GAPS} | {
+        "sharpness": flow_sharp is not None or any(s.sharp is not None for s in stab), "ladder": bool(lads)}
+    count = sum(shown.values())
+    if not count:
+        return None
+    cols = min(count, 2 if count <= 4 else 3)
+    rows = -(-count // cols)
+    fig = Figure(figsize=(max(6.5 * cols, 9.0), 4.6 * rows), layout="constrained")
+    grid = fig.subplots(rows, cols, squeeze=False).ravel()
+    for ax in grid[count:]:   # e.g. three panels: the fourth cell stays empty, without axes
+        ax.remove()
+    axes = iter(grid)
+    panel = {k: next(axes) if on else None for k, on in shown.items()}
+    ax_s, ax_o = panel["sharpness"], panel["ladder"]
+    letters = iter("abcdef")
+    label = rep.runs.get(run, "")
+    fig.suptitle(f"{rep.name} · {run} — GD vs flow at t = kη" + (f"\n{label}" if label else ""), fontsize=12)
+
+    def gap_panel(ax, gap, err_name, ylabel, title):
+        if ax is None:
+            return
+        title = f"({next(letters)}) {title}"
+        band_done = set()
+        bands = []
+        for p in pairs:
+            g = p.gaps.get(gap)
+            if g is None or not p.t.size:
+                continue
+            ax.plot(p.t, _positive(g), ls=style.get(p.flow_kind, "-"), color=col[p.eta], lw=1.6,
+                    marker="o", ms=3)
+            if p.unresolved is not None and p.unresolved.any():
+                u = p.unresolved
+                ax.plot(p.t[u], _positive(g)[u], ls="none", marker="o", ms=8, mfc="none", mec="k", mew=1.0)
+            err = {"flow_error": p.flow_error, "flow_loss_error": p.flow_loss_error}.get(err_name)
+            if err is not None and p.flow not in band_done:
+                band_done.add(p.flow)
+                level = rep.factor * err
+                if gap == "weight_gap_rel" and p.flow_displacement is not None:
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        level = level / p.flow_displacement
+                ax.fill_between(p.t, 1e-300, _positive(level), color="0.6", alpha=0.35, lw=0, zorder=0)
+                if np.isfinite(_positive(level)).any():
+                    bands.append(float(np.nanmax(_positive(level))))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ys = np.concatenate([_positive(p.gaps[gap]) for p in pairs if p.gaps.get(gap) is not None])
+        ys = ys[np.isfinite(ys)]
+        if ys.size:
+            lo = ys.min() / 20
+            ax.set_ylim(lo, ys.max() * 3)
+            if bands and max(bands) < lo:
+                title += (f"\ngrey band ({rep.factor:g} × flow error, ≤ {max(bands):.2g}) lies below the axis: "
+                          "every gap resolved")
+        ax.set_xlabel("flow time t = kη")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+
+    gap_panel(panel["weight_gap_rel"], "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
+              "relative weight distance")
+    gap_panel(panel["loss_gap"], "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "loss gap")
+    gap_panel(panel["ntg_gap"], "ntg_gap", None, "‖Θ̂_GD − Θ̂_flow‖ (spectral)", "NTG gap")
+    gap_panel(panel["weight_change_gap"], "weight_change_gap", None,
+              "max |‖w_GD − w₀‖ − ‖w_flow − w₀‖|", "weight-change gap")
+
+    # sharpness
+    if ax_s is not None:
+        for s in stab:
+            if s.sharp is None:
+                continue
+            ok = _drawable(s.t, s.sharp)
+            ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
+            ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
+            ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta),
+                          xycoords=("axes fraction", "data"), xytext=(-4, 2), textcoords="offset points",
+                          ha="right", va="bottom", fontsize=7, color=col[s.eta])
+            if s.verdict == "diverged":
+                ax_s.plot(s.t[ok][-1], s.sharp[ok][-1], marker="x", ms=9, mew=2, color=col[s.eta])
+        if flow_sharp is not None:
+            t, lam, flow_name = flow_sharp
+            ok = _drawable(t, lam)
+            ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
+            ax_s.annotate(f"flow `{flow_name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
+                          textcoords="offset points", fontsize=8, color="0.3")
+        ax_s.set_xscale("log")
+        ax_s.set_yscale("log")
+        ax_s.set_xlabel("flow time t")
+        src = next((s.source for s in stab if s.source), "sharpness")
+        ax_s.set_ylabel("rate · λ_max(∇²L)" if src == "sharpness" else "rate · λ_max(Gauss–Newton)")
+        ax_s.set_title(f"({next(letters)}) sharpness; dotted: stability limit 2/η (× marks divergence)",
+                       fontsize=10)
+        ax_s.grid(True, which="major", alpha=0.3)
+
+    # step-size ladder
+    if ax_o is not None:
+        for lad in lads:
+            mk = "o" if lad.flow_kind == "flow" else "s"
+            c = "tab:blue" if lad.flow_kind == "flow" else "tab:red"
+            ok = np.isfinite(lad.gaps) & (lad.gaps > 0)
+            ax_o.plot(lad.etas[ok & lad.used], lad.gaps[ok & lad.used], ls="none", marker=mk, color=c, ms=7)
+            ax_o.plot(lad.etas[ok & ~lad.used], lad.gaps[ok & ~lad.used], ls="none", marker=mk, mfc="none",
+                      mec=c, ms=7)
+            name = "GD → flow" if lad.flow_kind == "flow" else "GD → modified flow"
+            if math.isfinite(lad.order):
+                e = np.geomspace(lad.etas.min(), lad.etas.max(), 20)
+                se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else ""
+                ax_o.plot(e, np.exp(lad.intercept) * e**lad.order, color=c, lw=1.2,
+                          label=f"{name}: order {lad.order:.2f}{se}")
+            else:
+                ax_o.plot([], [], color=c, marker=mk, ls="none", label=f"{name}: not fitted")
+        ax_o.set_xscale("log", base=2)
+        ax_o.set_yscale("log")
+        ax_o.set_xlabel("step η")
+        meas = lads[0].measure
+        ax_o.set_ylabel("max_t ‖W_GD − W‖" if meas == "weight_gap" else "max_t |L_GD − L|")
+        ax_o.set_title(f"({next(letters)}) step-size ladder (open: left out of the fit)", fontsize=10)
+        ax_o.grid(True, which="both", alpha=0.3)
+        ax_o.legend(fontsize=8, loc="lower right")
+
+    # legend: colours = η, styles = flow kind, grey band = certificate
+    handles = [Line2D([], [], color=col[e], lw=2, label=f"η = {e:g}") for e in sorted(col, reverse=True)]
+    kinds = sorted({p.flow_kind for p in pairs})
+    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6,
+                       label="vs flow" if k == "flow" else "vs modified flow (same η)") for k in kinds]
+    from matplotlib.patches import Patch
+    if any(p.unresolved is not None for p in pairs):
+        handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
+        handles.append(Line2D([], [], ls="none", marker="o", mfc="none", mec="k", ms=8, label="unresolved gap"))
+    next(ax for ax in panel.values() if ax is not None).legend(
+        handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
+    return fig
+
+
+def figure_sweep(rep: Report, key: str):   # -> Figure | None
+    """One panel per recorded gap: its max over t against the swept key's values, one line
+    per discrete/flow pair (mean over the runs with that value, bars from min to max)."""
+    from matplotlib.figure import Figure
+
+    cells = [c for c in sweep_summary(rep) if c.key == key]
+    gaps = [g for g in SUMMARY_GAPS if any(c.gap == g for c in cells)]
+    if not gaps:
+        return None
+    values = list(dict.fromkeys(cell_text(c.value) for c in cells))
+    numeric = all(is_number(c.value) for c in cells)
+    fig = Figure(figsize=(max(4.6 * len(gaps), 7.0), 4.4), layout="constrained")
+    fig.suptitle(f"{rep.name} — GD vs flow against `{key}`\nmax over t of each gap; mean over the runs "
+                 "with that value, bars from min to max", fontsize=11)
+    for ax, gap in zip(fig.subplots(1, len(gaps), squeeze=False)[0], gaps):
+        for pair in dict.fromkeys((c.discrete, c.flow) for c in cells if c.gap == gap):
+            mine = [c for c in cells if c.gap == gap and (c.discrete, c.flow) == pair]
+            x = [float(c.value) if numeric else values.index(cell_text(c.value)) for c in mine]
+            mean = np.array([c.mean for c in mine])
+            lo, hi = mean - [min(c.maxima) for c in mine], [max(c.maxima) for c in mine] - mean
+            ax.errorbar(x, mean, yerr=[lo, hi], marker="o", capsize=3, lw=1.5, ls="-" if numeric else "none",
+                        label=f"{pair[0]} vs {pair[1]}")     # (no line between unordered values)
+        if numeric and min(float(c.value) for c in cells) > 0 and \
+                max(float(c.value) for c in cells) >= 10 * min(float(c.value) for c in cells):
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(values)), values, rotation=20, ha="right", fontsize=8)
+        if all(c.mean > 0 for c in cells if c.gap == gap):
+            ax.set_yscale("log")
+        ax.set_xlabel(key)
+        ax.set_title(f"max_t {SUMMARY_GAPS[gap]}", fontsize=10)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=8)
+    return fig
+
+
+def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for run in rep.runs:
+        if not any(p.run == run for p in rep.pairs):
+            continue
+        fig = figure_run(rep, run)
+        if fig is None:   # nothing recorded that a panel shows
+            continue
+        for fmt in formats:
+            path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
+            fig.savefig(path, dpi=110)
+            written.append(path)
+    for key in rep.swept_keys:
+        fig = figure_sweep(rep, key)
+        if fig is None:
+            continue
+        for fmt in formats:
+            path = out / f"{_safe(rep.name)}-compare-sweep-{_safe(key)}.{fmt}"
+            fig.savefig(path, dpi=110)
+            written.append(path)
+    return written
