@@ -66,7 +66,7 @@ def gd(problem, p0, eta: float, steps: int):
 
 
 def sharpness(problem, params_rows, unravel):
-    top = jax.jit(lambda w, U: central_point(problem, unravel(w), U, 1.0, 1, 2.0, iterations=500).lam[0])
+    top = jax.jit(lambda w, U: central_point(problem, unravel(w), U, 1.0, 1, 2.0, iterations=500, cold=True).lam[0])
     U = initial_vectors(params_rows.shape[1], 1, jnp.float64)
     return np.asarray([float(top(jnp.asarray(w), U)) for w in params_rows])
 
@@ -94,6 +94,8 @@ def main():
     ap.add_argument("--eta", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--quick", action="store_true", help="300 steps")
+    ap.add_argument("--method", default="tsit5", help="the central flow's Runge–Kutta method")
+    ap.add_argument("--rtol", type=float, default=1e-6, help="the central flow's rtol (atol = rtol/100)")
     args = ap.parse_args()
     steps = 300 if args.quick else args.steps
     eta = args.eta
@@ -111,9 +113,9 @@ def main():
     print("  exact flow (tsit5, rtol 1e-8)", flush=True)
     flow = flow_integrator(typed({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10}))
     flow_w, _, flow_spent, flow_wall = flow_rows(flow, problem, p0, times)
-    print("  central flow (rtol 1e-6, k = 5)", flush=True)
+    print(f"  central flow ({args.method}, rtol {args.rtol:g}, k = 5)", flush=True)
     central = central_integrator(typed({"kind": "central-flow", "learning_rate": eta, "max_eigen": 5,
-                                             "rtol": 1e-6, "atol": 1e-8}))
+                                        "method": args.method, "rtol": args.rtol, "atol": args.rtol / 100}))
     central_w, certs, central_spent, central_wall = flow_rows(central, problem, p0, times)
 
     print("  sharpness", flush=True)
@@ -135,6 +137,7 @@ def main():
 
     table = Table(f"GD beside its central flow: {args.scenario}", ["figure", "value"])
     table.add("scenario, η, steps", f"{args.scenario}, {eta:g}, {steps}")
+    table.add("central flow: method, rtol, atol", f"{args.method}, {args.rtol:g}, {args.rtol / 100:g}")
     table.add("onset (first matched step with GD sharpness ≥ 2/η)", f"{onset * EVERY}")
     table.add("predicted loss vs GD smoothed (σ = 50 steps): mean rel. error after onset",
                fmt(rel[after].mean()))
@@ -147,6 +150,9 @@ def main():
     table.add("sharpness at the end: GD, central, flow", f"{fmt(s_gd[-1])}, {fmt(s_central[-1])}, {fmt(s_flow[-1])}")
     table.add("central flow: evaluations, HVPs + third-derivative products, events",
                f"{central_spent['vf_evals']}, {central_spent['hvps']}, {int(certs[-1]['central_events'])}")
+    table.add("central flow: HVPs, third-derivative products (of which t = 0: the cold LOBPCG)",
+               f"{int(certs[-1]['central_hvps'])}, {int(certs[-1]['central_thirds'])} "
+               f"({int(certs[0]['central_hvps'])}, {int(certs[0]['central_thirds'])})")
     table.add("cost per GD step (gradient-equivalents): central, flow, GD",
                f"{fmt(cost / steps)}, {fmt(flow_spent['vf_evals'] / steps)}, 1")
     table.add("wall (s, this machine): central, flow", f"{fmt(central_wall)}, {fmt(flow_wall)}")

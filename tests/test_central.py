@@ -249,7 +249,7 @@ def test_below_the_edge_the_central_flow_is_the_gradient_flow():
 def test_the_tracked_eigenvalues_are_the_hessians():
     problem, p0 = make_problem(seed=0)
     point = jax.jit(lambda w: central_point(problem, w, initial_vectors(250, 3, jnp.float64), 1.0, 3, 0.9,
-                                            iterations=500))(p0)
+                                            iterations=500, cold=True))(p0)
     flat, unravel = jax.flatten_util.ravel_pytree(p0)
     H = jax.hessian(lambda v: problem.rate * problem.loss(unravel(v)))(flat)
     assert np.allclose(np.asarray(point.lam), np.linalg.eigvalsh(H)[::-1][:3], rtol=1e-9, atol=0)
