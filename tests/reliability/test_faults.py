@@ -378,8 +378,9 @@ def test_random_kills_leave_archives_plain_hdf5_tools_open(tmp_path, cache_dir, 
                     seen = committed(out)
                     wait_for(lambda: _flags(out) == IN_COMMIT, 60, p, every=0.002)
                     time.sleep(rng.uniform(0, 1.8 * PAUSE))
-                else:
-                    delay = rng.uniform(0.05, 0.95) * duration
+                else:      # at a random moment of the run once its archive exists
+                    wait_for(out.exists, 240, p, every=0.01)
+                    delay = rng.uniform(0.0, 0.9) * max(duration - (time.monotonic() - started), 0.2)
                     try:
                         p.wait(timeout=delay)
                     except subprocess.TimeoutExpired:
