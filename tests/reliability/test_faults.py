@@ -263,6 +263,12 @@ def test_random_kills_and_terms_then_resume_bit_for_bit(tmp_path, cache_dir, inp
     proc = run_sub(cache_dir, "run", FAULT, "-o", reference, "-q")
     duration = time.monotonic() - t0
     assert proc.returncode == 0, proc.stderr
+    # Before the interpreter has started and imported flowsim.cli no Python handler can
+    # exist, so a SIGTERM landing then ends the process by the default action (-15); measured
+    # here, under this machine's load, and doubled.
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import flowsim.cli"], check=True, env=env_for(cache_dir))
+    startup = 2 * (time.monotonic() - t0)
     rng = random.Random(int(os.environ.get("FLOWSIM_FAULT_SEED", "7")))
     outcomes = []
     attempt = 0
@@ -284,7 +290,8 @@ def test_random_kills_and_terms_then_resume_bit_for_bit(tmp_path, cache_dir, inp
         if rc == 0:
             duration = min(duration, time.monotonic() - started)
         if sig == signal.SIGTERM:
-            assert rc in (0, 130), (attempt, rc, err)       # graceful, whenever it lands
+            # graceful, whenever it lands after start-up
+            assert rc in (0, 130) or (rc == -signal.SIGTERM and delay < startup), (attempt, rc, delay, err)
             assert "Traceback" not in err, err
         else:
             assert rc in (0, -signal.SIGKILL), (attempt, rc, err)
