@@ -271,14 +271,8 @@ class ArchiveWriter:
         if self._f is not None:
             yield self._f
             return
-        try:
-            f = h5py.File(self.path, "r", locking=False)
-        except OSError as exc:
-            raise explain(self.path, exc) from exc
-        try:
+        with self._opened("r") as f:
             yield f
-        finally:
-            f.close()
 
     @contextlib.contextmanager
     def _structure(self, nbytes: int = 0) -> Iterator[h5py.File]:
@@ -286,8 +280,14 @@ class ArchiveWriter:
         self._require_open()
         _ensure_room(self.path, nbytes)
         self._close_file()
+        with self._opened("r+", libver="latest") as f:
+            yield f
+
+    @contextlib.contextmanager
+    def _opened(self, mode: str, **kw) -> Iterator[h5py.File]:
+        """The file opened in `mode` for the block (an OSError explained by path)."""
         try:
-            f = h5py.File(self.path, "r+", libver="latest", locking=False)
+            f = h5py.File(self.path, mode, locking=False, **kw)
         except OSError as exc:
             raise explain(self.path, exc) from exc
         try:
