@@ -641,3 +641,39 @@ def test_a_reader_beside_a_live_writer_reads_again_after_a_failed_read(tmp_path,
         with A.open(path) as a:
             check_rows(a.runs["r0"].solvers["gd"], 1)
     assert not fails
+
+
+def test_a_file_killed_after_metadata_past_its_recorded_end_reads_and_resumes(tmp_path):
+    """A kill inside a commit can land after HDF5 wrote metadata past the end-of-file address
+    its superblock records, and before the superblock recording the new end (test_sigkill_many
+    met it once in 25 kills: an SWMR read opened the file, then failed reading it, "len not
+    positive after adjustment for EOA"). Made here from a closed file: flags set as a killed
+    SWMR writer leaves them, end of file recorded before its last global heap. flowsim reads every committed
+    row without changing a byte, and resume continues it."""
+    import struct
+
+    from flowsim.archive.superblock import _lookup3
+
+    path = tmp_path / "grown.h5"
+    proc = _sample_writer(path, 5)          # stops after committing row 5
+    _wait_line(proc, "done 5")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    raw = bytearray(path.read_bytes())
+    raw[11] = 0x05                           # write access + SWMR write: a writer killed in SWMR mode
+    # the end recorded just before the file's last global heap (the block such a kill left
+    # past the recorded end: its variable-length attributes)
+    raw[28:36] = struct.pack("<Q", raw.rindex(b"GCOL"))
+    raw[44:48] = struct.pack("<I", _lookup3(bytes(raw[:44])))
+    path.write_bytes(bytes(raw))
+    before = path.read_bytes()
+    with A.open(path) as a:
+        check_rows(a.runs["r0"].solvers["gd"], 6)
+        assert a.killed_inside_write
+    assert path.read_bytes() == before
+    with A.ArchiveWriter.resume(path) as w:
+        assert w.n_checkpoints("r0", "gd") == 6
+        for k in range(6, 8):
+            append_k(w, k)
+    with A.open(path) as a:
+        check_rows(a.runs["r0"].solvers["gd"], 8)

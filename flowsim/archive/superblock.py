@@ -51,8 +51,9 @@ def _lookup3(data: bytes, initval: int = 0) -> int:
     return c
 
 
-def superblock_cleared(head: bytes) -> bytes | None:
-    """Return the v2/v3 superblock in ``head`` with status flags cleared, or None.
+def superblock_cleared(head: bytes, eof: int | None = None) -> bytes | None:
+    """Return the v2/v3 superblock in ``head`` with status flags cleared, or None; with
+    `eof`, its end-of-file address raised to at least `eof`.
 
     Layout (8-byte offsets): signature 8, version 1, sizes 2, flags 1, four addresses
     32, checksum 4 = 48 bytes.  Only that case is handled (it is what we write).
@@ -61,7 +62,9 @@ def superblock_cleared(head: bytes) -> bytes | None:
         return None
     if head[9] != 8 or head[11] == 0:
         return None
-    body = head[:11] + b"\0" + head[12:44]
+    stored = struct.unpack("<Q", head[28:36])[0]
+    end = head[28:36] if eof is None or eof <= stored else struct.pack("<Q", eof)
+    body = head[:11] + b"\0" + head[12:28] + end + head[36:44]
     return body + struct.pack("<I", _lookup3(body))
 
 
