@@ -44,7 +44,7 @@ from typing import Any, ClassVar, Literal, Union
 import numpy as np
 
 from .. import plugins
-from ..integrate.registry import DISCRETE_KINDS, FLOW_KINDS
+from ..integrate.registry import DISCRETE_KINDS, EXPLICIT_RK_METHODS, FLOW_KINDS
 from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..integrate.registry import steps
@@ -542,11 +542,9 @@ def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
     the method's state: flowsim.integrate.central), and has no reference flow of its own."""
     if t["kind"] != "central-flow":
         return
-    spec = _FLOW_METHOD_REGISTRY[t["method"]]
-    if spec.implicit or spec.filippov or spec.stabilised:
-        allowed = [m for m, s in _FLOW_METHOD_REGISTRY.items() if not (s.implicit or s.filippov or s.stabilised)]
+    if t["method"] not in EXPLICIT_RK_METHODS:
         raise ctx.bad(join(key, "method"), t["method"], "cannot step a central flow",
-                      "an explicit Runge–Kutta method: " + ", ".join(allowed))
+                      "an explicit Runge–Kutta method: " + ", ".join(EXPLICIT_RK_METHODS))
     if t["reference"] != "":
         raise ctx.bad(join(key, "reference"), t["reference"], "is not supported by a central flow",
                       "\"\" (none)")

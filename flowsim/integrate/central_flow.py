@@ -8,7 +8,7 @@ import jax
 from ..problem import Problem
 from .central import CentralField, CentralSolver, CentralState, certificate, certificate_names
 from .flow import FlowIntegrator, ProposingPID, stiffness_probe
-from .registry import FLOW_METHODS
+from .registry import EXPLICIT_RK_METHODS, FLOW_METHODS
 
 
 class CentralIntegrator(FlowIntegrator):
@@ -41,14 +41,10 @@ def make_central_integrator(*, method: str, learning_rate: float, max_eigen: int
     """The central flow of GD at step `learning_rate`, stepped by the explicit Runge–Kutta
     `method`, tracking at most `max_eigen` Hessian eigen-directions; the other fields are a
     `central-flow` preset's (`flowsim.config.FlowPreset` documents them)."""
-    name = method
-    method = FLOW_METHODS[name]
-    if method.implicit or method.filippov or method.stabilised:
-        raise ValueError(f"`method` = {name!r} cannot step a central flow; "
-                         "allowed: an explicit Runge–Kutta method ("
-                         + ", ".join(m for m, s in FLOW_METHODS.items()
-                                     if not (s.implicit or s.filippov or s.stabilised)) + ")")
-    inner = getattr(dfx, method.diffrax)()
+    if method not in EXPLICIT_RK_METHODS:
+        raise ValueError(f"`method` = {method!r} cannot step a central flow; "
+                         f"allowed: an explicit Runge–Kutta method ({', '.join(EXPLICIT_RK_METHODS)})")
+    inner = getattr(dfx, FLOW_METHODS[method].diffrax)()
     tab = inner.tableau
     evals = len(tab.c) + 1 - int(tab.fsal)
     field = CentralField(eta=jax.numpy.asarray(learning_rate, jax.numpy.float64),
