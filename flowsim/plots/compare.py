@@ -1,5 +1,6 @@
 """`flowsim compare`'s figures: per run, the gaps against t, the sharpness and the step-size
-ladders; per swept key, each gap's maximum against its values (the numbers are
+ladders; per swept key, each gap's maximum against its values; GD beside its central flow
+(`central.py`'s figure, where the archive has one) (the numbers are
 `flowsim.analysis.compare`'s)."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from flowsim.analysis.compare import SUMMARY_GAPS, Report, cell_text, series_of,
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Preset
 from flowsim.toml_text import is_number
+
+from .central import figure_central
 
 
 def _safe(name: str) -> str:
@@ -243,6 +246,11 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
             path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
             fig.savefig(path, dpi=110)
             written.append(path)
+    fig = figure_central(rep.central, rep.name)
+    for fmt in formats if fig is not None else ():
+        path = out / f"{_safe(rep.name)}-compare-central.{fmt}"
+        fig.savefig(path, dpi=110)
+        written.append(path)
     for key in rep.swept_keys:
         fig = figure_sweep(rep, key)
         if fig is None:
