@@ -5,6 +5,7 @@ smoothing against scipy's gaussian_filter1d, the twin's start against its stated
 its resume bit for bit."""
 
 import csv
+import re
 import shutil
 import types
 from pathlib import Path
@@ -218,12 +219,11 @@ def test_a_perturbed_gd_resumes_bit_for_bit(twins, tmp_path):
 @pytest.mark.parametrize("value, words", [("-1e-12", "= -1e-12 is out of range; allowed: a number >= 0"),
                                           ('"tiny"', '= "tiny" has the wrong type (string); allowed: a number >= 0')])
 def test_a_bad_perturbation_gets_the_loaders_message(tmp_path, value, words):
-    text = SCENARIO.read_text().replace('{ name = "gd-0.1-twin", kind = "gd", learning_rate = 0.1, perturbation = 1e-12 }',
-                                        f'{{ name = "gd-0.1-twin", kind = "gd", learning_rate = 0.1, perturbation = {value} }}')
+    solvers = f'solvers = [{{ name = "twin", kind = "gd", learning_rate = 0.1, perturbation = {value} }}]\n'
     bad = tmp_path / "bad.toml"
-    bad.write_text(text)
+    bad.write_text(re.sub(r"^solvers = \[.*?^\]\n", solvers, SCENARIO.read_text(), flags=re.S | re.M))
     with pytest.raises(ScenarioError) as err:
         load_scenario(bad)
-    assert err.value.key == "run.solvers[2].perturbation"
+    assert err.value.key == "run.solvers[0].perturbation"
     assert "bad.toml" in str(err.value).split(": key")[0]     # the file, then the key
-    assert f"key `run.solvers[2].perturbation` {words}" in str(err.value)
+    assert f"key `run.solvers[0].perturbation` {words}" in str(err.value)

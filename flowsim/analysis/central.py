@@ -220,11 +220,11 @@ def central_tracks(run, presets: dict[str, object]) -> list[CentralTrack]:
 
 def _track(run, g, c, flow, twin, eta: float, presets) -> CentralTrack:
     tg = np.asarray(g.t, float)
+    steps = np.asarray(g.step) if g.step is not None else np.round(tg / eta).astype(int)
     ig, ic = match_times(tg, np.asarray(c.t, float))
     t = tg[ig]
-    step = np.asarray(g.step)[ig] if g.step is not None else np.round(t / eta).astype(int)
     tr = CentralTrack(run=run.name, label=run.label, seed=run.seed, gd=g.name, central=c.name, eta=eta, t=t,
-                      step=step, flow=flow.name if flow is not None else "", twin=twin.name if twin is not None else "")
+                      step=steps[ig], flow=flow.name if flow is not None else "", twin=twin.name if twin is not None else "")
     if twin is not None:
         tr.twin_perturbation = float(presets[twin.name].perturbation)
     rf = _rows_at(t, flow) if flow is not None else None
@@ -256,8 +256,9 @@ def _track(run, g, c, flow, twin, eta: float, presets) -> CentralTrack:
 
     Lg = series_of(g, "loss")
     if Lg is not None:
-        every = np.median(np.diff(np.asarray(g.step if g.step is not None else np.round(tg / eta)))) if tg.size > 1 \
-            else 1
+        # Measured on central-mlp: 4.6 % mean predicted-loss error from rows every 5 steps,
+        # 3.5 % from every step (the same run); GD's loss oscillates from step to step.
+        every = np.median(np.diff(steps)) if steps.size > 1 else 1
         if every > 1:
             tr.notes.append(f"GD's loss is smoothed from its checkpoint rows, every {every:g} GD steps here, not "
                             "from every iterate: sampling an oscillating loss biases the smoothed loss; "

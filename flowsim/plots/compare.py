@@ -55,7 +55,8 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
     lads = [x for x in rep.ladders if x.run == run]
     col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
     style = {"flow": "-", "modified-flow": (0, (1.5, 1.5)), "central-flow": (0, (6, 2, 1, 2))}
-    against = {"flow": "vs flow", "modified-flow": "vs modified flow (same η)", "central-flow": "vs central flow (same η)"}
+    against = {"flow": "vs flow", "modified-flow": "vs modified flow (same η)",
+               "central-flow": "vs central flow (same η)"}
     with _archive.open(rep.path) as arch:
         flow_sharp = next(((np.asarray(v.t, float), series_of(v, sharp_source(v)), v.name)
                            for v in arch.runs[run].solvers.values()
