@@ -5,6 +5,7 @@ smoothing against scipy's gaussian_filter1d, the twin's start against its stated
 its resume bit for bit."""
 
 import csv
+import math
 import re
 import shutil
 import types
@@ -227,3 +228,41 @@ def test_a_bad_perturbation_gets_the_loaders_message(tmp_path, value, words):
     assert err.value.key == "run.solvers[0].perturbation"
     assert "bad.toml" in str(err.value).split(": key")[0]     # the file, then the key
     assert f"key `run.solvers[0].perturbation` {words}" in str(err.value)
+
+
+class _View:
+    """An in-memory solver group (name, t, step, stats, series) as `central` reads one."""
+
+    def __init__(self, name, t, series, step=None, stats=None):
+        self.name, self.t, self.step, self.stats, self.series = name, np.asarray(t, float), step, stats or {}, series
+
+    def __contains__(self, key):
+        return key in self.series
+
+    def __getitem__(self, key):
+        return np.asarray(self.series[key])
+
+
+def test_onset_never_and_a_flow_without_every_row():
+    """GD below 2/η throughout: "never", no means after it. A flow with rows at every other
+    GD time: NaN distances at the others, never a nearest row."""
+    t = np.arange(0.0, 11.0)
+    W = np.zeros((t.size, 3))
+    gd = _View("gd", t, {"sharpness": np.full(t.size, 19.0), "weights": W, "loss": np.ones(t.size)},
+               step=(t * 10).astype(int))
+    cen = _View("cf", t, {"central_eig1": np.full(t.size, 19.0), "weights": W + 1.0,
+                          "predicted_loss": np.ones(t.size)})
+    flow = _View("fl", t[::2], {"sharpness": np.full(6, 19.0), "weights": np.full((6, 3), 2.0)},
+                 stats={"vf_evals": 50, "hvps": 0})
+    presets = {"gd": from_dict(Preset, {"name": "gd", "kind": "gd", "learning_rate": ETA}),
+               "cf": from_dict(Preset, {"name": "cf", "kind": "central-flow", "learning_rate": ETA}),
+               "fl": from_dict(Preset, {"name": "fl", "kind": "flow"})}
+    view = types.SimpleNamespace(name="r", label="", seed=0, solvers={"gd": gd, "cf": cen, "fl": flow})
+    (tr,) = central.central_tracks(view, presets)
+    assert tr.onset is None and not tr.after.any() and math.isnan(tr.mean_after(tr.ratio))
+    np.testing.assert_array_equal(tr.d_central, np.full(t.size, np.sqrt(3)))
+    np.testing.assert_array_equal(np.isnan(tr.d_flow), np.arange(t.size) % 2 == 1)
+    np.testing.assert_allclose(tr.d_flow[::2], np.sqrt(12))
+    assert tr.cost["fl"] == pytest.approx(50 / 100) and tr.loss_error.max() <= 1e-15   # a constant, smoothed
+    text = "\n".join(compare_report._track_text(tr))
+    assert "onset: never: gd's sharpness stays below 2/η = 20 at its 11 matched times (max 19)" in text
