@@ -232,7 +232,7 @@ def cmd_plot(args) -> int:
 
 def cmd_compare(args) -> int:
     from .analysis.compare import compare_archive
-    from .analysis.compare_report import format_report, write_csv
+    from .analysis.compare_report import format_report, write_central_csv, write_csv
 
     if not args.factor > 0:
         raise InputError(f"--factor {args.factor}: must be a positive number")
@@ -243,6 +243,8 @@ def cmd_compare(args) -> int:
     print(format_report(rep), flush=True)
     if args.csv:
         print(f"flowsim: wrote {write_csv(rep, args.csv)}", file=sys.stderr)
+        if rep.central:
+            print(f"flowsim: wrote {write_central_csv(rep, args.csv)}", file=sys.stderr)
     if args.output:
         from .plots.compare import write_figures   # (matplotlib: only when figures are asked for)
 
@@ -310,7 +312,8 @@ def parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_plot)
     cp = sub.add_parser("compare", help="discrete (GD) versus flow trajectories at matched times t = kη")
     cp.add_argument("archive")
-    cp.add_argument("--csv", help="write one row per solver pair and matched time to this CSV file")
+    cp.add_argument("--csv", help="write one row per solver pair and matched time to this CSV file (and, for "
+                    "GD beside a central flow, one per GD/central pair and matched time to <stem>-central.csv)")
     cp.add_argument("-o", "--output", help="write one figure per run into this folder")
     cp.add_argument("--format", default="png", help="figure formats, comma-separated (default png)")
     cp.add_argument("--factor", type=float, default=2.0,

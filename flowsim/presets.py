@@ -42,7 +42,8 @@ def descent_integrator(preset: DescentPreset) -> DescentIntegrator:
     """The integrator of a `gd`, `momentum` or `sgd` preset."""
     return make_descent_integrator(learning_rate=preset.learning_rate, divergence_factor=preset.divergence_factor,
                                    beta=preset.beta if preset.kind == "momentum" else None,
-                                   batch_size=preset.batch_size if preset.kind == "sgd" else None)
+                                   batch_size=preset.batch_size if preset.kind == "sgd" else None,
+                                   perturbation=preset.perturbation)
 
 
 def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:

@@ -299,7 +299,7 @@ def test_required_presets_exist():
 def test_inline_solver():
     p = load_solver({"name": "mine", "kind": "momentum", "learning_rate": 1})
     assert p == {"name": "mine", "kind": "momentum", "description": "", "learning_rate": 1.0,
-                 "beta": 0.9, "divergence_factor": 1e8}
+                 "beta": 0.9, "divergence_factor": 1e8, "perturbation": 0.0}
     with pytest.raises(ScenarioError, match=r"run.solvers\[0\].beta"):
         load_solver({"name": "m", "kind": "momentum", "learning_rate": 1, "beta": 1.0},
                     key="run.solvers[0]")

@@ -3,8 +3,9 @@ Their report table and CSV are `compare_report`'s, their figures `flowsim.plots.
 
 For every run of an archive, each discrete solver (GD, momentum, SGD; step η, step k at
 flow time t = kη) is paired with each plain flow solver of the same run, and each `gd`
-solver with the modified flow (`modified-flow`) of the *same* η — a modified flow of
-another step size is a different equation, not a reference for this GD. The driver makes
+solver with the modified flow (`modified-flow`) and the central flow (`central-flow`) of
+the *same* η — a modified or central flow of another step size is a different equation, not
+a reference for this GD. The driver makes
 every flow checkpoint at every GD time kη, so rows are matched by time (|t_a − t_b| ≤
 1e-9·max(1, t)); a GD row with no flow row at its time (e.g. the last good iterate of a
 diverged run) is counted as unmatched and left out — never interpolated, never the
@@ -36,6 +37,10 @@ Stability. For each discrete solver with `sharpness` (else `gn_sharpness`) recor
 rate·λ_max, see flowsim/stability.py — the verdict is whether η·λ stayed below 2 (for
 heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diverged`),
 judged at the recorded checkpoints only (a coarser grid can miss a crossing).
+
+Central flow. Each `gd` solver beside the central flow of its η is scored by
+`flowsim.analysis.central` (onset, distances against the noise floor, predicted loss, costs):
+`Report.central`, empty for an archive without a central flow.
 """
 
 from __future__ import annotations
@@ -55,8 +60,12 @@ from flowsim.config.typed import DescentPreset, FlowPreset, Preset
 from flowsim.integrate.registry import SOLVER_KINDS
 from flowsim.toml_text import is_number, sweep_axes, toml_value, value_at
 
+from .central import CentralTrack, central_tracks
+from .matching import match_times, series_of
+
 CERTIFICATE_FACTOR = 2.0
-TIME_RTOL = 1e-9
+# Flows of GD at one step η (a `learning_rate` of their own): paired only with `gd` at that η
+GD_ONLY_FLOWS = ("modified-flow", "central-flow")
 GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap")
 # (after "label", one column per swept key, named by its dotted key)
 CSV_COLUMNS = ("run", "label", "seed", "discrete", "discrete_kind", "eta", "flow", "flow_kind", "t", "step",
@@ -166,6 +175,7 @@ class Report:
     runs: dict[str, str]             # run → label
     empty: str = ""                  # when there are no pairs: why, in one sentence
     sweep: dict[str, dict[str, Any]] = field(default_factory=dict)   # run → swept key → its value
+    central: list[CentralTrack] = field(default_factory=list)        # GD beside its central flow
 
     @property
     def swept_keys(self) -> list[str]:
@@ -175,24 +185,6 @@ class Report:
 # --------------------------------------------------------------------------------------
 # Computation
 # --------------------------------------------------------------------------------------
-
-def match_times(ta: np.ndarray, tb: np.ndarray, rtol: float = TIME_RTOL) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (ia, ib) of the rows of `ta` and `tb` at the same time (to rtol·max(1, |t|))."""
-    ta, tb = np.asarray(ta, float), np.asarray(tb, float)
-    order = np.argsort(tb, kind="stable")
-    sb = tb[order]
-    ia, ib = [], []
-    for i, t in enumerate(ta):
-        if not np.isfinite(t) or not sb.size:
-            continue
-        j = int(np.searchsorted(sb, t))
-        for c in (j - 1, j):
-            if 0 <= c < sb.size and abs(sb[c] - t) <= rtol * max(1.0, abs(t)):
-                ia.append(i)
-                ib.append(int(order[c]))
-                break
-    return np.asarray(ia, int), np.asarray(ib, int)
-
 
 def fit_order(etas, gaps) -> tuple[float, float, float]:
     """Least-squares slope of log(gap) against log(η): (order, its standard error, intercept).
@@ -209,11 +201,6 @@ def fit_order(etas, gaps) -> tuple[float, float, float]:
         return slope, math.nan, intercept
     resid = y - (intercept + slope * x)
     return slope, float(math.sqrt(np.sum(resid**2) / (x.size - 2) / sxx)), intercept
-
-
-def series_of(view, name):
-    """A solver's series `name` as float64, None where it was not recorded."""
-    return np.asarray(view[name], float) if name in view else None
 
 
 def sharp_source(view) -> str:
@@ -410,6 +397,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
     notes: list[tuple[str, str]] = []      # (run, note): said once below, naming its runs
     runs: dict[str, str] = {}
     sweep: dict[str, dict[str, Any]] = {}
+    central: list[CentralTrack] = []
     with _archive.open(path) as arch:
         name = _scenario_name(arch, path)
         resolved = arch.attrs.get("scenario_resolved", {})
@@ -432,7 +420,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                     unknown.append(d.name)
                 for f in flows:
                     fp = presets[f.name]
-                    if fp.kind == "modified-flow" and not (
+                    if fp.kind in GD_ONLY_FLOWS and not (
                             dp.kind == "gd" and math.isclose(fp.learning_rate, dp.learning_rate, rel_tol=1e-12)):
                         continue
                     p = compare_pair(run, d, f, dp, fp, factor)
@@ -443,6 +431,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
             if unknown:
                 notes.append((run.name, f"stability of {', '.join(unknown)} unknown: record `sharpness` or "
                                         "`gn_sharpness` to decide"))
+            central += central_tracks(run, presets)
             mine = [p for p in pairs if p.run == run.name]
             absent = [g for g in SUMMARY_GAPS if mine and all(p.gaps.get(g) is None for p in mine)]
             if absent:
@@ -461,7 +450,8 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                 lad.warnings.append(f"η = {s.eta:g} crossed {s.limit:g}/η: the fit includes a step outside "
                                     "the small-step regime")
     return Report(path=os.fspath(path), name=name, factor=factor, pairs=pairs, ladders=lads,
-                  stability=stab, notes=_once(notes, list(runs)), runs=runs, empty=empty, sweep=sweep)
+                  stability=stab, notes=_once(notes, list(runs)), runs=runs, empty=empty, sweep=sweep,
+                  central=central)
 
 
 SUMMARY_GAPS = {"weight_gap_rel": "rel ‖ΔW‖", "loss_gap": "|ΔL|", "ntg_gap": "‖ΔΘ̂‖",

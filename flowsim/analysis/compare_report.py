@@ -11,6 +11,7 @@ import numpy as np
 
 from flowsim.integrate.registry import SOLVER_KINDS
 
+from .central import SMOOTH_STEPS, TRUNCATE, CentralTrack
 from .compare import CSV_COLUMNS, GAPS, SUMMARY_GAPS, Ladder, Report, SweepCell, cell_text, sweep_summary
 
 
@@ -49,6 +50,8 @@ def format_report(rep: Report) -> str:
             lines.append("  " + ladder_text(lad))
         for s in (x for x in rep.stability if x.run == run and x.verdict != "unknown"):   # (in the notes)
             lines.append(f"  stability {s.solver} (η = {s.eta:g}): {s.text()}")
+    if rep.central:
+        lines += central_text(rep)
     cells = sweep_summary(rep)
     for key in rep.swept_keys:
         mine = [c for c in cells if c.key == key]
@@ -68,6 +71,67 @@ def format_report(rep: Report) -> str:
         lines.append("notes:")
         lines += [f"  {n}" for n in rep.notes]
     return "\n".join(lines)
+
+
+def central_text(rep: Report) -> list[str]:
+    """The section on GD beside its central flow (`flowsim.analysis.central`): per run and
+    pair, the onset, the means after it, the distances at a few times beside the noise
+    floor, the sharpness at the end and the costs."""
+    lines = [f"GD beside its central flow at the same η, at matched times (GD's loss smoothed by a Gaussian "
+             f"of σ = {SMOOTH_STEPS:g} GD steps in time over its checkpoint rows, cut at {TRUNCATE:g}σ, "
+             "renormalised over the rows inside the run at its ends)"]
+    for tr in rep.central:
+        lines += ["  " + x for x in _track_text(tr)]
+    return lines
+
+
+def _track_text(tr: CentralTrack) -> list[str]:
+    label = f" ({tr.label})" if tr.label else ""
+    flow = f"flow {tr.flow}" if tr.flow else "no flow"
+    twin = f"twin {tr.twin} (perturbation {tr.twin_perturbation:g})" if tr.twin else "no twin"
+    out = [f"run {tr.run}{label}: {tr.gd} vs {tr.central} (η = {tr.eta:g}), {flow}, {twin}"]
+    limit = f"2/η = {2 / tr.eta:.4g}"
+    if tr.onset is not None:
+        after = int(tr.after.sum())
+        out.append(f"  onset: t = {tr.t[tr.onset]:.4g} (step {int(tr.step[tr.onset])}), the first matched time where "
+                   f"{tr.gd}'s sharpness ≥ {limit}; {after} matched times from it on")
+        out.append(f"  mean from the onset on: ‖GD − central‖ {_mean(tr, tr.d_central)}, ‖GD − flow‖ "
+                   f"{_mean(tr, tr.d_flow)}, noise floor ‖GD − twin‖ {_mean(tr, tr.floor)}; "
+                   f"ratio ‖GD − central‖ / ‖GD − flow‖ {_mean(tr, tr.ratio)}; predicted loss vs GD's "
+                   f"smoothed loss: relative error {_pct(tr.mean_after(tr.loss_error))}")
+    elif tr.sharp_gd is not None:
+        out.append(f"  onset: never: {tr.gd}'s sharpness stays below {limit} at its {tr.t.size} matched times "
+                   f"(max {_g(np.nanmax(tr.sharp_gd)) if tr.t.size else '—'}); no means after it")
+    if tr.d_central is not None:
+        out.append(f"  {'t':>10}{'step':>8}{'‖GD − central‖':>16}{'‖GD − flow‖':>13}{'ratio':>8}"
+                   f"{'floor ‖GD − twin‖':>19}{'pred. loss rel. err.':>22}")
+        ratio, err = tr.ratio, tr.loss_error
+        for i in tr.rows():
+            cell = lambda a: _g(a[i]) if a is not None else "—"  # noqa: E731
+            out.append(f"  {tr.t[i]:>10.4g}{int(tr.step[i]):>8}{cell(tr.d_central):>16}{cell(tr.d_flow):>13}"
+                       f"{cell(ratio):>8}{cell(tr.floor):>19}"
+                       f"{(_pct(err[i]) if err is not None else '—'):>22}"
+                       + ("   (onset)" if i == tr.onset else ""))
+    if tr.t.size:
+        end = tr.t.size - 1
+        sharp = lambda a: _g(a[end]) if a is not None else "—"  # noqa: E731
+        observed = f"; its `sharpness` {sharp(tr.sharp_central_observed)}" if tr.sharp_central_observed is not None \
+            else ""
+        out.append(f"  sharpness at t = {tr.t[end]:.4g}: GD {sharp(tr.sharp_gd)}, central {sharp(tr.sharp_central)} "
+                   f"(central_eig1{observed}), flow {sharp(tr.sharp_flow)}; {limit}")
+    costs = ", ".join(f"{leg} {_g(v)}" for leg, v in tr.cost.items())
+    out.append(f"  cost per GD step in gradient-equivalents: {costs} (central: evaluations + Hessian-vector + "
+               "third-derivative products; flow: evaluations + Hessian-vector products; GD: one gradient)")
+    out += [f"  note: {n}" for n in tr.notes]
+    return out
+
+
+def _mean(tr: CentralTrack, values) -> str:
+    return "—" if values is None else _g(tr.mean_after(values))
+
+
+def _pct(x) -> str:
+    return "—" if x is None or not math.isfinite(float(x)) else f"{100 * float(x):.3g} %"
 
 
 def ladder_text(lad: Ladder) -> str:
@@ -104,3 +168,33 @@ def write_csv(rep: Report, path) -> Path:
                             "" if p.unresolved is None else int(bool(p.unresolved[i])),
                             col(p.eta_sharpness), p.status])
     return path
+
+
+CENTRAL_CSV_COLUMNS = ("run", "label", "seed", "gd", "central", "flow", "twin", "eta", "t", "step", "after_onset",
+                       "d_central", "d_flow", "floor", "ratio", "loss_gd", "loss_smoothed", "predicted_loss",
+                       "loss_rel_error", "sharpness_gd", "sharpness_central", "sharpness_flow")
+
+
+def central_csv_path(path) -> Path:
+    """Where `write_central_csv` writes beside the CSV at `path`: `<stem>-central.csv`."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}-central{path.suffix or '.csv'}")
+
+
+def write_central_csv(rep: Report, path) -> Path:
+    """One row per GD / central-flow pair and matched time (`flowsim.analysis.central`'s
+    numbers) into `central_csv_path(path)`; empty cells where a series is not recorded."""
+    target = central_csv_path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(CENTRAL_CSV_COLUMNS)
+        for tr in rep.central:
+            after = tr.after
+            columns = (tr.d_central, tr.d_flow, tr.floor, tr.ratio, tr.loss_gd, tr.loss_smoothed, tr.predicted,
+                       tr.loss_error, tr.sharp_gd, tr.sharp_central, tr.sharp_flow)
+            for i in range(tr.t.size):
+                w.writerow([tr.run, tr.label, tr.seed, tr.gd, tr.central, tr.flow, tr.twin, repr(tr.eta),
+                            repr(float(tr.t[i])), int(tr.step[i]), int(after[i]),
+                            *("" if a is None else repr(float(a[i])) for a in columns)])
+    return target

@@ -666,6 +666,9 @@ class DescentPreset:
     # Diverged when the loss exceeds factor × initial loss (or is not finite).
     divergence_factor: float = setting(_DIVERGENCE, "the run is `diverged` once the loss exceeds this × the "
                                        "initial loss")
+    perturbation: float = setting(Float(lo=0.0, default=0.0), "start from θ0 + perturbation·z, z a standard normal "
+                                  "draw fixed by the run's seed (0 = off): a twin GD at 1e-12 gives `compare` the "
+                                  "noise floor of distances to GD's iterates")
 
     def __post_init__(self):
         _check_kind(self)

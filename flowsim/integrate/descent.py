@@ -5,6 +5,10 @@ step count inside one `lax.while_loop`, so the number of steps per chunk is data
 shape, and every chunk reuses one compiled program. Divergence (a non-finite loss, or a
 loss above `divergence_factor` × the initial loss) ends the chunk early with status
 `diverged` and the last good iterate: a result to record, never an exception.
+
+A `perturbation` ε > 0 starts the iteration from W_0 + ε·z instead of W_0: a twin GD beside
+an unperturbed one measures how far two GD runs drift apart from starts ε apart, the noise
+floor of any distance to GD's iterates (GD is chaotic past the edge of stability).
 """
 
 from typing import ClassVar
@@ -12,12 +16,19 @@ from typing import ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 from ..status import Status
 from ..problem import Params
 from ..problem import Problem
 from .base import AbstractIntegrator
 from .registry import steps
+
+# The perturbation's direction z ~ N(0, I) (over the weights raveled in `ravel_pytree` order)
+# is drawn from fold_in(run key, PERTURBATION_STREAM): the run's seed fixes it, so a rerun
+# and a resume see the same start, and SGD's batches (fold_in(key, k) for steps k) never
+# share its stream in a run of fewer than 2³² − 1 steps.
+PERTURBATION_STREAM = 2**32 - 1
 
 
 class DescentState(eqx.Module):
@@ -40,6 +51,7 @@ class DescentIntegrator(AbstractIntegrator):
     learning_rate: jax.Array
     beta: jax.Array
     divergence_factor: jax.Array
+    perturbation: jax.Array                          # ε: the start is W_0 + ε·z (0: W_0, bit for bit)
     batch_size: int = eqx.field(static=True)        # 0: full batch (a shape, so static)
     # the heavy-ball kind; GD and SGD skip the velocity buffer (two passes over W per step)
     momentum: bool = eqx.field(static=True)
@@ -48,7 +60,10 @@ class DescentIntegrator(AbstractIntegrator):
     certificate_series: ClassVar[tuple[str, ...]] = ()
 
     def init(self, problem: Problem, params: Params, key: jax.Array) -> DescentState:
+        """The state at W_0 (+ ε·z); a resumed run replaces it with its checkpoint, so the
+        perturbation is applied once, at the start."""
         dtype = jax.tree.leaves(params)[0].dtype
+        params = perturbed(params, self.perturbation, key)
         return DescentState(y=params, velocity=jax.tree.map(jnp.zeros_like, params),
                             step=jnp.asarray(0, jnp.int64), loss0=problem.loss(params).astype(dtype),
                             key=key, code=jnp.asarray(Status.RUNNING))
@@ -126,11 +141,21 @@ class DescentIntegrator(AbstractIntegrator):
         return False        # a descent runs to its step count, or diverges
 
 
+def perturbed(params: Params, eps: jax.Array, key: jax.Array) -> Params:
+    """W + ε·z, z ~ N(0, I) drawn from fold_in(key, PERTURBATION_STREAM); W itself where
+    ε = 0 (not W + 0·z, which would turn a −0.0 weight into +0.0)."""
+    flat, unravel = ravel_pytree(params)
+    z = jax.random.normal(jax.random.fold_in(key, PERTURBATION_STREAM), flat.shape, flat.dtype)
+    return unravel(jnp.where(eps > 0, flat + eps.astype(flat.dtype) * z, flat))
+
+
 def make_descent_integrator(*, learning_rate: float, divergence_factor: float, beta: float | None = None,
-                            batch_size: int | None = None) -> DescentIntegrator:
-    """GD at step `learning_rate`; heavy-ball momentum with `beta`; SGD with `batch_size`."""
+                            batch_size: int | None = None, perturbation: float = 0.0) -> DescentIntegrator:
+    """GD at step `learning_rate`; heavy-ball momentum with `beta`; SGD with `batch_size`;
+    started from W_0 + `perturbation`·z (see `perturbed`)."""
     return DescentIntegrator(learning_rate=jnp.asarray(float(learning_rate)),
                              beta=jnp.asarray(float(beta) if beta is not None else 0.0),
                              divergence_factor=jnp.asarray(float(divergence_factor)),
+                             perturbation=jnp.asarray(float(perturbation)),
                              batch_size=int(batch_size) if batch_size is not None else 0,
                              momentum=beta is not None)

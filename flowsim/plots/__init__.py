@@ -7,6 +7,9 @@
 - ``<name>-test.<fmt>`` when ``test_loss`` is recorded: train and test loss;
 - ``<name>-sharpness.<fmt>`` when ``sharpness`` is recorded: loss and sharpness with each
   GD's stability limit 2/η (Cohen et al. 2021);
+- ``<name>-central.<fmt>`` when a ``central-flow`` leg runs beside GD at its η: GD's loss
+  (raw and smoothed), the central flow's predicted loss and the gradient flow's, and the
+  three sharpnesses with 2/η (`central.py`, from `flowsim.analysis.central`'s numbers);
 - Caron et al.'s pruning, transfer, PCA, accuracy and learning-rate figures where the
   archive holds them (`caron.py`); a scenario with ``[plot] figure = "chen-exp…"`` gets
   Chen et al.'s layouts instead (`chen.py`).
@@ -32,8 +35,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from flowsim import archive as _archive
+from flowsim.analysis.central import archive_tracks
 
 from . import chen
+from .central import figure_central
 from .caron import caron_figures
 from .fig1 import (
     figure_fig1,
@@ -63,11 +68,12 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
         name = scenario_name(arch, path)
         kind = chen.figure_kind(arch)
         traces = [] if kind else gather(arch)
+        tracks = [] if kind else archive_tracks(arch)
     out.mkdir(parents=True, exist_ok=True)    # once the archive has opened: a missing one leaves nothing
     if kind:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
         return chen.plot_archive(path, out, formats=formats, name=name)
     figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name),
-               "sharpness": figure_sharpness(traces, name)}
+               "sharpness": figure_sharpness(traces, name), "central": figure_central(tracks, name)}
     figures.update(caron_figures(path, name))   # pruning, transfer, PCA, lr transfer
     written = []
     for tag, fig in figures.items():

@@ -1,5 +1,6 @@
 """`flowsim compare`'s figures: per run, the gaps against t, the sharpness and the step-size
-ladders; per swept key, each gap's maximum against its values (the numbers are
+ladders; per swept key, each gap's maximum against its values; GD beside its central flow
+(`central.py`'s figure, where the archive has one) (the numbers are
 `flowsim.analysis.compare`'s)."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from flowsim.analysis.compare import SUMMARY_GAPS, Report, cell_text, series_of,
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Preset
 from flowsim.toml_text import is_number
+
+from .central import figure_central
 
 
 def _safe(name: str) -> str:
@@ -51,7 +54,9 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
     stab = [s for s in rep.stability if s.run == run]
     lads = [x for x in rep.ladders if x.run == run]
     col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
-    style = {"flow": "-", "modified-flow": (0, (1.5, 1.5))}
+    style = {"flow": "-", "modified-flow": (0, (1.5, 1.5)), "central-flow": (0, (6, 2, 1, 2))}
+    against = {"flow": "vs flow", "modified-flow": "vs modified flow (same η)",
+               "central-flow": "vs central flow (same η)"}
     with _archive.open(rep.path) as arch:
         flow_sharp = next(((np.asarray(v.t, float), series_of(v, sharp_source(v)), v.name)
                            for v in arch.runs[run].solvers.values()
@@ -182,8 +187,7 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
     # legend: colours = η, styles = flow kind, grey band = certificate
     handles = [Line2D([], [], color=col[e], lw=2, label=f"η = {e:g}") for e in sorted(col, reverse=True)]
     kinds = sorted({p.flow_kind for p in pairs})
-    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6,
-                       label="vs flow" if k == "flow" else "vs modified flow (same η)") for k in kinds]
+    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6, label=against[k]) for k in kinds]
     from matplotlib.patches import Patch
     if any(p.unresolved is not None for p in pairs):
         handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
@@ -243,6 +247,11 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
             path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
             fig.savefig(path, dpi=110)
             written.append(path)
+    fig = figure_central(rep.central, rep.name)
+    for fmt in formats if fig is not None else ():
+        path = out / f"{_safe(rep.name)}-compare-central.{fmt}"
+        fig.savefig(path, dpi=110)
+        written.append(path)
     for key in rep.swept_keys:
         fig = figure_sweep(rep, key)
         if fig is None:

@@ -1,0 +1,81 @@
+"""GD beside its central flow (Cohen et al. 2025): for each GD / central-flow pair of the same
+η, the loss (GD raw and smoothed, the central flow's predicted loss, the gradient flow) and the
+sharpness (GD, the central flow's tracked top eigenvalue, the gradient flow) with the line
+2/η; the numbers are `flowsim.analysis.central`'s, so the figure shows what `flowsim compare`
+reports."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from flowsim.analysis.central import SMOOTH_STEPS, CentralTrack
+
+MAX_ROWS = 6      # pairs drawn (one row each); the title says how many more the archive holds
+GD, SMOOTHED, CENTRAL, FLOW = "tab:orange", "tab:red", "tab:blue", "0.2"
+
+
+def _onset(ax: Axes, tr: CentralTrack) -> None:
+    if tr.onset is not None:
+        ax.axvline(tr.t[tr.onset], color="0.5", ls=":", lw=1.0)
+
+
+def panel_loss(ax: Axes, tr: CentralTrack) -> None:
+    """GD's loss at its checkpoints and smoothed, the central flow's predicted loss, the flow's."""
+    drawn = []
+    if tr.loss_gd is not None:
+        drawn += [ax.plot(tr.t, tr.loss_gd, color=GD, lw=0.8, alpha=0.6, label=f"{tr.gd} (raw)"),
+                  ax.plot(tr.t, tr.loss_smoothed, color=SMOOTHED, lw=1.8,
+                          label=f"{tr.gd} smoothed (Gaussian, σ = {SMOOTH_STEPS:g} steps)")]
+    if tr.predicted is not None:
+        drawn.append(ax.plot(tr.t, tr.predicted, color=CENTRAL, lw=1.6, ls="--",
+                             label=f"{tr.central}: predicted loss L + ½⟨∇²L, Σ⟩"))
+    if tr.loss_flow is not None:
+        drawn.append(ax.plot(tr.t, tr.loss_flow, color=FLOW, lw=1.4, ls=":", label=f"{tr.flow} (gradient flow)"))
+    _onset(ax, tr)
+    if drawn:
+        values = np.concatenate([a for a in (tr.loss_gd, tr.predicted, tr.loss_flow) if a is not None])
+        if np.any(values[np.isfinite(values)] > 0):
+            ax.set_yscale("log")
+        ax.legend(fontsize=8, loc="upper right")
+    ax.set_ylabel("training loss")
+
+
+def panel_sharpness(ax: Axes, tr: CentralTrack) -> None:
+    """GD's sharpness, the central flow's (its `sharpness` observable where recorded, and its
+    top tracked eigenvalue central_eig1), the flow's, and 2/η."""
+    for values, colour, ls, label in ((tr.sharp_gd, GD, "-", tr.gd),
+                                      (tr.sharp_central_observed, CENTRAL, "-", f"{tr.central} (`sharpness`)"),
+                                      (tr.sharp_central, CENTRAL, "--", f"{tr.central} (central_eig1: tracked)"),
+                                      (tr.sharp_flow, FLOW, ":", f"{tr.flow} (gradient flow)")):
+        if values is not None:
+            ax.plot(tr.t, values, color=colour, ls=ls, lw=1.4, label=label)
+    ax.axhline(2 / tr.eta, color="0.35", ls=":", lw=1.2)
+    ax.annotate(f"2/η = {2 / tr.eta:.4g}", (0.01, 2 / tr.eta), xycoords=("axes fraction", "data"), ha="left",
+                va="bottom", fontsize=8, color="0.35")
+    _onset(ax, tr)
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_ylabel(r"rate $\cdot\ \lambda_{\max}(\nabla^2 L)$")
+
+
+def figure_central(tracks: list[CentralTrack], name: str) -> Figure | None:
+    """One row (loss, sharpness) per GD / central-flow pair, at most MAX_ROWS; None without
+    a pair. A dotted vertical line marks the onset (GD's sharpness first at 2/η)."""
+    if not tracks:
+        return None
+    shown = tracks[:MAX_ROWS]
+    fig = Figure(figsize=(12, 4.4 * len(shown) + 0.6), layout="constrained", dpi=110)
+    grid = fig.subplots(len(shown), 2, squeeze=False)
+    for (ax_l, ax_s), tr in zip(grid, shown):
+        head = f"{tr.run}: {tr.gd} beside {tr.central} (η = {tr.eta:g})"
+        panel_loss(ax_l, tr)
+        panel_sharpness(ax_s, tr)
+        ax_l.set_title(f"{head}: loss", loc="left", fontsize=10)
+        ax_s.set_title(f"{head}: sharpness", loc="left", fontsize=10)
+        for ax in (ax_l, ax_s):
+            ax.set_xlabel("flow time t = kη")
+            ax.grid(True, which="major", alpha=0.3)
+    more = f"   ({len(tracks) - len(shown)} more pair(s) not drawn)" if len(tracks) > len(shown) else ""
+    fig.suptitle(f"{name}: GD beside its central flow; dotted vertical: the onset{more}", fontsize=13)
+    return fig
