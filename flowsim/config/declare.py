@@ -21,17 +21,20 @@ import types
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass
-from typing import Any, Union
+from typing import Any, Literal, Union
 
-from .spec import ABSENT, REQUIRED, Spec, Table, Tagged, join
+from .spec import ABSENT, REQUIRED, Bool, Float, Int, Spec, Str, Table, Tagged, join
 
 _SPEC, _MEANING, _KINDS, _NONE = "spec", "meaning", "kinds", "none"
 
 
-def setting(spec: Spec, meaning: str = "", *, kinds: tuple[str, ...] = (), none: str | None = None,
+def setting(spec: Any, meaning: str = "", *, kinds: tuple[str, ...] = (), none: str | None = None,
             default: Any = MISSING) -> Any:
     """A field of a configuration table: validated by `spec`, documented by `meaning`.
 
+    Where the annotation says all a validator would (`bool`, `int`, `float`, `str`, a `Literal`
+    of strings), `spec` is the TOML default alone (REQUIRED: none) and the validator is the
+    annotation's: `output: Literal["fixed", "trained"] = setting("fixed", "...")`.
     Its Python default is the spec's default, typed (lists become tuples, tables objects;
     ABSENT is None), unless `default` says otherwise (REQUIRED: none, for a TOML default
     only the validator can resolve, such as a preset's name). `kinds`: the only kinds of the class
@@ -43,6 +46,13 @@ def setting(spec: Spec, meaning: str = "", *, kinds: tuple[str, ...] = (), none:
     if none is not None:
         metadata[_NONE] = none
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def _annotated(hint: Any, default: Any) -> Spec:
+    """The validator an annotation states in full: a `Literal` of strings, `bool`, `int`, `float`, `str`."""
+    if typing.get_origin(hint) is Literal:
+        return Str(choices=typing.get_args(hint), default=default)
+    return {bool: Bool, int: Int, float: Float, str: Str}[hint](default=default)
 
 
 def _typed_default(spec: Spec, hint: Any, f: dataclasses.Field) -> Any:
@@ -66,6 +76,9 @@ def table(cls: type) -> type:
     hints = typing.get_type_hints(cls, localns={cls.__name__: cls})
     for name in cls.__dict__.get("__annotations__", {}):
         f = cls.__dict__.get(name)
+        if isinstance(f, dataclasses.Field) and _SPEC in f.metadata and not isinstance(f.metadata[_SPEC], Spec):
+            spec = _annotated(hints[name], f.metadata[_SPEC])    # (a field's metadata is read-only)
+            setattr(cls, name, f := dataclasses.field(default=f.default, metadata={**f.metadata, _SPEC: spec}))
         if isinstance(f, dataclasses.Field) and _SPEC in f.metadata and f.default is MISSING:
             f.default = _typed_default(f.metadata[_SPEC], hints[name], f)
         elif isinstance(f, dataclasses.Field) and f.default is REQUIRED:
