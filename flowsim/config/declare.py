@@ -120,13 +120,14 @@ def kinds_of(cls: type) -> tuple[str, ...]:
     return getattr(cls, "KINDS", None) or typing.get_args(typing.get_type_hints(cls)["kind"])
 
 
-def tagged_spec(classes: tuple[type, ...], *, common: tuple[str, ...] = (), tag_default: Any = REQUIRED,
-                default: Any = None, meaning: str = "", replace: Mapping[str, Spec] | None = None,
-                exclude: tuple[str, ...] = ()) -> Kinds:
-    """The TOML table with a `kind` that `classes` declare, one class per kind (or per
-    several kinds: `KINDS`), in their order; `common` are the keys every kind takes, listed
-    first. `replace` swaps the specs of some keys (a preset file's `description` is required),
-    `exclude` leaves some out (a preset file's `name` is its stem)."""
+def tagged_spec(union: Any, *, common: tuple[str, ...] = (), tag_default: Any = REQUIRED, default: Any = None,
+                replace: Mapping[str, Spec] | None = None, exclude: tuple[str, ...] = ()) -> Tagged:
+    """The TOML table with a `kind` that the classes of `union` declare, one class per kind
+    (or per several kinds: `KINDS`), in their order, but those no file names (`IN_FILES`);
+    `common` are the keys every kind takes, listed first. `replace` swaps the specs of some
+    keys (a preset file's `description` is required), `exclude` leaves some out (a preset
+    file's `name` is its stem)."""
+    classes = [c for c in _classes(union) if getattr(c, "IN_FILES", True)]
     replace = dict(replace or {})
     first = {f.name: f for f in settings(classes[0])}
     common_specs = {n: replace.get(n, first[n].metadata[_SPEC]) for n in common}
@@ -137,27 +138,20 @@ def tagged_spec(classes: tuple[type, ...], *, common: tuple[str, ...] = (), tag_
                               if f.name not in (*common, *exclude) and kind in f.metadata.get(_KINDS, (kind,))}
             if getattr(cls, "RULES", ()):
                 rules[kind] = cls.RULES
-    return Kinds(variants=variants, common=common_specs, tag_default=tag_default, rules=rules,
-                 default={} if default is None else default, meaning=meaning)
-
-
-@dataclass(frozen=True)
-class Kinds(Tagged):
-    """A `Tagged` table that knows the meaning of its `kind` key."""
-
-    meaning: str = ""
+    return Tagged(variants=variants, common=common_specs, tag_default=tag_default, rules=rules,
+                  default={} if default is None else default)
 
 
 def meanings(hint: Any, prefix: str = "") -> dict[str, str]:
     """The meaning of every setting below `hint` (a class or a union of them), by dotted key;
-    a table of kinds gives its `kind` the meaning its `Kinds` spec carries."""
+    a table of kinds gives its meaning to its `kind`."""
     out: dict[str, str] = {}
     for cls in _classes(hint):
         hints = typing.get_type_hints(cls)
         for f in settings(cls):
             key, spec = join(prefix, f.name), f.metadata[_SPEC]
-            if isinstance(spec, Kinds):
-                out.setdefault(join(key, spec.tag), spec.meaning)
+            if isinstance(spec, Tagged):
+                out.setdefault(join(key, spec.tag), f.metadata[_MEANING])
             elif f.metadata[_MEANING]:      # (a table has no line of its own: its keys do)
                 out.setdefault(key, f.metadata[_MEANING])
             if spec.children():

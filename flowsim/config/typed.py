@@ -53,10 +53,10 @@ from ..kinds import LOSSES as _LOSS_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..toml_text import sweep_axes
 from .catalog import solvers_dir
-from .declare import Frozen, Kinds, freeze, setting, table, table_spec, tagged_spec, to_dict
+from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
 from .files import display, read_toml
 from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Spec, Str,
-                   Table, did_you_mean, join, num, show, toml_key, toml_string)
+                   Table, Tagged, did_you_mean, join, num, show, toml_key, toml_string)
 from .times import checkpoint_times
 
 SEED_MAX = 2**32 - 1  # seeds feed jax.random.PRNGKey and numpy generators
@@ -414,11 +414,9 @@ class ShallowModel(_ModelBase):
     zeroed: bool = _zeroed()
     init_path: str = setting(FilePath(empty_ok=True, default=""),
                              "an .npz with W0 (m×d) and a (m) to start from instead of a random draw")
-    scaling: Scaling = setting(tagged_spec(
-        (NtkScaling, AsymmetricScaling, SingleScaling, FiniteScaling, CustomScaling, MeanFieldScaling,
-         StandardScaling), tag_default="ntk",
-        meaning="node scaling λ_j of Caron et al. (ntk: all equal; asymmetric: a Zipf part; single, finite, "
-                "custom; mean-field, standard: 1/m, 1)"))
+    scaling: Scaling = setting(tagged_spec(Scaling, tag_default="ntk"), "node scaling λ_j of Caron et al. (ntk: "
+                               "all equal; asymmetric: a Zipf part; single, finite, custom; mean-field, standard: "
+                               "1/m, 1)")
 
 
 def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
@@ -667,20 +665,18 @@ class DescentPreset:
 
 
 Preset = Union[FlowPreset, DescentPreset]
-_PRESET_CLASSES = (FlowPreset, DescentPreset)
 SOLVER_KIND_MEANING = ("flow (the exact gradient flow), modified-flow (the flow GD follows to second order), "
                        "central-flow (the path GD's time average follows at the edge of stability), gd, "
                        "momentum, sgd")
 
 
 @functools.cache
-def solver_spec(inline: bool) -> Kinds:
+def solver_spec(inline: bool) -> Tagged:
     """An inline preset carries its own name and an optional description; a preset file's
     name is its stem and its description is required."""
     if inline:
-        return tagged_spec(_PRESET_CLASSES, common=("name", "description"), meaning=SOLVER_KIND_MEANING)
-    return tagged_spec(_PRESET_CLASSES, common=("description",), replace={"description": Str()},
-                       exclude=("name",), meaning=SOLVER_KIND_MEANING)
+        return tagged_spec(Preset, common=("name", "description"))
+    return tagged_spec(Preset, common=("description",), replace={"description": Str()}, exclude=("name",))
 
 
 def load_preset(spec: Any, key: str, ctx: Ctx) -> dict:
@@ -1059,10 +1055,6 @@ def _observables_fit_model(top: dict, key: str, ctx: Ctx) -> None:
                           ", ".join(n for n, o in _OBSERVABLE_REGISTRY.items() if not o.family))
 
 
-def _in_files(*classes: type) -> tuple[type, ...]:
-    return tuple(c for c in classes if getattr(c, "IN_FILES", True))
-
-
 @table
 class Config:
     """A resolved scenario: the whole file (`Scenario.settings`) or one sweep point
@@ -1082,13 +1074,11 @@ class Config:
     dtype: Literal["float64", "float32"] = setting(
         "float64", "floating-point precision of data, weights and solvers; float32 needs flow presets with rtol ≥ 1e-5, "
         "and not the filippov method (float64 only)")
-    data: Data = setting(tagged_spec(
-        _in_files(*Data.__args__), common=("seed",), default=REQUIRED,
-        meaning="the dataset: a synthetic generator, a shipped dataset, or your own csv/npz file"))
-    model: Model = setting(tagged_spec(
-        _in_files(*Model.__args__), tag_default="shallow", default=REQUIRED,
-        meaning="the network: one hidden layer (shallow), on fixed embeddings (embedded), a deep MLP, or your "
-                "own Equinox module (python)"))
+    data: Data = setting(tagged_spec(Data, common=("seed",), default=REQUIRED),
+                         "the dataset: a synthetic generator, a shipped dataset, or your own csv/npz file")
+    model: Model = setting(tagged_spec(Model, tag_default="shallow", default=REQUIRED),
+                           "the network: one hidden layer (shallow), on fixed embeddings (embedded), a deep MLP, "
+                           "or your own Equinox module (python)")
     loss: Loss = setting(table_spec(Loss))
     run: Run = setting(table_spec(Run, default=REQUIRED))
     sweep: Sweep | None = setting(
