@@ -237,9 +237,8 @@ class Float(Spec):
     default: Any = REQUIRED
 
     def allowed(self) -> str:
-        return _range_text("a finite number", self.lo, self.hi, self.lo_open, self.hi_open) \
-            if self.lo is None and self.hi is None else \
-            _range_text("a number", self.lo, self.hi, self.lo_open, self.hi_open)
+        noun = "a finite number" if self.lo is None and self.hi is None else "a number"
+        return _range_text(noun, self.lo, self.hi, self.lo_open, self.hi_open)
 
     def accepts_type(self, value):
         return is_number(value)
@@ -374,9 +373,6 @@ class ListOf(Spec):
 
     def accepts_type(self, value):
         return isinstance(value, list)
-
-    def children(self):
-        return {}
 
     def check(self, value, key, ctx):
         if not isinstance(value, list):
