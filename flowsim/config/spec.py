@@ -171,8 +171,15 @@ class Spec:
 
     default: Any = REQUIRED
 
-    def check(self, value: Any, key: str, ctx: Ctx) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def check(self, value: Any, key: str, ctx: Ctx) -> Any:
+        """`value` normalised; a value of a type the spec does not accept has the wrong type."""
+        if not self.accepts_type(value):
+            raise ctx.wrong_type(key, value, self.allowed())
+        return self.checked(value, key, ctx)
+
+    def checked(self, value: Any, key: str, ctx: Ctx) -> Any:
+        """`value`, of a type the spec accepts, normalised (or a `ScenarioError`)."""
+        return value
 
     def allowed(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -218,9 +225,7 @@ class Int(Spec):
     def accepts_type(self, value):
         return is_int(value)
 
-    def check(self, value, key, ctx):
-        if not is_int(value):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if not _in_range(value, self.lo, self.hi, False, False):
             raise ctx.bad(key, value, "is out of range", self.allowed())
         return int(value)
@@ -243,9 +248,7 @@ class Float(Spec):
     def accepts_type(self, value):
         return is_number(value)
 
-    def check(self, value, key, ctx):
-        if not is_number(value):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         try:
             x = float(value)
         except OverflowError:  # a TOML integer beyond the float range
@@ -274,9 +277,7 @@ class Str(Spec):
     def accepts_type(self, value):
         return isinstance(value, str)
 
-    def check(self, value, key, ctx):
-        if not isinstance(value, str):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if self.nonempty and not value.strip():
             raise ctx.bad(key, value, "is empty", self.allowed())
         if self.choices is not None and value not in self.choices:
@@ -297,11 +298,6 @@ class Bool(Spec):
 
     def accepts_type(self, value):
         return isinstance(value, bool)
-
-    def check(self, value, key, ctx):
-        if not isinstance(value, bool):
-            raise ctx.wrong_type(key, value, self.allowed())
-        return value
 
 
 def resolve_path(text: str, base_dir: Path) -> Path | None:
@@ -339,9 +335,7 @@ class FilePath(Spec):
     def accepts_type(self, value):
         return isinstance(value, str)
 
-    def check(self, value, key, ctx):
-        if not isinstance(value, str):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if value == "" and self.empty_ok:
             return ""
         p = resolve_path(value, ctx.base_dir)
@@ -374,9 +368,7 @@ class ListOf(Spec):
     def accepts_type(self, value):
         return isinstance(value, list)
 
-    def check(self, value, key, ctx):
-        if not isinstance(value, list):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if self.nonempty and not value:
             raise ctx.bad(key, value, "is empty", self.allowed())
         if self.max_len is not None and len(value) > self.max_len:
@@ -410,14 +402,12 @@ class OneOf(Spec):
             out.update(o.children())
         return out
 
-    def check(self, value, key, ctx):
-        for o in self.options:
-            if o.accepts_type(value):
-                try:
-                    return o.check(value, key, ctx)
-                except ScenarioError as e:
-                    raise _widen(e, key, self.allowed()) from None
-        raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
+        option = next(o for o in self.options if o.accepts_type(value))
+        try:
+            return option.check(value, key, ctx)
+        except ScenarioError as e:
+            raise _widen(e, key, self.allowed()) from None
 
 
 def _widen(e: ScenarioError, key: str, allowed: str) -> ScenarioError:
@@ -463,11 +453,9 @@ class Table(Spec):
     def children(self):
         return self.fields
 
-    def check(self, value, key, ctx, *, context: str = "", elsewhere=frozenset()):
+    def checked(self, value, key, ctx, *, context: str = "", elsewhere=frozenset()):
         """`context` qualifies the key list ('for kind = "uci"'); `elsewhere` are keys
         valid for another kind, reported as such rather than as misspellings."""
-        if not isinstance(value, Mapping):
-            raise ctx.wrong_type(key, value, self.allowed())
         for name in value:
             if name not in self.fields:
                 table = _table_name(key) + context
@@ -517,9 +505,7 @@ class Tagged(Spec):
             out.update(fields)
         return out
 
-    def check(self, value, key, ctx):
-        if not isinstance(value, Mapping):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         spec = self.tag_spec()
         if self.tag in value:
             kind = spec.check(value[self.tag], join(key, self.tag), ctx)
@@ -530,7 +516,7 @@ class Tagged(Spec):
         fields = {self.tag: spec, **self.common, **self.variants[kind]}
         table = Table(fields=fields, rules=self.rules.get(kind, ()))
         elsewhere = set(self.children()) - set(fields)
-        return table.check({self.tag: kind, **value}, key, ctx,
+        return table.checked({self.tag: kind, **value}, key, ctx,
                            context=f" for {self.tag} = {toml_string(kind)}", elsewhere=elsewhere)
 
 
@@ -553,7 +539,7 @@ class Custom(Spec):
     def children(self):
         return self.kids
 
-    def check(self, value, key, ctx):
+    def check(self, value, key, ctx):    # `fn` words its own wrong-type message
         return self.fn(value, key, ctx)
 
 
