@@ -2,7 +2,8 @@
 
 A setting carries the field's validator (a `flowsim.config.spec` spec: allowed values,
 TOML default, the message contract) and its one line of meaning; the field's Python type
-is its annotation (`Literal` for an enumeration). From the classes come
+is its annotation (`Literal` for an enumeration), which is the validator too where it says
+all one would (`bool`, a `Literal` of strings ...). From the classes come
 
 - the TOML schema (`table_spec`, `tagged_spec`: the spec trees `flowsim.config.schema` names),
 - the typed defaults (`FlowPreset(method="tsit5", rtol=1e-8)` is a complete preset),

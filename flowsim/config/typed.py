@@ -1,15 +1,11 @@
 """The configuration tables of a scenario and a solver preset, each declared once.
 
-Each table is a frozen, hashable class (`flowsim.config.declare.table`); each of its keys a
-`setting` carrying its type (the annotation, `Literal` for an enumeration), its validator
-and TOML default (a `flowsim.config.spec` spec) and its one line of meaning. The few rules
-that relate two keys (``low < high``, ``k <= width``, checkpoint times within ``t_end``
-...) are small functions in the class's `RULES`. From these classes come the TOML schema
-(`flowsim.config.schema`), the key reference (docs/scenario-keys.md), the typed defaults a
-Python caller relies on (`FlowPreset(method="tsit5", rtol=1e-8)`), `flowsim show` and the
-archive's JSON (`to_dict`). The kinds accepted come from the registries where they are
-declared (solver kinds and flow methods in `flowsim.integrate.registry`; activations,
-losses and observables in `flowsim.kinds`): no JAX is imported here.
+Each table is a frozen, hashable class whose keys are `setting`s (`flowsim.config.declare`
+says what a setting carries and what is derived from the classes). The few rules that
+relate two keys (``low < high``, ``k <= width``, checkpoint times within ``t_end`` ...) are
+small functions in the class's `RULES`. The kinds accepted come from the registries where
+they are declared (solver kinds and flow methods in `flowsim.integrate.registry`;
+activations, losses and observables in `flowsim.kinds`): no JAX is imported here.
 
 Tagged tables are one class per `kind` (`SphereSineData`, `AsymmetricScaling` ...); solver
 presets are `FlowPreset` for the continuous kinds and `DescentPreset` for the discrete ones.
