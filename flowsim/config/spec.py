@@ -14,7 +14,7 @@ import datetime as _dt
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -115,9 +115,6 @@ class Ctx:
     where: str = ""
     stem: str = "scenario"
     origins: Mapping[str, str] = field(default_factory=dict)
-
-    def with_where(self, where: str) -> Ctx:
-        return replace(self, where=where)
 
     def _file_for(self, key: str | None) -> str:
         if key:
@@ -266,7 +263,6 @@ class Str(Spec):
 
     choices: tuple[str, ...] | None = None
     nonempty: bool = False
-    note: str = ""  # extra words for an enum error, e.g. what is planned but not yet there
     default: Any = REQUIRED
 
     def allowed(self) -> str:
@@ -282,10 +278,8 @@ class Str(Spec):
             raise ctx.bad(key, value, "is empty", self.allowed())
         if self.choices is not None and value not in self.choices:
             guess = did_you_mean(value, self.choices)
-            hints = [f"did you mean {toml_string(guess)}?"] if guess else []
-            if self.note:
-                hints.append(self.note)
-            raise ctx.bad(key, value, "is not an allowed value", self.allowed(), "; ".join(hints))
+            hint = f"did you mean {toml_string(guess)}?" if guess else ""
+            raise ctx.bad(key, value, "is not an allowed value", self.allowed(), hint)
         return value
 
 
@@ -483,12 +477,11 @@ class Tagged(Spec):
     common: Mapping[str, Spec] = field(default_factory=dict)
     tag: str = "kind"
     tag_default: Any = REQUIRED
-    tag_note: str = ""
     rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
     default: Any = field(default_factory=dict)
 
     def tag_spec(self) -> Str:
-        return Str(choices=tuple(self.variants), note=self.tag_note, default=self.tag_default)
+        return Str(choices=tuple(self.variants), default=self.tag_default)
 
     def allowed(self) -> str:
         return f"a table with `{self.tag}` = " + self.tag_spec().allowed().removeprefix("one of ")
