@@ -53,7 +53,10 @@ def _annotated(hint: Any, default: Any) -> Spec:
     """The validator an annotation states in full: a `Literal` of strings, `bool`, `int`, `float`, `str`."""
     if typing.get_origin(hint) is Literal:
         return Str(choices=typing.get_args(hint), default=default)
-    return {bool: Bool, int: Int, float: Float, str: Str}[hint](default=default)
+    plain = {bool: Bool, int: Int, float: Float, str: Str}
+    if hint not in plain:
+        raise TypeError(f"a setting annotated `{hint}` needs its spec: the annotation does not say how to validate it")
+    return plain[hint](default=default)
 
 
 def _typed_default(spec: Spec, hint: Any, f: dataclasses.Field) -> Any:
