@@ -121,3 +121,25 @@ def test_every_python_default_is_the_default_validation_fills_in(cls, spec, give
     resolved = spec.check({**kind, **given}, "t", Ctx(file="x.toml", base_dir=ROOT))
     assert to_dict(table(**given)) == resolved
     assert from_dict(table, resolved) == table(**given)
+
+
+def test_an_annotation_that_states_the_validator_is_the_validator():
+    """A setting given only its default is validated by its annotation (the choices of a
+    `Literal` are written once); an annotation that does not say how to validate is refused
+    where the table is declared."""
+    from typing import Literal
+
+    from flowsim.config.declare import setting, spec_of, table
+    from flowsim.config.spec import Bool, Str
+
+    @table
+    class T:
+        mode: Literal["a", "b"] = setting("a", "m")
+        on: bool = setting(True, "m")
+
+    assert spec_of(T, "mode") == Str(choices=("a", "b"), default="a") and spec_of(T, "on") == Bool(default=True)
+    assert T() == T(mode="a", on=True)
+    with pytest.raises(TypeError, match="annotated `tuple.*needs its spec"):
+        @table
+        class U:
+            widths: tuple[int, ...] = setting([1], "m")

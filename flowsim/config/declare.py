@@ -2,7 +2,8 @@
 
 A setting carries the field's validator (a `flowsim.config.spec` spec: allowed values,
 TOML default, the message contract) and its one line of meaning; the field's Python type
-is its annotation (`Literal` for an enumeration). From the classes come
+is its annotation (`Literal` for an enumeration), which is the validator too where it says
+all one would (`bool`, a `Literal` of strings ...). From the classes come
 
 - the TOML schema (`table_spec`, `tagged_spec`: the spec trees `flowsim.config.schema` names),
 - the typed defaults (`FlowPreset(method="tsit5", rtol=1e-8)` is a complete preset),
@@ -21,17 +22,20 @@ import types
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass
-from typing import Any, Union
+from typing import Any, Literal, Union
 
-from .spec import ABSENT, REQUIRED, Spec, Table, Tagged, join
+from .spec import ABSENT, REQUIRED, Bool, Float, Int, Spec, Str, Table, Tagged, join
 
 _SPEC, _MEANING, _KINDS, _NONE = "spec", "meaning", "kinds", "none"
 
 
-def setting(spec: Spec, meaning: str = "", *, kinds: tuple[str, ...] = (), none: str | None = None,
+def setting(spec: Any, meaning: str = "", *, kinds: tuple[str, ...] = (), none: str | None = None,
             default: Any = MISSING) -> Any:
     """A field of a configuration table: validated by `spec`, documented by `meaning`.
 
+    Where the annotation says all a validator would (`bool`, `int`, `float`, `str`, a `Literal`
+    of strings), `spec` is the TOML default alone (REQUIRED: none) and the validator is the
+    annotation's: `output: Literal["fixed", "trained"] = setting("fixed", "...")`.
     Its Python default is the spec's default, typed (lists become tuples, tables objects;
     ABSENT is None), unless `default` says otherwise (REQUIRED: none, for a TOML default
     only the validator can resolve, such as a preset's name). `kinds`: the only kinds of the class
@@ -43,6 +47,16 @@ def setting(spec: Spec, meaning: str = "", *, kinds: tuple[str, ...] = (), none:
     if none is not None:
         metadata[_NONE] = none
     return dataclasses.field(default=default, metadata=metadata)
+
+
+def _annotated(hint: Any, default: Any) -> Spec:
+    """The validator an annotation states in full: a `Literal` of strings, `bool`, `int`, `float`, `str`."""
+    if typing.get_origin(hint) is Literal:
+        return Str(choices=typing.get_args(hint), default=default)
+    plain = {bool: Bool, int: Int, float: Float, str: Str}
+    if hint not in plain:
+        raise TypeError(f"a setting annotated `{hint}` needs its spec: the annotation does not say how to validate it")
+    return plain[hint](default=default)
 
 
 def _typed_default(spec: Spec, hint: Any, f: dataclasses.Field) -> Any:
@@ -66,6 +80,9 @@ def table(cls: type) -> type:
     hints = typing.get_type_hints(cls, localns={cls.__name__: cls})
     for name in cls.__dict__.get("__annotations__", {}):
         f = cls.__dict__.get(name)
+        if isinstance(f, dataclasses.Field) and _SPEC in f.metadata and not isinstance(f.metadata[_SPEC], Spec):
+            spec = _annotated(hints[name], f.metadata[_SPEC])    # (a field's metadata is read-only)
+            setattr(cls, name, f := dataclasses.field(default=f.default, metadata={**f.metadata, _SPEC: spec}))
         if isinstance(f, dataclasses.Field) and _SPEC in f.metadata and f.default is MISSING:
             f.default = _typed_default(f.metadata[_SPEC], hints[name], f)
         elif isinstance(f, dataclasses.Field) and f.default is REQUIRED:
@@ -107,13 +124,14 @@ def kinds_of(cls: type) -> tuple[str, ...]:
     return getattr(cls, "KINDS", None) or typing.get_args(typing.get_type_hints(cls)["kind"])
 
 
-def tagged_spec(classes: tuple[type, ...], *, common: tuple[str, ...] = (), tag_default: Any = REQUIRED,
-                default: Any = None, meaning: str = "", replace: Mapping[str, Spec] | None = None,
-                exclude: tuple[str, ...] = ()) -> Kinds:
-    """The TOML table with a `kind` that `classes` declare, one class per kind (or per
-    several kinds: `KINDS`), in their order; `common` are the keys every kind takes, listed
-    first. `replace` swaps the specs of some keys (a preset file's `description` is required),
-    `exclude` leaves some out (a preset file's `name` is its stem)."""
+def tagged_spec(union: Any, *, common: tuple[str, ...] = (), tag_default: Any = REQUIRED, default: Any = None,
+                replace: Mapping[str, Spec] | None = None, exclude: tuple[str, ...] = ()) -> Tagged:
+    """The TOML table with a `kind` that the classes of `union` declare, one class per kind
+    (or per several kinds: `KINDS`), in their order, but those no file names (`IN_FILES`);
+    `common` are the keys every kind takes, listed first. `replace` swaps the specs of some
+    keys (a preset file's `description` is required), `exclude` leaves some out (a preset
+    file's `name` is its stem)."""
+    classes = [c for c in _classes(union) if getattr(c, "IN_FILES", True)]
     replace = dict(replace or {})
     first = {f.name: f for f in settings(classes[0])}
     common_specs = {n: replace.get(n, first[n].metadata[_SPEC]) for n in common}
@@ -124,27 +142,20 @@ def tagged_spec(classes: tuple[type, ...], *, common: tuple[str, ...] = (), tag_
                               if f.name not in (*common, *exclude) and kind in f.metadata.get(_KINDS, (kind,))}
             if getattr(cls, "RULES", ()):
                 rules[kind] = cls.RULES
-    return Kinds(variants=variants, common=common_specs, tag_default=tag_default, rules=rules,
-                 default={} if default is None else default, meaning=meaning)
-
-
-@dataclass(frozen=True)
-class Kinds(Tagged):
-    """A `Tagged` table that knows the meaning of its `kind` key."""
-
-    meaning: str = ""
+    return Tagged(variants=variants, common=common_specs, tag_default=tag_default, rules=rules,
+                  default={} if default is None else default)
 
 
 def meanings(hint: Any, prefix: str = "") -> dict[str, str]:
     """The meaning of every setting below `hint` (a class or a union of them), by dotted key;
-    a table of kinds gives its `kind` the meaning its `Kinds` spec carries."""
+    a table of kinds gives its meaning to its `kind`."""
     out: dict[str, str] = {}
     for cls in _classes(hint):
         hints = typing.get_type_hints(cls)
         for f in settings(cls):
             key, spec = join(prefix, f.name), f.metadata[_SPEC]
-            if isinstance(spec, Kinds):
-                out.setdefault(join(key, spec.tag), spec.meaning)
+            if isinstance(spec, Tagged):
+                out.setdefault(join(key, spec.tag), f.metadata[_MEANING])
             elif f.metadata[_MEANING]:      # (a table has no line of its own: its keys do)
                 out.setdefault(key, f.metadata[_MEANING])
             if spec.children():

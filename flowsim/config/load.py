@@ -2,9 +2,9 @@
 
 A `Scenario` holds the typed `Config` of the resolved form (every default filled in, solver
 presets inlined, relative paths made absolute) and one `RunSpec` per sweep point and seed;
-below the loader nothing sees a scenario dict but the archive's JSON (`to_dict`).  Every mistake in the input is a `ScenarioError`, raised before any
-computation, whose message names the file, the dotted key, the offending value and what
-is allowed.
+below the loader nothing sees a scenario dict but the archive's JSON (`to_dict`). Every
+mistake in the input is a `ScenarioError`, raised before any computation, whose message
+names the file, the dotted key, the offending value and what is allowed.
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def loads_scenario(text: str, *, path: str | Path = "<string>", base_dir: str | 
         resolved["sweep"] = sweep
     runs = make_runs(points, resolved["seeds"], bool(sweep_axes(sweep)), ctx, sweep)
     refuse_filippov_misfits(runs, shown)
-    return Scenario(path=abspath, text=text, settings=from_dict(Config, resolved), runs=runs, warnings=kink_warnings(runs, shown),
-                    origins=origins)
+    return Scenario(path=abspath, text=text, settings=from_dict(Config, resolved), runs=runs,
+                    warnings=kink_warnings(runs, shown), origins=origins)
 
 
 def refuse_filippov_misfits(runs: list[RunSpec], shown: str, run_key: str = "run") -> None:

@@ -12,12 +12,12 @@ from typing import NamedTuple
 
 from .declare import meanings
 from .schema import SCENARIO, SOLVER_INLINE
-from .typed import Config, Preset
+from .typed import SOLVER_KIND_MEANING, Config, Preset
 from .spec import ABSENT, REQUIRED, Custom, OneOf, Spec, Table, Tagged, join, toml_value
 
 
 #: One line of meaning per key, dotted as `--set` names it; solver-preset keys carry `solver.`.
-MEANING = {**meanings(Config), "solver.kind": SOLVER_INLINE.meaning, **meanings(Preset, "solver")}
+MEANING = {**meanings(Config), "solver.kind": SOLVER_KIND_MEANING, **meanings(Preset, "solver")}
 
 
 class Row(NamedTuple):

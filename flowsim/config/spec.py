@@ -14,7 +14,7 @@ import datetime as _dt
 import difflib
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -116,9 +116,6 @@ class Ctx:
     stem: str = "scenario"
     origins: Mapping[str, str] = field(default_factory=dict)
 
-    def with_where(self, where: str) -> Ctx:
-        return replace(self, where=where)
-
     def _file_for(self, key: str | None) -> str:
         if key:
             for k in self.origins:
@@ -171,8 +168,15 @@ class Spec:
 
     default: Any = REQUIRED
 
-    def check(self, value: Any, key: str, ctx: Ctx) -> Any:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def check(self, value: Any, key: str, ctx: Ctx) -> Any:
+        """`value` normalised; a value of a type the spec does not accept has the wrong type."""
+        if not self.accepts_type(value):
+            raise ctx.wrong_type(key, value, self.allowed())
+        return self.checked(value, key, ctx)
+
+    def checked(self, value: Any, key: str, ctx: Ctx) -> Any:
+        """`value`, of a type the spec accepts, normalised (or a `ScenarioError`)."""
+        return value
 
     def allowed(self) -> str:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -218,9 +222,7 @@ class Int(Spec):
     def accepts_type(self, value):
         return is_int(value)
 
-    def check(self, value, key, ctx):
-        if not is_int(value):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if not _in_range(value, self.lo, self.hi, False, False):
             raise ctx.bad(key, value, "is out of range", self.allowed())
         return int(value)
@@ -237,16 +239,13 @@ class Float(Spec):
     default: Any = REQUIRED
 
     def allowed(self) -> str:
-        return _range_text("a finite number", self.lo, self.hi, self.lo_open, self.hi_open) \
-            if self.lo is None and self.hi is None else \
-            _range_text("a number", self.lo, self.hi, self.lo_open, self.hi_open)
+        noun = "a finite number" if self.lo is None and self.hi is None else "a number"
+        return _range_text(noun, self.lo, self.hi, self.lo_open, self.hi_open)
 
     def accepts_type(self, value):
         return is_number(value)
 
-    def check(self, value, key, ctx):
-        if not is_number(value):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         try:
             x = float(value)
         except OverflowError:  # a TOML integer beyond the float range
@@ -264,7 +263,6 @@ class Str(Spec):
 
     choices: tuple[str, ...] | None = None
     nonempty: bool = False
-    note: str = ""  # extra words for an enum error, e.g. what is planned but not yet there
     default: Any = REQUIRED
 
     def allowed(self) -> str:
@@ -275,17 +273,13 @@ class Str(Spec):
     def accepts_type(self, value):
         return isinstance(value, str)
 
-    def check(self, value, key, ctx):
-        if not isinstance(value, str):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if self.nonempty and not value.strip():
             raise ctx.bad(key, value, "is empty", self.allowed())
         if self.choices is not None and value not in self.choices:
             guess = did_you_mean(value, self.choices)
-            hints = [f"did you mean {toml_string(guess)}?"] if guess else []
-            if self.note:
-                hints.append(self.note)
-            raise ctx.bad(key, value, "is not an allowed value", self.allowed(), "; ".join(hints))
+            hint = f"did you mean {toml_string(guess)}?" if guess else ""
+            raise ctx.bad(key, value, "is not an allowed value", self.allowed(), hint)
         return value
 
 
@@ -298,11 +292,6 @@ class Bool(Spec):
 
     def accepts_type(self, value):
         return isinstance(value, bool)
-
-    def check(self, value, key, ctx):
-        if not isinstance(value, bool):
-            raise ctx.wrong_type(key, value, self.allowed())
-        return value
 
 
 def resolve_path(text: str, base_dir: Path) -> Path | None:
@@ -340,9 +329,7 @@ class FilePath(Spec):
     def accepts_type(self, value):
         return isinstance(value, str)
 
-    def check(self, value, key, ctx):
-        if not isinstance(value, str):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if value == "" and self.empty_ok:
             return ""
         p = resolve_path(value, ctx.base_dir)
@@ -375,12 +362,7 @@ class ListOf(Spec):
     def accepts_type(self, value):
         return isinstance(value, list)
 
-    def children(self):
-        return {}
-
-    def check(self, value, key, ctx):
-        if not isinstance(value, list):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         if self.nonempty and not value:
             raise ctx.bad(key, value, "is empty", self.allowed())
         if self.max_len is not None and len(value) > self.max_len:
@@ -414,14 +396,12 @@ class OneOf(Spec):
             out.update(o.children())
         return out
 
-    def check(self, value, key, ctx):
-        for o in self.options:
-            if o.accepts_type(value):
-                try:
-                    return o.check(value, key, ctx)
-                except ScenarioError as e:
-                    raise _widen(e, key, self.allowed()) from None
-        raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
+        option = next(o for o in self.options if o.accepts_type(value))
+        try:
+            return option.check(value, key, ctx)
+        except ScenarioError as e:
+            raise _widen(e, key, self.allowed()) from None
 
 
 def _widen(e: ScenarioError, key: str, allowed: str) -> ScenarioError:
@@ -467,11 +447,9 @@ class Table(Spec):
     def children(self):
         return self.fields
 
-    def check(self, value, key, ctx, *, context: str = "", elsewhere=frozenset()):
+    def checked(self, value, key, ctx, *, context: str = "", elsewhere=frozenset()):
         """`context` qualifies the key list ('for kind = "uci"'); `elsewhere` are keys
         valid for another kind, reported as such rather than as misspellings."""
-        if not isinstance(value, Mapping):
-            raise ctx.wrong_type(key, value, self.allowed())
         for name in value:
             if name not in self.fields:
                 table = _table_name(key) + context
@@ -499,12 +477,11 @@ class Tagged(Spec):
     common: Mapping[str, Spec] = field(default_factory=dict)
     tag: str = "kind"
     tag_default: Any = REQUIRED
-    tag_note: str = ""
     rules: Mapping[str, tuple[Rule, ...]] = field(default_factory=dict)
     default: Any = field(default_factory=dict)
 
     def tag_spec(self) -> Str:
-        return Str(choices=tuple(self.variants), note=self.tag_note, default=self.tag_default)
+        return Str(choices=tuple(self.variants), default=self.tag_default)
 
     def allowed(self) -> str:
         return f"a table with `{self.tag}` = " + self.tag_spec().allowed().removeprefix("one of ")
@@ -521,9 +498,7 @@ class Tagged(Spec):
             out.update(fields)
         return out
 
-    def check(self, value, key, ctx):
-        if not isinstance(value, Mapping):
-            raise ctx.wrong_type(key, value, self.allowed())
+    def checked(self, value, key, ctx):
         spec = self.tag_spec()
         if self.tag in value:
             kind = spec.check(value[self.tag], join(key, self.tag), ctx)
@@ -534,7 +509,7 @@ class Tagged(Spec):
         fields = {self.tag: spec, **self.common, **self.variants[kind]}
         table = Table(fields=fields, rules=self.rules.get(kind, ()))
         elsewhere = set(self.children()) - set(fields)
-        return table.check({self.tag: kind, **value}, key, ctx,
+        return table.checked({self.tag: kind, **value}, key, ctx,
                            context=f" for {self.tag} = {toml_string(kind)}", elsewhere=elsewhere)
 
 
@@ -557,7 +532,7 @@ class Custom(Spec):
     def children(self):
         return self.kids
 
-    def check(self, value, key, ctx):
+    def check(self, value, key, ctx):    # `fn` words its own wrong-type message
         return self.fn(value, key, ctx)
 
 

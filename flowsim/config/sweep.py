@@ -89,7 +89,7 @@ def expand(raw: dict, resolved: dict, ctx: Ctx) -> tuple[list[tuple[str, dict]],
         point_raw = copy.deepcopy(base_raw)
         for parts, v in kind_first([(k.split("."), copy.deepcopy(v)) for k, v in chosen]):
             assign(point_raw, parts, v)
-        config = SCENARIO.check(point_raw, "", ctx.with_where(f"sweep point {i} ({label}): "))
+        config = SCENARIO.check(point_raw, "", replace(ctx, where=f"sweep point {i} ({label}): "))
         points.append((label, config))
         for k, j in zip(axes, idx):
             if normalised[k][j] is ABSENT:

@@ -22,7 +22,7 @@ def checkpoint_times(run_cfg: dict) -> np.ndarray:
     - ``{times = [...]}``: as given, with t_end appended when it is not the last.
     """
     t_end = float(run_cfg["t_end"])
-    cp = run_cfg.get("checkpoints") or {"count": 50, "spacing": "linear"}
+    cp = run_cfg["checkpoints"]
     if "every" in cp:
         every = float(cp["every"])
         n = int(math.floor(t_end / every))
@@ -31,9 +31,9 @@ def checkpoint_times(run_cfg: dict) -> np.ndarray:
     elif "times" in cp:
         ts = np.asarray(cp["times"], dtype=np.float64)
         ts = ts[ts < t_end]
-    else:   # a table not yet through validation (its own range check, user code) may omit these
-        count = int(cp.get("count", 50))
-        if cp.get("spacing", "linear") == "log":
+    else:
+        count = int(cp["count"])
+        if cp["spacing"] == "log":
             if count == 1:
                 ts = np.empty(0)
             else:

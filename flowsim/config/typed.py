@@ -1,15 +1,11 @@
 """The configuration tables of a scenario and a solver preset, each declared once.
 
-Each table is a frozen, hashable class (`flowsim.config.declare.table`); each of its keys a
-`setting` carrying its type (the annotation, `Literal` for an enumeration), its validator
-and TOML default (a `flowsim.config.spec` spec) and its one line of meaning. The few rules
-that relate two keys (``low < high``, ``k <= width``, checkpoint times within ``t_end``
-...) are small functions in the class's `RULES`. From these classes come the TOML schema
-(`flowsim.config.schema`), the key reference (docs/scenario-keys.md), the typed defaults a
-Python caller relies on (`FlowPreset(method="tsit5", rtol=1e-8)`), `flowsim show` and the
-archive's JSON (`to_dict`). The kinds accepted come from the registries where they are
-declared (solver kinds and flow methods in `flowsim.integrate.registry`; activations,
-losses and observables in `flowsim.kinds`): no JAX is imported here.
+Each table is a frozen, hashable class whose keys are `setting`s (`flowsim.config.declare`
+says what a setting carries and what is derived from the classes). The few rules that
+relate two keys (``low < high``, ``k <= width``, checkpoint times within ``t_end`` ...) are
+small functions in the class's `RULES`. The kinds accepted come from the registries where
+they are declared (solver kinds and flow methods in `flowsim.integrate.registry`;
+activations, losses and observables in `flowsim.kinds`): no JAX is imported here.
 
 Tagged tables are one class per `kind` (`SphereSineData`, `AsymmetricScaling` ...); solver
 presets are `FlowPreset` for the continuous kinds and `DescentPreset` for the discrete ones.
@@ -53,10 +49,10 @@ from ..kinds import LOSSES as _LOSS_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..toml_text import sweep_axes
 from .catalog import solvers_dir
-from .declare import Frozen, Kinds, freeze, setting, table, table_spec, tagged_spec, to_dict
+from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
 from .files import display, read_toml
 from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Spec, Str,
-                   Table, did_you_mean, join, num, show, toml_key, toml_string)
+                   Table, Tagged, did_you_mean, join, num, show, toml_key, toml_string)
 from .times import checkpoint_times
 
 SEED_MAX = 2**32 - 1  # seeds feed jax.random.PRNGKey and numpy generators
@@ -186,8 +182,8 @@ def _noise(default: float) -> Any:
 
 
 def _standardize() -> Any:
-    return setting(Bool(default=True), "standardise X and y with the training set's mean and deviation (kept "
-                   "in the archive's /data attributes)")
+    return setting(True, "standardise X and y with the training set's mean and deviation (kept in the "
+                   "archive's /data attributes)")
 
 
 def _file(meaning: str = "the file (csv: one header row, numeric columns; npz: X_train, y_train, optional "
@@ -235,8 +231,8 @@ class RandomLabelsData(_DataBase):
     n: int = _n(20)
     d: int = _d(20)
     n_test: int = _n_test(0)
-    low: float = setting(Float(default=-0.5), "lower end of the uniform random labels")
-    high: float = setting(Float(default=0.5), "upper end of the uniform random labels")
+    low: float = setting(-0.5, "lower end of the uniform random labels")
+    high: float = setting(0.5, "upper end of the uniform random labels")
 
 
 @table
@@ -275,8 +271,7 @@ class Split:
 @table
 class UciData(_DataBase):
     kind: Literal["uci"] = "uci"
-    name: Literal[UCI_NAMES] = setting(
-        Str(choices=UCI_NAMES), "which shipped UCI regression dataset (data/<name>.csv)")
+    name: Literal[UCI_NAMES] = setting(REQUIRED, "which shipped UCI regression dataset (data/<name>.csv)")
     split: Split = setting(table_spec(Split, what="a table {train, test, valid} of fractions summing to 1"))
     permute_seed: int = setting(Int(lo=0, hi=SEED_MAX, default=10),
                                 "seed of the row permutation before the split (Caron et al. used 10)")
@@ -394,8 +389,8 @@ def _init_std() -> Any:
 
 
 def _zeroed() -> Any:
-    return setting(Bool(default=False), "subtract a frozen copy of the initial network so that f = 0 at "
-                   "t = 0 (Caron Assumption 7.7)")
+    return setting(False, "subtract a frozen copy of the initial network so that f = 0 at t = 0 (Caron "
+                   "Assumption 7.7)")
 
 
 @table
@@ -411,16 +406,13 @@ class _ModelBase:
 class ShallowModel(_ModelBase):
     kind: Literal["shallow"] = "shallow"
     output: Literal["fixed", "trained"] = setting(
-        Str(choices=("fixed", "trained"), default="fixed"),
-        "output weights a_j: fixed ±1 drawn once, or trained with the hidden layer")
+        "fixed", "output weights a_j: fixed ±1 drawn once, or trained with the hidden layer")
     zeroed: bool = _zeroed()
     init_path: str = setting(FilePath(empty_ok=True, default=""),
                              "an .npz with W0 (m×d) and a (m) to start from instead of a random draw")
-    scaling: Scaling = setting(tagged_spec(
-        (NtkScaling, AsymmetricScaling, SingleScaling, FiniteScaling, CustomScaling, MeanFieldScaling,
-         StandardScaling), tag_default="ntk",
-        meaning="node scaling λ_j of Caron et al. (ntk: all equal; asymmetric: a Zipf part; single, finite, "
-                "custom; mean-field, standard: 1/m, 1)"))
+    scaling: Scaling = setting(tagged_spec(Scaling, tag_default="ntk"), "node scaling λ_j of Caron et al. (ntk: "
+                               "all equal; asymmetric: a Zipf part; single, finite, custom; mean-field, standard: "
+                               "1/m, 1)")
 
 
 def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
@@ -447,11 +439,10 @@ class EmbeddedModel(_ModelBase):
     kind: Literal["embedded"] = "embedded"
     zeroed: bool = _zeroed()
     embedding: Literal[EMBEDDINGS] = setting(
-        Str(choices=EMBEDDINGS, default="identity"),
-        "features φ(x) the hidden layer sees (Chen et al.): x itself, quadratic monomials, or random features")
+        "identity", "features φ(x) the hidden layer sees (Chen et al.): x itself, quadratic monomials, or random "
+        "features")
     chen_scaling: Literal[CHEN_SCALINGS] = setting(
-        Str(choices=CHEN_SCALINGS, default="theirs"),
-        "which column of Chen et al.'s Table 1 sets the output scale (theirs = the paper's code)")
+        "theirs", "which column of Chen et al.'s Table 1 sets the output scale (theirs = the paper's code)")
     c_hat: float = setting(_positive(1.0), "magnitude ĉ of the fixed output weights c_i = ±ĉ")
     # last: the default D (filled in by _embedded_keys) lands there too, so the resolved
     # table has one key order, given or not; None for the other embeddings
@@ -476,11 +467,10 @@ class MlpModel:
                                       "hidden widths, input side first (the depth is their number)")
     activation: str = _activation("tanh")
     parameterisation: Literal[MLP_PARAMETERISATIONS] = setting(
-        Str(choices=MLP_PARAMETERISATIONS, default="standard"),
-        "how widths scale initial variances and the forward pass: standard, ntk, mean-field or µP (Yang & "
+        "standard", "how widths scale initial variances and the forward pass: standard, ntk, mean-field or µP (Yang & "
         "Hu's abc form)")
     init_std: float = _init_std()
-    bias: bool = setting(Bool(default=True), "whether each dense layer has a bias")
+    bias: bool = setting(True, "whether each dense layer has a bias")
     train: Literal["all"] | tuple[int, ...] = setting(
         OneOf(options=(Str(choices=("all",)), ListOf(item=Int(lo=0), nonempty=True, distinct=True)),
               default="all"),
@@ -564,7 +554,7 @@ def _name() -> Any:
 
 
 def _description() -> Any:
-    return setting(Str(default=""), "one line shown by `flowsim list`")
+    return setting("", "one line shown by `flowsim list`")
 
 
 def _learning_rate(kinds: tuple[str, ...] = ()) -> Any:
@@ -602,8 +592,7 @@ class FlowPreset:
         "reaches this enters the complementarity problem that holds it at 2/η (third derivatives are "
         "computed for it); below, it is free", kinds=("central-flow",))
     method: Literal[FLOW_METHODS] = setting(
-        Str(choices=FLOW_METHODS, default="tsit5"),
-        "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
+        "tsit5", "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
         "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
         "method's like sharpness), or filippov: event-driven through ReLU kinks")
     rtol: float = setting(_positive(1e-8), "relative tolerance of the adaptive step control")
@@ -675,20 +664,18 @@ class DescentPreset:
 
 
 Preset = Union[FlowPreset, DescentPreset]
-_PRESET_CLASSES = (FlowPreset, DescentPreset)
 SOLVER_KIND_MEANING = ("flow (the exact gradient flow), modified-flow (the flow GD follows to second order), "
                        "central-flow (the path GD's time average follows at the edge of stability), gd, "
                        "momentum, sgd")
 
 
 @functools.cache
-def solver_spec(inline: bool) -> Kinds:
+def solver_spec(inline: bool) -> Tagged:
     """An inline preset carries its own name and an optional description; a preset file's
     name is its stem and its description is required."""
     if inline:
-        return tagged_spec(_PRESET_CLASSES, common=("name", "description"), meaning=SOLVER_KIND_MEANING)
-    return tagged_spec(_PRESET_CLASSES, common=("description",), replace={"description": Str()},
-                       exclude=("name",), meaning=SOLVER_KIND_MEANING)
+        return tagged_spec(Preset, common=("name", "description"))
+    return tagged_spec(Preset, common=("description",), replace={"description": Str()}, exclude=("name",))
 
 
 def load_preset(spec: Any, key: str, ctx: Ctx) -> dict:
@@ -727,8 +714,7 @@ class CheckpointEvery:
 @table
 class CheckpointCount:
     count: int = setting(Int(lo=1, hi=MAX_CHECKPOINTS, default=50), "N rows after t = 0, up to t_end")
-    spacing: Literal["linear", "log"] = setting(Str(choices=("linear", "log"), default="linear"),
-                                                "linear, or log (from t_end/1000)")
+    spacing: Literal["linear", "log"] = setting("linear", "linear, or log (from t_end/1000)")
 
 
 def _times_increasing(t: dict, key: str, ctx: Ctx) -> None:
@@ -961,7 +947,7 @@ class Sweep:
 
 
 def _enabled() -> Any:
-    return setting(Bool(default=True), "run this analysis")
+    return setting(True, "run this analysis")
 
 
 def _importance(default: list[str], meaning: str) -> Any:
@@ -989,7 +975,7 @@ class TransferAnalysis:
     learning_rate: float = setting(_positive(0.1), "its GD step (the text's 1.0 diverges)")
     importance: tuple[Literal["weight", "lambda"], ...] = _importance(["weight"], "how nodes are ranked (as in "
                                                                                   "prune)")
-    standardize: bool = setting(Bool(default=True), "standardise the transferred features")
+    standardize: bool = setting(True, "standardise the transferred features")
 
 
 @table
@@ -1031,8 +1017,7 @@ class Analysis:
 @table
 class Plot:
     figure: Literal[PLOT_FIGURES] = setting(
-        Str(choices=PLOT_FIGURES, default="default"),
-        "the layout `flowsim plot` draws: the default panels, or a Chen et al. figure")
+        "default", "the layout `flowsim plot` draws: the default panels, or a Chen et al. figure")
 
 
 def _k_within_width(top: dict, key: str, ctx: Ctx) -> None:
@@ -1069,10 +1054,6 @@ def _observables_fit_model(top: dict, key: str, ctx: Ctx) -> None:
                           ", ".join(n for n, o in _OBSERVABLE_REGISTRY.items() if not o.family))
 
 
-def _in_files(*classes: type) -> tuple[type, ...]:
-    return tuple(c for c in classes if getattr(c, "IN_FILES", True))
-
-
 @table
 class Config:
     """A resolved scenario: the whole file (`Scenario.settings`) or one sweep point
@@ -1081,7 +1062,7 @@ class Config:
     RULES: ClassVar = (_k_within_width, _rtol_within_dtype, _observables_fit_model)
     name: str = setting(Str(nonempty=True, default=lambda ctx: ctx.stem),
                         "the scenario's name: the archive defaults to runs/<name>.h5")
-    description: str = setting(Str(default=""), "one line shown by `flowsim list` and stored in the archive")
+    description: str = setting("", "one line shown by `flowsim list` and stored in the archive")
     seeds: tuple[int, ...] = setting(
         Custom(fn=_check_seeds, types=(list, dict), default=[0],
                text=f"a non-empty list of distinct integers in [0, {SEED_MAX}] or a table "
@@ -1090,16 +1071,13 @@ class Config:
         "the runs' seeds (initial weights; data too with `data.seed = \"run\"`); `{count = N, start = S}` is "
         "shorthand for S … S+N−1")
     dtype: Literal["float64", "float32"] = setting(
-        Str(choices=("float64", "float32"), default="float64"),
-        "floating-point precision of data, weights and solvers; float32 needs flow presets with rtol ≥ 1e-5, "
+        "float64", "floating-point precision of data, weights and solvers; float32 needs flow presets with rtol ≥ 1e-5, "
         "and not the filippov method (float64 only)")
-    data: Data = setting(tagged_spec(
-        _in_files(*Data.__args__), common=("seed",), default=REQUIRED,
-        meaning="the dataset: a synthetic generator, a shipped dataset, or your own csv/npz file"))
-    model: Model = setting(tagged_spec(
-        _in_files(*Model.__args__), tag_default="shallow", default=REQUIRED,
-        meaning="the network: one hidden layer (shallow), on fixed embeddings (embedded), a deep MLP, or your "
-                "own Equinox module (python)"))
+    data: Data = setting(tagged_spec(Data, common=("seed",), default=REQUIRED),
+                         "the dataset: a synthetic generator, a shipped dataset, or your own csv/npz file")
+    model: Model = setting(tagged_spec(Model, tag_default="shallow", default=REQUIRED),
+                           "the network: one hidden layer (shallow), on fixed embeddings (embedded), a deep MLP, "
+                           "or your own Equinox module (python)")
     loss: Loss = setting(table_spec(Loss))
     run: Run = setting(table_spec(Run, default=REQUIRED))
     sweep: Sweep | None = setting(

@@ -56,11 +56,6 @@ def run_config(run: _archive.RunView) -> Config:
     return from_dict(Config, run.params)
 
 
-def solver_preset(view: _archive.SolverView) -> Preset:
-    """The typed preset of an archived solver (stored resolved, like the run's config)."""
-    return from_dict(Preset, view.preset)
-
-
 def scenario_config(arch: _archive.Archive) -> Config | None:
     """The archive's typed scenario; None where it holds no resolved scenario."""
     resolved = arch.attrs.get("scenario_resolved")
