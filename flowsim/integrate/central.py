@@ -52,7 +52,7 @@ from jax.experimental.sparse.linalg import lobpcg_standard
 from jax.flatten_util import ravel_pytree
 
 from ..problem import Params, Problem
-from . import sdcp
+from . import rock4, sdcp
 
 # A held margin relaxes onto 2/η over this many GD steps (κ = 1/(RELAX_STEPS·η)).
 RELAX_STEPS = 1.0
@@ -73,6 +73,9 @@ DENSE = 5
 EVENT_TOL = 1e-6
 # An eigenvalue of X above this share of X's largest (and above ZERO_X) counts as held.
 RANK_SHARE = 1e-8
+# ROCK4: ρ, the spectral radius of the field's Jacobian, is this factor times its bound from
+# the last accepted point (`spectral_bound`), as rock4's own power-iteration estimate is.
+RHO_SAFETY = 1.2
 # The error a step across an event reports: large and finite (a non-finite error is counted
 # by FlowIntegrator as a blow-up).
 _EVENT_ERROR = 1e30
@@ -235,8 +238,27 @@ class CentralField(eqx.Module):
         return central_point(problem, y, warm_start(t, *start), self.eta, self.k, self.threshold).velocity
 
 
+def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
+    """A bound on the spectral radius of the central field's Jacobian at `point`, from what
+    the point holds (no product of its own, no derivative of the tracking): the gradient
+    flow's part −∇²L̃ has radius λ1, and on a held direction the field is the gradient flow
+    projected off g (the margin's gradient) plus the relaxation −κ along it, whose radius is
+    at most max(λ1, κ). λ1 is certified only where it matters (`track`: λ1 + ‖r‖ ≥ 2·threshold/η),
+    so below that floor the floor bounds it. Measured on central-mlp against power iteration
+    on finite-difference Jacobian-vector products of the field (bench/bench_central.py)."""
+    eta = jnp.asarray(eta, point.lam.dtype)
+    return jnp.maximum(jnp.maximum(point.lam[0], 2 * threshold / eta), 1.0 / (RELAX_STEPS * eta))
+
+
+class Rock4Inner(eqx.Module):
+    """ROCK4's own state when it steps the central flow: f at the last accepted point and ρ
+    from it (`spectral_bound` × `RHO_SAFETY`)."""
+    f0: Params
+    rho: jax.Array
+
+
 class CentralState(eqx.Module):
-    inner: object           # the Runge–Kutta method's own state
+    inner: object           # the Runge–Kutta method's own state (ROCK4: a `Rock4Inner`)
     U: jax.Array            # eigenvectors at the last accepted step's end (the warm start)
     dU: jax.Array           # their rate of change over that step (zero at t = 0)
     tU: jax.Array           # that step's end
@@ -247,14 +269,23 @@ class CentralState(eqx.Module):
 
 
 class CentralSolver(dfx.AbstractSolver):
-    """An explicit Diffrax method stepping `CentralField`, with the eigenvectors, the held
-    set and the cost counters in its state (see the module's docstring for the events)."""
+    """A Diffrax explicit Runge–Kutta method, or ROCK4 (`flowsim.integrate.rock4`), stepping
+    `CentralField`, with the eigenvectors, the held set and the cost counters in its state
+    (see the module's docstring for the events).
+    ROCK4 takes ρ from the last accepted point (`spectral_bound`), not from power iteration
+    through the field (which would differentiate the tracking and the complementarity
+    solver), and passes each stage its abscissa, from which the stage's warm start is
+    extrapolated as a Runge–Kutta stage's is; its cost is counted stage by stage."""
 
-    inner: dfx.AbstractSolver
+    inner: dfx.AbstractSolver    # or a `rock4.Rock4` (only its step's arithmetic is used)
     field: CentralField
-    evals_per_step: int = eqx.field(static=True)
+    evals_per_step: int = eqx.field(static=True)    # Runge–Kutta: evaluations per try; ROCK4: 0 (per try)
 
     term_structure: ClassVar = dfx.AbstractTerm
+
+    @property
+    def stabilised(self) -> bool:
+        return isinstance(self.inner, rock4.Rock4)
 
     @property
     def interpolation_cls(self):
@@ -270,9 +301,19 @@ class CentralSolver(dfx.AbstractSolver):
     def error_order(self, terms) -> int:
         return self.inner.error_order(terms)
 
+    def max_step(self, state: CentralState) -> jax.Array:
+        """ROCK4: the longest step its highest usable degree keeps stable at ρ; no bound otherwise."""
+        if not self.stabilised:
+            return jnp.asarray(jnp.inf, state.tU.dtype)
+        return rock4.MAX_H_RHO / state.inner.rho
+
     def _start(self, y0) -> jax.Array:
         w, _ = ravel_pytree(y0)
         return initial_vectors(w.size, self.field.k, w.dtype)
+
+    def _rock4_inner(self, point: CentralPoint) -> Rock4Inner:
+        return Rock4Inner(f0=point.velocity,
+                          rho=RHO_SAFETY * spectral_bound(point, self.field.eta, self.field.threshold))
 
     def func(self, terms, t0, y0, args):
         # Diffrax's first step-size search calls this with the problem alone
@@ -283,9 +324,12 @@ class CentralSolver(dfx.AbstractSolver):
         f = self.field
         point = central_point(args, y0, self._start(y0), f.eta, f.k, f.threshold, TRACK_ITERATIONS_INIT,
                              cold=True)
-        inner = self.inner.init(terms, t0, t1, y0, (args, point.U, jnp.zeros_like(point.U), t0))
+        if self.stabilised:     # f(y0) is the point's: no evaluation of its own
+            inner = self._rock4_inner(point)
+        else:
+            inner = self.inner.init(terms, t0, t1, y0, (args, point.U, jnp.zeros_like(point.U), t0))
         zero = jnp.zeros((), jnp.int32)
-        cost = jnp.stack([1, point.hvps, point.thirds]).astype(jnp.int64)
+        cost = _cost(1, point)
         return CentralState(inner=inner, U=point.U, dU=jnp.zeros_like(point.U), tU=jnp.asarray(t0, point.U.dtype),
                             held=point.held, events=zero, spent=cost, tried=cost)
 
@@ -296,17 +340,29 @@ class CentralSolver(dfx.AbstractSolver):
         U = state.U if t is None else warm_start(t, state.U, state.dU, state.tU)
         return central_point(problem, y, U, f.eta, f.k, f.threshold)
 
+    def _rock4_step(self, t0, t1, y0, args, state: CentralState):
+        def end(t, y):
+            point = self.point(args, y, state, t)
+            return point.velocity, _cost(1, point), point
+
+        field = lambda t, y: end(t, y)[:2]
+        y1, y_error, dense, _, point, tried, _ = rock4.advance(field, end, t0, t1, y0, state.inner.f0,
+                                                               state.inner.rho, jnp.zeros(3, jnp.int64))
+        return y1, y_error, dense, self._rock4_inner(point), point, tried, dfx.RESULTS.successful
+
     def step(self, terms, t0, t1, y0, args, state: CentralState, made_jump):
-        y1, y_error, dense, inner, result = self.inner.step(terms, t0, t1, y0, (args, state.U, state.dU, state.tU),
-                                                            state.inner, made_jump)
-        end = self.point(args, y1, state, t1)
+        if self.stabilised:
+            y1, y_error, dense, inner, end, tried, result = self._rock4_step(t0, t1, y0, args, state)
+        else:
+            y1, y_error, dense, inner, result = self.inner.step(terms, t0, t1, y0, (args, state.U, state.dU, state.tU),
+                                                                state.inner, made_jump)
+            end = self.point(args, y1, state, t1)
+            # cost of the try: its stages, each paying about what the step's end paid
+            tried = _cost(self.evals_per_step + 1, end)
         changed = end.held != state.held
         # a change of the held set inside a step longer than EVENT_TOL GD steps: rejected
         located = (t1 - t0) <= EVENT_TOL * self.field.eta
         y_error = jax.tree.map(lambda e: jnp.where(changed & ~located, _EVENT_ERROR, e), y_error)
-        # cost of the try: its stages, each paying about what the step's end paid
-        evals = self.evals_per_step + 1
-        tried = jnp.stack([evals, evals * end.hvps, evals * end.thirds]).astype(jnp.int64)
         new = CentralState(inner=inner, U=end.U, dU=(end.U - state.U) / (t1 - t0), tU=jnp.asarray(t1, end.U.dtype),
                            held=end.held, events=state.events + changed.astype(jnp.int32),
                            spent=state.spent + tried, tried=tried)
@@ -315,6 +371,11 @@ class CentralSolver(dfx.AbstractSolver):
     def rejected(self, committed: CentralState, tried: CentralState) -> CentralState:
         """The committed state after a rejected try: the try's cost counted, nothing else."""
         return eqx.tree_at(lambda s: s.spent, committed, tried.spent)
+
+
+def _cost(evals, point: CentralPoint) -> jax.Array:
+    """(evaluations, HVPs, third-derivative products) of `evals` evaluations costing what `point` did."""
+    return jnp.stack([evals, evals * point.hvps, evals * point.thirds]).astype(jnp.int64)
 
 
 def certificate_names(k: int) -> tuple[str, ...]:
