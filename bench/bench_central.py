@@ -101,7 +101,7 @@ def jacobian_radius(integ, problem, state, eps: float = 1e-4, iterations: int = 
     `spectral_bound` that ROCK4 scales by its safety factor."""
     f = integ.solver.field
     w, unravel = jax.flatten_util.ravel_pytree(integ.params(state))
-    U = state.solver_state.U
+    U = state.solver_state.start.U
     field = jax.jit(lambda v: jax.flatten_util.ravel_pytree(
         central_point(problem, unravel(v), U, f.eta, f.k, f.threshold).velocity)[0])
     v = jax.random.normal(jax.random.PRNGKey(2), w.shape, w.dtype)
@@ -122,6 +122,8 @@ def main():
     ap.add_argument("--quick", action="store_true", help="300 steps")
     ap.add_argument("--method", default="tsit5", help="the central flow's Runge–Kutta method")
     ap.add_argument("--rtol", type=float, default=1e-6, help="the central flow's rtol (atol = rtol/100)")
+    ap.add_argument("--pid", type=float, nargs=2, default=(0.0, 1.0), metavar=("PCOEFF", "ICOEFF"),
+                    help="the central flow's PID coefficients (default: integral control, the preset's)")
     ap.add_argument("--own-error", action="store_true",
                     help=f"also the central flow at rtol {REFERENCE_RTOL:g} (tsit5) to step {OWN_ERROR_STEP}: the own error")
     args = ap.parse_args()
@@ -143,7 +145,8 @@ def main():
     flow_w, _, flow_spent, flow_wall, _ = flow_rows(flow, problem, p0, times)
     print(f"  central flow ({args.method}, rtol {args.rtol:g}, k = 5)", flush=True)
     central = central_integrator(typed({"kind": "central-flow", "learning_rate": eta, "max_eigen": 5,
-                                        "method": args.method, "rtol": args.rtol, "atol": args.rtol / 100}))
+                                        "method": args.method, "rtol": args.rtol, "atol": args.rtol / 100,
+                                        "pcoeff": args.pid[0], "icoeff": args.pid[1]}))
     central_w, certs, central_spent, central_wall, central_states = flow_rows(central, problem, p0, times)
 
     print("  sharpness", flush=True)
@@ -165,7 +168,8 @@ def main():
 
     table = Table(f"GD beside its central flow: {args.scenario}", ["figure", "value"])
     table.add("scenario, η, steps", f"{args.scenario}, {eta:g}, {steps}")
-    table.add("central flow: method, rtol, atol", f"{args.method}, {args.rtol:g}, {args.rtol / 100:g}")
+    table.add("central flow: method, rtol, atol, PID (pcoeff, icoeff)",
+              f"{args.method}, {args.rtol:g}, {args.rtol / 100:g}, ({args.pid[0]:g}, {args.pid[1]:g})")
     table.add("onset (first matched step with GD sharpness ≥ 2/η)", f"{onset * EVERY}")
     table.add("predicted loss vs GD smoothed (σ = 50 steps): mean rel. error after onset",
                fmt(rel[after].mean()))

@@ -64,6 +64,7 @@ RELAX_STEPS = 1.0
 # 1.4 block steps on average) against jax's LOBPCG's 115 from the last accepted vectors, with
 # the same tracking figures.
 TRACK_TOL = 1e-6
+STAGE_TRACK_TOL = 1e-2
 # Block steps (LOBPCG iterations at t = 0) at most per evaluation.
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
@@ -163,7 +164,7 @@ def track(block, U0: jax.Array, floor, tol: float, iterations: int):
 
 
 def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, threshold: float,
-                  iterations: int = TRACK_ITERATIONS, cold: bool = False) -> CentralPoint:
+                  iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL) -> CentralPoint:
     """The central flow's field at W = y and everything it is made of, eigen-tracking
     started from U0 (n, k); `cold`: U0 is not a warm start (LOBPCG first, every column
     converged: the vectors at t = 0 and any one-off eigen-decomposition)."""
@@ -188,7 +189,7 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
             # applies H to 3k vectors per iteration and once to the start)
             _, U0, its = lobpcg_standard(block, U0, m=iterations, tol=TRACK_TOL / (10 * n))
             hvps = k * (3 * its + 1)
-        lam, U, its = track(block, U0, 2 * threshold / eta, TRACK_TOL, iterations)
+        lam, U, its = track(block, U0, 2 * threshold / eta, tol, iterations)
         hvps = hvps + k * (its + 1)
 
     # third derivatives of the candidates (ηλ/2 ≥ threshold): the first m(m+1)/2 pairs
@@ -216,17 +217,40 @@ def predicted_loss(problem: Problem, y: Params, point: CentralPoint) -> jax.Arra
     return problem.loss(y) + 0.5 * jnp.sum(point.lam * jnp.diag(point.X)) / problem.rate
 
 
-def warm_start(t, U: jax.Array, dU: jax.Array, tU) -> jax.Array:
-    """The eigen-tracking's start at time t: the vectors U tracked at tU, extrapolated
-    linearly with their rate of change dU over the last accepted step. Within a step the
-    stages then start O(h²) from their eigenvectors instead of O(h), and the block steps that
-    correct them are fewer (`track` orthonormalises the start)."""
-    return U + (t - tU) * dU
+class WarmStart(eqx.Module):
+    """The eigen-tracking's start at any time: the vectors U tracked at the last accepted
+    step's end t, extrapolated by the quadratic through the last three accepted points
+    (Newton's form: divided differences D1, D2; t_before the point before t). Within a step
+    the stages then start O(h³) from their eigenvectors instead of O(h) (the last vectors)
+    or O(h²) (the line through two points), and the block steps that correct them are fewer
+    (`track` orthonormalises the start). On central-mlp (bench/bench_central.py, rock4 at
+    rtol 1e-6): HVPs per evaluation 9.9 with the line, {QUAD} with the quadratic."""
+    U: jax.Array
+    D1: jax.Array           # (U(t) − U(t_before)) / (t − t_before); zero until a step is accepted
+    D2: jax.Array           # the second divided difference; zero until two are
+    t: jax.Array
+    t_before: jax.Array
+    points: jax.Array       # accepted points known, at most 3
+
+    @classmethod
+    def first(cls, U: jax.Array, t) -> "WarmStart":
+        t = jnp.asarray(t, U.dtype)
+        return cls(U=U, D1=jnp.zeros_like(U), D2=jnp.zeros_like(U), t=t, t_before=t, points=jnp.asarray(1, jnp.int32))
+
+    def at(self, t) -> jax.Array:
+        return self.U + (t - self.t) * (self.D1 + (t - self.t_before) * self.D2)
+
+    def next(self, U: jax.Array, t) -> "WarmStart":
+        """The start after an accepted step ending at t with vectors U."""
+        t = jnp.asarray(t, U.dtype)
+        D1 = (U - self.U) / (t - self.t)
+        D2 = jnp.where(self.points >= 2, (D1 - self.D1) / (t - self.t_before), 0.0)
+        return WarmStart(U=U, D1=D1, D2=D2, t=t, t_before=self.t, points=jnp.minimum(self.points + 1, 3))
 
 
 class CentralField(eqx.Module):
-    """The vector field; `args` is (problem, U, dU, tU): the warm start of the eigen-tracking
-    (`warm_start`).
+    """The vector field; `args` is (problem, start): the warm start of the eigen-tracking
+    (a `WarmStart`).
     η is an array leaf, so central flows of different η share one compilation."""
 
     eta: jax.Array
@@ -234,8 +258,8 @@ class CentralField(eqx.Module):
     threshold: float = eqx.field(static=True)
 
     def __call__(self, t, y, args) -> Params:
-        problem, *start = args
-        return central_point(problem, y, warm_start(t, *start), self.eta, self.k, self.threshold).velocity
+        problem, start = args
+        return central_point(problem, y, start.at(t), self.eta, self.k, self.threshold).velocity
 
 
 def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
@@ -259,9 +283,7 @@ class Rock4Inner(eqx.Module):
 
 class CentralState(eqx.Module):
     inner: object           # the Runge–Kutta method's own state (ROCK4: a `Rock4Inner`)
-    U: jax.Array            # eigenvectors at the last accepted step's end (the warm start)
-    dU: jax.Array           # their rate of change over that step (zero at t = 0)
-    tU: jax.Array           # that step's end
+    start: WarmStart        # the eigenvectors at the last accepted step's end, and their extrapolation
     held: jax.Array         # rank of X there
     events: jax.Array       # changes of the held set since t = 0 (accepted steps holding one)
     spent: jax.Array        # (3,) field evaluations, HVPs, third-derivative products since t = 0, tries included
@@ -304,7 +326,7 @@ class CentralSolver(dfx.AbstractSolver):
     def max_step(self, state: CentralState) -> jax.Array:
         """ROCK4: the longest step its highest usable degree keeps stable at ρ; no bound otherwise."""
         if not self.stabilised:
-            return jnp.asarray(jnp.inf, state.tU.dtype)
+            return jnp.asarray(jnp.inf, state.start.t.dtype)
         return rock4.MAX_H_RHO / state.inner.rho
 
     def _start(self, y0) -> jax.Array:
@@ -317,8 +339,7 @@ class CentralSolver(dfx.AbstractSolver):
 
     def func(self, terms, t0, y0, args):
         # Diffrax's first step-size search calls this with the problem alone
-        U = self._start(y0)
-        return terms.vf(t0, y0, (args, U, jnp.zeros_like(U), t0))
+        return terms.vf(t0, y0, (args, WarmStart.first(self._start(y0), t0)))
 
     def init(self, terms, t0, t1, y0, args) -> CentralState:
         f = self.field
@@ -327,25 +348,24 @@ class CentralSolver(dfx.AbstractSolver):
         if self.stabilised:     # f(y0) is the point's: no evaluation of its own
             inner = self._rock4_inner(point)
         else:
-            inner = self.inner.init(terms, t0, t1, y0, (args, point.U, jnp.zeros_like(point.U), t0))
+            inner = self.inner.init(terms, t0, t1, y0, (args, WarmStart.first(point.U, t0)))
         zero = jnp.zeros((), jnp.int32)
         cost = _cost(1, point)
-        return CentralState(inner=inner, U=point.U, dU=jnp.zeros_like(point.U), tU=jnp.asarray(t0, point.U.dtype),
-                            held=point.held, events=zero, spent=cost, tried=cost)
+        return CentralState(inner=inner, start=WarmStart.first(point.U, t0), held=point.held, events=zero, spent=cost, tried=cost)
 
-    def point(self, problem: Problem, y: Params, state: CentralState, t=None) -> CentralPoint:
+    def point(self, problem: Problem, y: Params, state: CentralState, t=None, tol: float = TRACK_TOL) -> CentralPoint:
         """The field's point at y: at time t, from the extrapolated warm start; without t, at
         the state's own time (from its vectors)."""
         f = self.field
-        U = state.U if t is None else warm_start(t, state.U, state.dU, state.tU)
-        return central_point(problem, y, U, f.eta, f.k, f.threshold)
+        U = state.start.U if t is None else state.start.at(t)
+        return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol)
 
     def _rock4_step(self, t0, t1, y0, args, state: CentralState):
-        def end(t, y):
-            point = self.point(args, y, state, t)
+        def end(t, y, tol=TRACK_TOL):
+            point = self.point(args, y, state, t, tol)
             return point.velocity, _cost(1, point), point
 
-        field = lambda t, y: end(t, y)[:2]
+        field = lambda t, y: end(t, y, STAGE_TRACK_TOL)[:2]
         y1, y_error, dense, _, point, tried, _ = rock4.advance(field, end, t0, t1, y0, state.inner.f0,
                                                                state.inner.rho, jnp.zeros(3, jnp.int64))
         return y1, y_error, dense, self._rock4_inner(point), point, tried, dfx.RESULTS.successful
@@ -354,7 +374,7 @@ class CentralSolver(dfx.AbstractSolver):
         if self.stabilised:
             y1, y_error, dense, inner, end, tried, result = self._rock4_step(t0, t1, y0, args, state)
         else:
-            y1, y_error, dense, inner, result = self.inner.step(terms, t0, t1, y0, (args, state.U, state.dU, state.tU),
+            y1, y_error, dense, inner, result = self.inner.step(terms, t0, t1, y0, (args, state.start),
                                                                 state.inner, made_jump)
             end = self.point(args, y1, state, t1)
             # cost of the try: its stages, each paying about what the step's end paid
@@ -363,8 +383,7 @@ class CentralSolver(dfx.AbstractSolver):
         # a change of the held set inside a step longer than EVENT_TOL GD steps: rejected
         located = (t1 - t0) <= EVENT_TOL * self.field.eta
         y_error = jax.tree.map(lambda e: jnp.where(changed & ~located, _EVENT_ERROR, e), y_error)
-        new = CentralState(inner=inner, U=end.U, dU=(end.U - state.U) / (t1 - t0), tU=jnp.asarray(t1, end.U.dtype),
-                           held=end.held, events=state.events + changed.astype(jnp.int32),
+        new = CentralState(inner=inner, start=state.start.next(end.U, t1), held=end.held, events=state.events + changed.astype(jnp.int32),
                            spent=state.spent + tried, tried=tried)
         return y1, y_error, dense, new, result
 
