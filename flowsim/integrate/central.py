@@ -64,7 +64,7 @@ RELAX_STEPS = 1.0
 # 1.4 block steps on average) against jax's LOBPCG's 115 from the last accepted vectors, with
 # the same tracking figures.
 TRACK_TOL = 1e-6
-STAGE_TRACK_TOL = 1e-2
+STAGE_TRACK_TOL = 1e-4
 # Block steps (LOBPCG iterations at t = 0) at most per evaluation.
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
