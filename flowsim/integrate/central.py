@@ -25,11 +25,21 @@ computed for them): below the edge of stability X = 0 and the field is the gradi
 
 Predicted time-averaged loss: L + ½⟨∇²L̃, Σ⟩/rate = L + ½ Σ_i λ_i X_ii / rate.
 
-Integration: an explicit Runge–Kutta method of Diffrax (`inner`, Tsit5 by default) on this
-field, under flowsim's PID control. The eigenvectors are solver state: each evaluation
-starts the eigen-tracking (`track`) from the last accepted step's U extrapolated to its time
-(`warm_start`), so a checkpoint holds them and a resumed run is the same computation. The
-vectors at t = 0 come from jax's LOBPCG (`cold`). The field is continuous but has a kink where the set of
+Integration: ROCK4 (`flowsim.integrate.rock4`, the method of central-mlp's leg) or an
+explicit Runge–Kutta method of Diffrax (`inner`) on this field, under flowsim's PID control.
+The eigenvectors are solver state: each evaluation starts the eigen-tracking (`track`) from
+the last accepted points' U extrapolated to its time (`WarmStart`), so a checkpoint holds
+them and a resumed run is the same computation. The vectors at t = 0 come from jax's LOBPCG
+(`cold`). ROCK4's step needs ρ, the spectral radius of the field's Jacobian: it is taken from
+the last accepted point (`spectral_bound`), not from power iteration through the field. Its
+inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
+certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
+Measured on central-mlp (bench/results/central.md, `python bench/bench_central.py
+--own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 21.6 gradient-equivalents
+(gradients + HVPs + third-derivative products) per GD step, 2.8 evaluations of 1 gradient +
+5.9 HVPs + 0.81 third-derivative products each, own error 1.5e-6 at step 600; Tsit5 at rtol
+1e-6 costs 54.2 (its explicit step held by stability: h·2/η inside its interval of 3.5).
+The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
 the step that holds the change is no longer than `EVENT_TOL`·η, and then accepted and counted
@@ -39,7 +49,7 @@ the located run ends 3.5e-7 and 8.8e-10 from the closed form at t = 12, in 77 an
 (33 and 31 rejected); with location switched off, 3.5e-7 and 8.2e-10 in 29 and 65 steps. The
 relaxed field is continuous across the event (only its derivative jumps), so the error
 control alone already resolves it there: the location costs about 30 rejected tries per
-event and buys the event's time, not accuracy.
+event and buys the event's time, not accuracy (Tsit5; ROCK4 at rtol 1e-10: 20 rejected).
 """
 
 from typing import ClassVar, NamedTuple
@@ -59,11 +69,15 @@ RELAX_STEPS = 1.0
 # The eigen-tracking's tolerance: an eigenpair that matters (`track`) is converged when its
 # residual ‖Hu − λu‖ is below this share of the block's largest |λ| (the cold LOBPCG at t = 0:
 # of |λ| + ‖Hu‖; jax's criterion is tol·10·n·(…), hence the division by 10·n below). The
-# eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py) the
-# warm-started `track` spends 12.2 HVPs per evaluation (k = 5: Rayleigh–Ritz on the start and
-# 1.4 block steps on average) against jax's LOBPCG's 115 from the last accepted vectors, with
-# the same tracking figures.
+# eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py,
+# tsit5 at rtol 1e-6, linear warm start) the warm-started `track` spends 12.2 HVPs per
+# evaluation (k = 5: Rayleigh–Ritz on the start and 1.4 block steps on average) against jax's
+# LOBPCG's 115 from the last accepted vectors, with the same tracking figures.
 TRACK_TOL = 1e-6
+# ROCK4's inner stages (not its end point) track to this: their eigenvectors enter only that
+# step, and the warm start (`WarmStart`) is then mostly good enough for Rayleigh–Ritz alone.
+# On central-mlp (rock4, rtol 1e-6): HVPs per evaluation 8.5 → 5.9, cost per GD step 32.7 →
+# 25.1, own error at step 600 7.3e-7 → 1.1e-6 (bench/results/central.md, variants).
 STAGE_TRACK_TOL = 1e-4
 # Block steps (LOBPCG iterations at t = 0) at most per evaluation.
 TRACK_ITERATIONS = 50
@@ -263,13 +277,17 @@ class CentralField(eqx.Module):
 
 
 def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
-    """A bound on the spectral radius of the central field's Jacobian at `point`, from what
-    the point holds (no product of its own, no derivative of the tracking): the gradient
+    """The spectral radius of the central field's Jacobian as the point tells it (no product
+    of its own, no derivative of the tracking), for ROCK4's ρ (× `RHO_SAFETY`): the gradient
     flow's part −∇²L̃ has radius λ1, and on a held direction the field is the gradient flow
-    projected off g (the margin's gradient) plus the relaxation −κ along it, whose radius is
-    at most max(λ1, κ). λ1 is certified only where it matters (`track`: λ1 + ‖r‖ ≥ 2·threshold/η),
-    so below that floor the floor bounds it. Measured on central-mlp against power iteration
-    on finite-difference Jacobian-vector products of the field (bench/bench_central.py)."""
+    projected off g (the margin's gradient) plus the relaxation −κ along it: max(λ1, κ). λ1 is
+    certified only where it matters (`track`: λ1 + ‖r‖ ≥ 2·threshold/η), so below that floor
+    the floor stands for it.
+    Not a bound in general: the held term −½⟨∇_W ∇²L̃, Σ⟩ adds ½X∇²λ (λ's curvature in W,
+    which includes the eigenvector's rotation, ~X (∂H)²/gap), left to the safety factor.
+    Measured: on central-mlp, power iteration on finite-difference Jacobian-vector products
+    gives 16.3–16.9 after the onset where this gives 20 (bench/bench_central.py); on the valley
+    of tests/test_central.py the exact radius on the held flow is 1.05 × this."""
     eta = jnp.asarray(eta, point.lam.dtype)
     return jnp.maximum(jnp.maximum(point.lam[0], 2 * threshold / eta), 1.0 / (RELAX_STEPS * eta))
 

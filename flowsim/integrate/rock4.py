@@ -22,6 +22,11 @@ next try after a rejection, times a safety factor: the top of a network's Hessia
 is clustered, so a few iterations underestimate it. ρ, its vector and the refresh counter
 are solver state, so a checkpoint holds them and a resumed run is the same computation.
 
+The step's arithmetic is `advance`, given f(y0) and ρ: a solver that knows ρ otherwise (the
+central flow: `flowsim.integrate.central`) steps with it directly; each stage hands the field
+its abscissa (the recurrence applied to dt/dt = 1), for fields that warm-start an inner solve
+from a time, and the evaluations' costs are summed.
+
 ROCK4 has no dense output of its own: a checkpoint inside a step is read from the cubic
 Hermite interpolant of y0, y1, f(y0), f(y1) (Diffrax's third-order Hermite interpolation):
 its error is O(h⁴) where the step's is O(h⁵) (on the closed-form linear flow at rtol 1e-8:
