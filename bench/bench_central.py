@@ -131,7 +131,8 @@ def main():
     ap.add_argument("--pid", type=float, nargs=2, default=(0.3, 0.3), metavar=("PCOEFF", "ICOEFF"),
                     help="the central flow's PID coefficients (0 1: integral control, the preset's default)")
     ap.add_argument("--own-error", action="store_true",
-                    help=f"also the central flow at rtol {REFERENCE_RTOL:g} (tsit5) to step {OWN_ERROR_STEP}: the own error")
+                    help=f"also the central flow at rtol {REFERENCE_RTOL:g} (tsit5) to step {OWN_ERROR_STEP}: "
+                         "the own error")
     args = ap.parse_args()
     steps = 300 if args.quick else args.steps
     eta = args.eta

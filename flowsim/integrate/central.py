@@ -369,11 +369,13 @@ class CentralSolver(dfx.AbstractSolver):
             inner = self.inner.init(terms, t0, t1, y0, (args, WarmStart.first(point.U, t0)))
         zero = jnp.zeros((), jnp.int32)
         cost = _cost(1, point)
-        return CentralState(inner=inner, start=WarmStart.first(point.U, t0), held=point.held, events=zero, spent=cost, tried=cost)
+        return CentralState(inner=inner, start=WarmStart.first(point.U, t0), held=point.held, events=zero,
+                            spent=cost, tried=cost)
 
-    def point(self, problem: Problem, y: Params, state: CentralState, t=None, tol: float = TRACK_TOL) -> CentralPoint:
+    def point(self, problem: Problem, y: Params, state: CentralState, t=None,
+              tol: float = TRACK_TOL) -> CentralPoint:
         """The field's point at y: at time t, from the extrapolated warm start; without t, at
-        the state's own time (from its vectors)."""
+        the state's own time (from its vectors); tracked to `tol`."""
         f = self.field
         U = state.start.U if t is None else state.start.at(t)
         return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol)
@@ -401,8 +403,8 @@ class CentralSolver(dfx.AbstractSolver):
         # a change of the held set inside a step longer than EVENT_TOL GD steps: rejected
         located = (t1 - t0) <= EVENT_TOL * self.field.eta
         y_error = jax.tree.map(lambda e: jnp.where(changed & ~located, _EVENT_ERROR, e), y_error)
-        new = CentralState(inner=inner, start=state.start.next(end.U, t1), held=end.held, events=state.events + changed.astype(jnp.int32),
-                           spent=state.spent + tried, tried=tried)
+        new = CentralState(inner=inner, start=state.start.next(end.U, t1), held=end.held,
+                           events=state.events + changed.astype(jnp.int32), spent=state.spent + tried, tried=tried)
         return y1, y_error, dense, new, result
 
     def rejected(self, committed: CentralState, tried: CentralState) -> CentralState:
