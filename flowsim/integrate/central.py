@@ -35,10 +35,10 @@ the last accepted point (`spectral_bound`), not from power iteration through the
 inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
 certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
 Measured on central-mlp (bench/results/central.md, `python bench/bench_central.py
---own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 21.6 gradient-equivalents
-(gradients + HVPs + third-derivative products) per GD step, 2.8 evaluations of 1 gradient +
-5.9 HVPs + 0.81 third-derivative products each, own error 1.5e-6 at step 600; Tsit5 at rtol
-1e-6 costs 54.2 (its explicit step held by stability: h·2/η inside its interval of 3.5).
+--own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 18.3 gradient-equivalents
+(gradients + HVPs + third-derivative products) per GD step, 2.4 evaluations of 1 gradient +
+5.8 HVPs + 0.83 third-derivative products each, own error 7.2e-6 at step 600; Tsit5 at rtol
+1e-6 costs 44.3 (its explicit step held by stability: h·2/η inside its interval of 3.5).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
@@ -76,8 +76,9 @@ RELAX_STEPS = 1.0
 TRACK_TOL = 1e-6
 # ROCK4's inner stages (not its end point) track to this: their eigenvectors enter only that
 # step, and the warm start (`WarmStart`) is then mostly good enough for Rayleigh–Ritz alone.
-# On central-mlp (rock4, rtol 1e-6): HVPs per evaluation 8.5 → 5.9, cost per GD step 32.7 →
-# 25.1, own error at step 600 7.3e-7 → 1.1e-6 (bench/results/central.md, variants).
+# On central-mlp (rock4, rtol 1e-6, steps ended on each matched time): HVPs per evaluation 8.5
+# → 5.9, cost per GD step 32.7 → 25.1, own error at step 600 7.3e-7 → 1.1e-6
+# (bench/results/central.md, variants).
 STAGE_TRACK_TOL = 1e-4
 # Block steps (LOBPCG iterations at t = 0) at most per evaluation.
 TRACK_ITERATIONS = 50
