@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Literal, Union
 import numpy as np
 
 from .. import plugins
-from ..integrate.registry import DISCRETE_KINDS, EXPLICIT_RK_METHODS, FLOW_KINDS
+from ..integrate.registry import CENTRAL_METHODS, DISCRETE_KINDS, FLOW_KINDS
 from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..integrate.registry import steps
@@ -528,13 +528,13 @@ def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
 
 
 def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
-    """A central flow is stepped by an explicit Runge–Kutta method (its eigenvectors ride in
-    the method's state: flowsim.integrate.central), and has no reference flow of its own."""
+    """A central flow is stepped by an explicit method, Runge–Kutta or rock4 (its eigenvectors
+    ride in the method's state: flowsim.integrate.central), and has no reference flow of its own."""
     if t["kind"] != "central-flow":
         return
-    if t["method"] not in EXPLICIT_RK_METHODS:
+    if t["method"] not in CENTRAL_METHODS:
         raise ctx.bad(join(key, "method"), t["method"], "cannot step a central flow",
-                      "an explicit Runge–Kutta method: " + ", ".join(EXPLICIT_RK_METHODS))
+                      "an explicit method: " + ", ".join(CENTRAL_METHODS))
     if t["reference"] != "":
         raise ctx.bad(join(key, "reference"), t["reference"], "is not supported by a central flow",
                       "\"\" (none)")

@@ -25,11 +25,21 @@ computed for them): below the edge of stability X = 0 and the field is the gradi
 
 Predicted time-averaged loss: L + ½⟨∇²L̃, Σ⟩/rate = L + ½ Σ_i λ_i X_ii / rate.
 
-Integration: an explicit Runge–Kutta method of Diffrax (`inner`, Tsit5 by default) on this
-field, under flowsim's PID control. The eigenvectors are solver state: each evaluation
-starts the eigen-tracking (`track`) from the last accepted step's U extrapolated to its time
-(`warm_start`), so a checkpoint holds them and a resumed run is the same computation. The
-vectors at t = 0 come from jax's LOBPCG (`cold`). The field is continuous but has a kink where the set of
+Integration: ROCK4 (`flowsim.integrate.rock4`, the method of central-mlp's leg) or an
+explicit Runge–Kutta method of Diffrax (`inner`) on this field, under flowsim's PID control.
+The eigenvectors are solver state: each evaluation starts the eigen-tracking (`track`) from
+the last accepted points' U extrapolated to its time (`WarmStart`), so a checkpoint holds
+them and a resumed run is the same computation. The vectors at t = 0 come from jax's LOBPCG
+(`cold`). ROCK4's step needs ρ, the spectral radius of the field's Jacobian: it is taken from
+the last accepted point (`spectral_bound`), not from power iteration through the field. Its
+inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
+certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
+Measured on central-mlp (bench/results/central.md, `python bench/bench_central.py
+--own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 18.3 gradient-equivalents
+(gradients + HVPs + third-derivative products) per GD step, 2.4 evaluations of 1 gradient +
+5.8 HVPs + 0.83 third-derivative products each, own error 7.2e-6 at step 600; Tsit5 at rtol
+1e-6 costs 44.3 (its explicit step held by stability: h·2/η inside its interval of 3.5).
+The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
 the step that holds the change is no longer than `EVENT_TOL`·η, and then accepted and counted
@@ -39,7 +49,7 @@ the located run ends 3.5e-7 and 8.8e-10 from the closed form at t = 12, in 77 an
 (33 and 31 rejected); with location switched off, 3.5e-7 and 8.2e-10 in 29 and 65 steps. The
 relaxed field is continuous across the event (only its derivative jumps), so the error
 control alone already resolves it there: the location costs about 30 rejected tries per
-event and buys the event's time, not accuracy.
+event and buys the event's time, not accuracy (Tsit5; ROCK4 at rtol 1e-10: 20 rejected).
 """
 
 from typing import ClassVar, NamedTuple
@@ -52,17 +62,17 @@ from jax.experimental.sparse.linalg import lobpcg_standard
 from jax.flatten_util import ravel_pytree
 
 from ..problem import Params, Problem
-from . import sdcp
+from . import rock4, sdcp
 
 # A held margin relaxes onto 2/η over this many GD steps (κ = 1/(RELAX_STEPS·η)).
 RELAX_STEPS = 1.0
 # The eigen-tracking's tolerance: an eigenpair that matters (`track`) is converged when its
 # residual ‖Hu − λu‖ is below this share of the block's largest |λ| (the cold LOBPCG at t = 0:
 # of |λ| + ‖Hu‖; jax's criterion is tol·10·n·(…), hence the division by 10·n below). The
-# eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py) the
-# warm-started `track` spends 12.2 HVPs per evaluation (k = 5: Rayleigh–Ritz on the start and
-# 1.4 block steps on average) against jax's LOBPCG's 115 from the last accepted vectors, with
-# the same tracking figures.
+# eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py,
+# tsit5 at rtol 1e-6, linear warm start) the warm-started `track` spends 12.2 HVPs per
+# evaluation (k = 5: Rayleigh–Ritz on the start and 1.4 block steps on average) against jax's
+# LOBPCG's 115 from the last accepted vectors, with the same tracking figures.
 TRACK_TOL = 1e-6
 # The columns that cannot reach the edge (λ + ‖r‖ < 2·threshold/η) are converged to this share
 # instead: enough to keep the block on the top eigenvectors (`track`). On central-mlp at
@@ -70,6 +80,12 @@ TRACK_TOL = 1e-6
 # top tracked eigenvalue is then within 1e-4 of the dense Hessian's (1e-2: 7e-3; 1e-4: 8e-7)
 # for 11 HVPs per evaluation (1e-2: 8; 1e-4: 24; every column to TRACK_TOL: 63).
 GUARD_TOL = 1e-3
+# ROCK4's inner stages (not its end point) track to this: their eigenvectors enter only that
+# step, and the warm start (`WarmStart`) is then mostly good enough for Rayleigh–Ritz alone.
+# On central-mlp (rock4, rtol 1e-6, steps ended on each matched time): HVPs per evaluation 8.5
+# → 5.9, cost per GD step 32.7 → 25.1, own error at step 600 7.3e-7 → 1.1e-6
+# (bench/results/central.md, variants).
+STAGE_TRACK_TOL = 1e-4
 # Block steps (LOBPCG iterations at t = 0) at most per evaluation.
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
@@ -79,6 +95,9 @@ DENSE = 5
 EVENT_TOL = 1e-6
 # An eigenvalue of X above this share of X's largest (and above ZERO_X) counts as held.
 RANK_SHARE = 1e-8
+# ROCK4: ρ, the spectral radius of the field's Jacobian, is this factor times its bound from
+# the last accepted point (`spectral_bound`), as rock4's own power-iteration estimate is.
+RHO_SAFETY = 1.2
 # The error a step across an event reports: large and finite (a non-finite error is counted
 # by FlowIntegrator as a blow-up).
 _EVENT_ERROR = 1e30
@@ -169,7 +188,7 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
 
 
 def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, threshold: float,
-                  iterations: int = TRACK_ITERATIONS, cold: bool = False) -> CentralPoint:
+                  iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL) -> CentralPoint:
     """The central flow's field at W = y and everything it is made of, eigen-tracking
     started from U0 (n, k); `cold`: U0 is not a warm start (LOBPCG first, every column
     converged: the vectors at t = 0 and any one-off eigen-decomposition)."""
@@ -194,7 +213,7 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
             # applies H to 3k vectors per iteration and once to the start)
             _, U0, its = lobpcg_standard(block, U0, m=iterations, tol=TRACK_TOL / (10 * n))
             hvps = k * (3 * its + 1)
-        lam, U, its = track(block, U0, 2 * threshold / eta, TRACK_TOL, GUARD_TOL, iterations)
+        lam, U, its = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations)
         hvps = hvps + k * (its + 1)
 
     # third derivatives of the candidates (ηλ/2 ≥ threshold): the first m(m+1)/2 pairs
@@ -222,17 +241,41 @@ def predicted_loss(problem: Problem, y: Params, point: CentralPoint) -> jax.Arra
     return problem.loss(y) + 0.5 * jnp.sum(point.lam * jnp.diag(point.X)) / problem.rate
 
 
-def warm_start(t, U: jax.Array, dU: jax.Array, tU) -> jax.Array:
-    """The eigen-tracking's start at time t: the vectors U tracked at tU, extrapolated
-    linearly with their rate of change dU over the last accepted step. Within a step the
-    stages then start O(h²) from their eigenvectors instead of O(h), and the block steps that
-    correct them are fewer (`track` orthonormalises the start)."""
-    return U + (t - tU) * dU
+class WarmStart(eqx.Module):
+    """The eigen-tracking's start at any time: the vectors U tracked at the last accepted
+    step's end t, extrapolated by the quadratic through the last three accepted points
+    (Newton's form: divided differences D1, D2; t_before the point before t). Within a step
+    the stages then start O(h³) from their eigenvectors instead of O(h) (the last vectors)
+    or O(h²) (the line through two points), and the block steps that correct them are fewer
+    (`track` orthonormalises the start). On central-mlp (bench/bench_central.py, rock4 at
+    rtol 1e-6, every stage tracked to 1e-6, steps ended on each matched time): HVPs per
+    evaluation 9.9 with the line, 8.5 with the quadratic."""
+    U: jax.Array
+    D1: jax.Array           # (U(t) − U(t_before)) / (t − t_before); zero until a step is accepted
+    D2: jax.Array           # the second divided difference; zero until two are
+    t: jax.Array
+    t_before: jax.Array
+    points: jax.Array       # accepted points known, at most 3
+
+    @classmethod
+    def first(cls, U: jax.Array, t) -> "WarmStart":
+        t = jnp.asarray(t, U.dtype)
+        return cls(U=U, D1=jnp.zeros_like(U), D2=jnp.zeros_like(U), t=t, t_before=t, points=jnp.asarray(1, jnp.int32))
+
+    def at(self, t) -> jax.Array:
+        return self.U + (t - self.t) * (self.D1 + (t - self.t_before) * self.D2)
+
+    def next(self, U: jax.Array, t) -> "WarmStart":
+        """The start after an accepted step ending at t with vectors U."""
+        t = jnp.asarray(t, U.dtype)
+        D1 = (U - self.U) / (t - self.t)
+        D2 = jnp.where(self.points >= 2, (D1 - self.D1) / (t - self.t_before), 0.0)
+        return WarmStart(U=U, D1=D1, D2=D2, t=t, t_before=self.t, points=jnp.minimum(self.points + 1, 3))
 
 
 class CentralField(eqx.Module):
-    """The vector field; `args` is (problem, U, dU, tU): the warm start of the eigen-tracking
-    (`warm_start`).
+    """The vector field; `args` is (problem, start): the warm start of the eigen-tracking
+    (a `WarmStart`).
     η is an array leaf, so central flows of different η share one compilation."""
 
     eta: jax.Array
@@ -240,15 +283,36 @@ class CentralField(eqx.Module):
     threshold: float = eqx.field(static=True)
 
     def __call__(self, t, y, args) -> Params:
-        problem, *start = args
-        return central_point(problem, y, warm_start(t, *start), self.eta, self.k, self.threshold).velocity
+        problem, start = args
+        return central_point(problem, y, start.at(t), self.eta, self.k, self.threshold).velocity
+
+
+def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
+    """The spectral radius of the central field's Jacobian as the point tells it (no product
+    of its own, no derivative of the tracking), for ROCK4's ρ (× `RHO_SAFETY`): the gradient
+    flow's part −∇²L̃ has radius λ1, and on a held direction the field is the gradient flow
+    projected off g (the margin's gradient) plus the relaxation −κ along it: max(λ1, κ). λ1 is
+    certified only where it matters (`track`: λ1 + ‖r‖ ≥ 2·threshold/η), so below that floor
+    the floor stands for it.
+    Not a bound in general: the held term −½⟨∇_W ∇²L̃, Σ⟩ adds ½X∇²λ (λ's curvature in W,
+    which includes the eigenvector's rotation, ~X (∂H)²/gap), left to the safety factor.
+    Measured: on central-mlp, power iteration on finite-difference Jacobian-vector products
+    gives 16.3–16.9 after the onset where this gives 20 (bench/bench_central.py); on the valley
+    of tests/test_central.py the exact radius on the held flow is 1.05 × this."""
+    eta = jnp.asarray(eta, point.lam.dtype)
+    return jnp.maximum(jnp.maximum(point.lam[0], 2 * threshold / eta), 1.0 / (RELAX_STEPS * eta))
+
+
+class Rock4Inner(eqx.Module):
+    """ROCK4's own state when it steps the central flow: f at the last accepted point and ρ
+    from it (`spectral_bound` × `RHO_SAFETY`)."""
+    f0: Params
+    rho: jax.Array
 
 
 class CentralState(eqx.Module):
-    inner: object           # the Runge–Kutta method's own state
-    U: jax.Array            # eigenvectors at the last accepted step's end (the warm start)
-    dU: jax.Array           # their rate of change over that step (zero at t = 0)
-    tU: jax.Array           # that step's end
+    inner: object           # the Runge–Kutta method's own state (ROCK4: a `Rock4Inner`)
+    start: WarmStart        # the eigenvectors at the last accepted step's end, and their extrapolation
     held: jax.Array         # rank of X there
     events: jax.Array       # changes of the held set since t = 0 (accepted steps holding one)
     spent: jax.Array        # (3,) field evaluations, HVPs, third-derivative products since t = 0, tries included
@@ -256,14 +320,23 @@ class CentralState(eqx.Module):
 
 
 class CentralSolver(dfx.AbstractSolver):
-    """An explicit Diffrax method stepping `CentralField`, with the eigenvectors, the held
-    set and the cost counters in its state (see the module's docstring for the events)."""
+    """A Diffrax explicit Runge–Kutta method, or ROCK4 (`flowsim.integrate.rock4`), stepping
+    `CentralField`, with the eigenvectors, the held set and the cost counters in its state
+    (see the module's docstring for the events).
+    ROCK4 takes ρ from the last accepted point (`spectral_bound`), not from power iteration
+    through the field (which would differentiate the tracking and the complementarity
+    solver), and passes each stage its abscissa, from which the stage's warm start is
+    extrapolated as a Runge–Kutta stage's is; its cost is counted stage by stage."""
 
-    inner: dfx.AbstractSolver
+    inner: dfx.AbstractSolver    # or a `rock4.Rock4` (only its step's arithmetic is used)
     field: CentralField
-    evals_per_step: int = eqx.field(static=True)
+    evals_per_step: int = eqx.field(static=True)    # Runge–Kutta: evaluations per try; ROCK4: 0 (per try)
 
     term_structure: ClassVar = dfx.AbstractTerm
+
+    @property
+    def stabilised(self) -> bool:
+        return isinstance(self.inner, rock4.Rock4)
 
     @property
     def interpolation_cls(self):
@@ -279,51 +352,80 @@ class CentralSolver(dfx.AbstractSolver):
     def error_order(self, terms) -> int:
         return self.inner.error_order(terms)
 
+    def max_step(self, state: CentralState) -> jax.Array:
+        """ROCK4: the longest step its highest usable degree keeps stable at ρ; no bound otherwise."""
+        if not self.stabilised:
+            return jnp.asarray(jnp.inf, state.start.t.dtype)
+        return rock4.MAX_H_RHO / state.inner.rho
+
     def _start(self, y0) -> jax.Array:
         w, _ = ravel_pytree(y0)
         return initial_vectors(w.size, self.field.k, w.dtype)
 
+    def _rock4_inner(self, point: CentralPoint) -> Rock4Inner:
+        return Rock4Inner(f0=point.velocity,
+                          rho=RHO_SAFETY * spectral_bound(point, self.field.eta, self.field.threshold))
+
     def func(self, terms, t0, y0, args):
         # Diffrax's first step-size search calls this with the problem alone
-        U = self._start(y0)
-        return terms.vf(t0, y0, (args, U, jnp.zeros_like(U), t0))
+        return terms.vf(t0, y0, (args, WarmStart.first(self._start(y0), t0)))
 
     def init(self, terms, t0, t1, y0, args) -> CentralState:
         f = self.field
         point = central_point(args, y0, self._start(y0), f.eta, f.k, f.threshold, TRACK_ITERATIONS_INIT,
                              cold=True)
-        inner = self.inner.init(terms, t0, t1, y0, (args, point.U, jnp.zeros_like(point.U), t0))
+        if self.stabilised:     # f(y0) is the point's: no evaluation of its own
+            inner = self._rock4_inner(point)
+        else:
+            inner = self.inner.init(terms, t0, t1, y0, (args, WarmStart.first(point.U, t0)))
         zero = jnp.zeros((), jnp.int32)
-        cost = jnp.stack([1, point.hvps, point.thirds]).astype(jnp.int64)
-        return CentralState(inner=inner, U=point.U, dU=jnp.zeros_like(point.U), tU=jnp.asarray(t0, point.U.dtype),
-                            held=point.held, events=zero, spent=cost, tried=cost)
+        cost = _cost(1, point)
+        return CentralState(inner=inner, start=WarmStart.first(point.U, t0), held=point.held, events=zero,
+                            spent=cost, tried=cost)
 
-    def point(self, problem: Problem, y: Params, state: CentralState, t=None) -> CentralPoint:
+    def point(self, problem: Problem, y: Params, state: CentralState, t=None,
+              tol: float = TRACK_TOL) -> CentralPoint:
         """The field's point at y: at time t, from the extrapolated warm start; without t, at
-        the state's own time (from its vectors)."""
+        the state's own time (from its vectors); tracked to `tol`."""
         f = self.field
-        U = state.U if t is None else warm_start(t, state.U, state.dU, state.tU)
-        return central_point(problem, y, U, f.eta, f.k, f.threshold)
+        U = state.start.U if t is None else state.start.at(t)
+        return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol)
+
+    def _rock4_step(self, t0, t1, y0, args, state: CentralState):
+        def end(t, y, tol=TRACK_TOL):
+            point = self.point(args, y, state, t, tol)
+            return point.velocity, _cost(1, point), point
+
+        field = lambda t, y: end(t, y, STAGE_TRACK_TOL)[:2]
+        y1, y_error, dense, _, point, tried, _ = rock4.advance(field, end, t0, t1, y0, state.inner.f0,
+                                                               state.inner.rho, jnp.zeros(3, jnp.int64))
+        return y1, y_error, dense, self._rock4_inner(point), point, tried, dfx.RESULTS.successful
 
     def step(self, terms, t0, t1, y0, args, state: CentralState, made_jump):
-        y1, y_error, dense, inner, result = self.inner.step(terms, t0, t1, y0, (args, state.U, state.dU, state.tU),
-                                                            state.inner, made_jump)
-        end = self.point(args, y1, state, t1)
+        if self.stabilised:
+            y1, y_error, dense, inner, end, tried, result = self._rock4_step(t0, t1, y0, args, state)
+        else:
+            y1, y_error, dense, inner, result = self.inner.step(terms, t0, t1, y0, (args, state.start),
+                                                                state.inner, made_jump)
+            end = self.point(args, y1, state, t1)
+            # cost of the try: its stages, each paying about what the step's end paid
+            tried = _cost(self.evals_per_step + 1, end)
         changed = end.held != state.held
         # a change of the held set inside a step longer than EVENT_TOL GD steps: rejected
         located = (t1 - t0) <= EVENT_TOL * self.field.eta
         y_error = jax.tree.map(lambda e: jnp.where(changed & ~located, _EVENT_ERROR, e), y_error)
-        # cost of the try: its stages, each paying about what the step's end paid
-        evals = self.evals_per_step + 1
-        tried = jnp.stack([evals, evals * end.hvps, evals * end.thirds]).astype(jnp.int64)
-        new = CentralState(inner=inner, U=end.U, dU=(end.U - state.U) / (t1 - t0), tU=jnp.asarray(t1, end.U.dtype),
-                           held=end.held, events=state.events + changed.astype(jnp.int32),
-                           spent=state.spent + tried, tried=tried)
+        new = CentralState(inner=inner, start=state.start.next(end.U, t1), held=end.held,
+                           events=state.events + changed.astype(jnp.int32), spent=state.spent + tried, tried=tried)
         return y1, y_error, dense, new, result
 
     def rejected(self, committed: CentralState, tried: CentralState) -> CentralState:
         """The committed state after a rejected try: the try's cost counted, nothing else."""
         return eqx.tree_at(lambda s: s.spent, committed, tried.spent)
+
+
+def _cost(evals, point: CentralPoint) -> jax.Array:
+    """(evaluations, HVPs, third-derivative products) of `evals` evaluations costing what `point` did."""
+    return jnp.stack([evals, evals * point.hvps, evals * point.thirds]).astype(jnp.int64)
 
 
 def certificate_names(k: int) -> tuple[str, ...]:

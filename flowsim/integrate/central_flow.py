@@ -8,7 +8,8 @@ import jax
 from ..problem import Problem
 from .central import CentralField, CentralSolver, CentralState, certificate, certificate_names
 from .flow import FlowIntegrator, ProposingPID, stiffness_probe
-from .registry import EXPLICIT_RK_METHODS, FLOW_METHODS
+from .registry import CENTRAL_METHODS, FLOW_METHODS
+from .rock4 import Rock4
 
 
 class CentralIntegrator(FlowIntegrator):
@@ -23,8 +24,9 @@ class CentralIntegrator(FlowIntegrator):
 
     @property
     def init_evals(self) -> int:
-        # the first step's size (2 evaluations), the state's first point, the FSAL stage
-        return 4
+        # the first step's size (2 evaluations), the state's first point, and a Runge–Kutta
+        # method's FSAL stage (ROCK4 takes f(y0) from the first point)
+        return 3 if self.solver.stabilised else 4
 
     @property
     def init_hvps(self) -> int:
@@ -39,19 +41,23 @@ def make_central_integrator(*, method: str, learning_rate: float, max_eigen: int
                              rtol: float, atol: float, dtmin: float, dtmax: float, max_steps: int,
                              pcoeff: float, icoeff: float, stop_loss: float = 0.0) -> CentralIntegrator:
     """The central flow of GD at step `learning_rate`, stepped by the explicit Runge–Kutta
-    `method`, tracking at most `max_eigen` Hessian eigen-directions; the other fields are a
+    `method` or rock4, tracking at most `max_eigen` Hessian eigen-directions; the other fields are a
     `central-flow` preset's (`flowsim.config.FlowPreset` documents them)."""
-    if method not in EXPLICIT_RK_METHODS:
+    if method not in CENTRAL_METHODS:
         raise ValueError(f"`method` = {method!r} cannot step a central flow; "
-                         f"allowed: an explicit Runge–Kutta method ({', '.join(EXPLICIT_RK_METHODS)})")
-    inner = getattr(dfx, FLOW_METHODS[method].diffrax)()
-    tab = inner.tableau
-    evals = len(tab.c) + 1 - int(tab.fsal)
+                         f"allowed: an explicit Runge–Kutta method or rock4 ({', '.join(CENTRAL_METHODS)})")
     field = CentralField(eta=jax.numpy.asarray(learning_rate, jax.numpy.float64),
                          k=int(max_eigen), threshold=float(track_threshold))
+    if FLOW_METHODS[method].stabilised:
+        # ρ from the tracked spectrum (CentralSolver), not rock4's power iteration
+        inner, evals, probe = Rock4(), 0, None
+    else:
+        inner = getattr(dfx, FLOW_METHODS[method].diffrax)()
+        tab = inner.tableau
+        evals, probe = len(tab.c) + 1 - int(tab.fsal), stiffness_probe(tab)
     pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
                             dtmax=dtmax or None)
     return CentralIntegrator(solver=CentralSolver(inner=inner, field=field, evals_per_step=evals),
                              controller=ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol),
                              term=dfx.ODETerm(field), max_steps=int(max_steps),
-                             stop_loss=float(stop_loss), evals_per_step=evals, stiffness_probe=stiffness_probe(tab))
+                             stop_loss=float(stop_loss), evals_per_step=evals, stiffness_probe=probe)

@@ -232,7 +232,7 @@ class FlowIntegrator(AbstractIntegrator):
         traced once per process: `init` traces it for the shapes of a step held ahead, and
         the first segment's program finds that trace (JAX inlines the call)."""
         proposal = controller_state[1]
-        if isinstance(self.solver, Rock4):    # no longer than its highest degree keeps stable
+        if hasattr(self.solver, "max_step"):    # ROCK4: no longer than its highest degree keeps stable
             proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)

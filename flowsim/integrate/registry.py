@@ -64,9 +64,9 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
     FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", filippov=True),
 )}
 
-# The plain explicit Runge–Kutta methods: the ones that can step a central flow (its
+# The methods that can step a central flow: the explicit ones, Runge–Kutta and ROCK4 (its
 # eigenvectors ride in the method's state: flowsim.integrate.central)
-EXPLICIT_RK_METHODS = tuple(m for m, s in FLOW_METHODS.items() if not (s.implicit or s.filippov or s.stabilised))
+CENTRAL_METHODS = tuple(m for m, s in FLOW_METHODS.items() if not (s.implicit or s.filippov))
 DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)
 FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if not v.discrete)
 

@@ -22,6 +22,11 @@ next try after a rejection, times a safety factor: the top of a network's Hessia
 is clustered, so a few iterations underestimate it. ρ, its vector and the refresh counter
 are solver state, so a checkpoint holds them and a resumed run is the same computation.
 
+The step's arithmetic is `advance`, given f(y0) and ρ: a solver that knows ρ otherwise (the
+central flow: `flowsim.integrate.central`) steps with it directly; each stage hands the field
+its abscissa (the recurrence applied to dt/dt = 1), for fields that warm-start an inner solve
+from a time, and the evaluations' costs are summed.
+
 ROCK4 has no dense output of its own: a checkpoint inside a step is read from the cubic
 Hermite interpolant of y0, y1, f(y0), f(y1) (Diffrax's third-order Hermite interpolation):
 its error is O(h⁴) where the step's is O(h⁵) (on the closed-form linear flow at rtol 1e-8:
@@ -151,51 +156,74 @@ class Rock4(dfx.AbstractSolver):
 
     def step(self, terms, t0, t1, y0, args, state: Rock4State, made_jump):
         del made_jump
-        h = t1 - t0
         field = lambda y: self.func(terms, t0, y, args)
         refresh = state.age >= self.rho_every
         rho, v = jax.lax.cond(refresh,
                               lambda: power_iteration(field, y0, state.v, _REFRESH_ITERATIONS),
                               lambda: (state.rho / self.rho_safety, state.v))
         rho = self.rho_safety * rho
-
-        # the degree, as rock4.f: the smallest usable ms ≥ ⌊√((3 + h·ρ)/0.353)⌋ + 1 − 4
-        need = jnp.floor(jnp.sqrt((3.0 + h * rho) / 0.353)) + 1 - 4
-        ms = jnp.asarray(TABLES["ms"])
-        index = jnp.minimum(jnp.searchsorted(ms, jnp.maximum(need, 1), side="left"), ms.size - 1)
-        degree = ms[index]
-        start = jnp.asarray(TABLES["start"])[index]
-        recf = jnp.asarray(TABLES["recf"], h.dtype)
-
-        # the Chebyshev part: u_1 = y0 + h μ1 f0, u_i = h μ_i f(u_{i-1}) + (1 + κ_i) u_{i-1} − κ_i u_{i-2}
-        def chebyshev(i, carry):
-            before, last = carry
-            mu, kappa = recf[start + 2 * i - 3], recf[start + 2 * i - 2]
-            u = jax.tree.map(lambda f, a, b: h * mu * f + (1 + kappa) * a - kappa * b, field(last), last, before)
-            return last, u
-
-        first = _axpy(h * recf[start], state.f0, y0)
-        _, u = jax.lax.fori_loop(2, degree + 1, chebyshev, (y0, first))
-
-        # the finishing procedure: four stages from u, and the embedded estimate with f(y1)
-        fpa = jnp.asarray(TABLES["fpa"], h.dtype)[index] * h
-        b = jnp.asarray(TABLES["fpb"], h.dtype)[index] * h
-        be = jnp.asarray(TABLES["fpbe"], h.dtype)[index] * h
-        k1 = field(u)
-        k2 = field(_axpy(fpa[0], k1, u))
-        k3 = field(jax.tree.map(lambda x, p, q: x + fpa[1] * p + fpa[2] * q, u, k1, k2))
-        k4 = field(jax.tree.map(lambda x, p, q, r: x + fpa[3] * p + fpa[4] * q + fpa[5] * r, u, k1, k2, k3))
-        y1 = jax.tree.map(lambda x, p, q, r, s: x + b[0] * p + b[1] * q + b[2] * r + b[3] * s, u, k1, k2, k3, k4)
-        f1 = field(y1)
-        d = be[:4] - b
-        y_error = jax.tree.map(lambda p, q, r, s, f: d[0] * p + d[1] * q + d[2] * r + d[3] * s + be[4] * f,
-                               k1, k2, k3, k4, f1)
-
-        dense = {"y0": y0, "y1": y1, "k": jax.tree.map(lambda a, c: jnp.stack([h * a, h * c]), state.f0, f1)}
+        zero = jnp.zeros((), jnp.int32)
+        staged = lambda t, y: (self.func(terms, t, y, args), zero)
+        y1, y_error, dense, f1, _, _, ms = advance(staged, None, t0, t1, y0, state.f0, rho, zero)
         new = Rock4State(f0=f1, rho=rho, v=v, age=jnp.where(refresh, 1, state.age + 1).astype(jnp.int32),
-                         stages=(degree + 4).astype(jnp.int32),
+                         stages=(ms + 4).astype(jnp.int32),
                          hvps=jnp.where(refresh, _REFRESH_ITERATIONS, 0).astype(jnp.int32))
         return y1, y_error, dense, new, dfx.RESULTS.successful
+
+
+def degree(h, rho) -> tuple[jax.Array, jax.Array]:
+    """The Chebyshev part's degree for a step h at spectral radius ρ, as rock4.f chooses it:
+    the smallest usable ms ≥ ⌊√((3 + h·ρ)/0.353)⌋ + 1 − 4 (the highest where none is); and its
+    index in `TABLES`."""
+    need = jnp.floor(jnp.sqrt((3.0 + h * rho) / 0.353)) + 1 - 4
+    ms = jnp.asarray(TABLES["ms"])
+    index = jnp.minimum(jnp.searchsorted(ms, jnp.maximum(need, 1), side="left"), ms.size - 1)
+    return ms[index], index
+
+
+def advance(field, end, t0, t1, y0: Params, f0: Params, rho, nothing):
+    """One ROCK4 step from (t0, y0) to t1 at spectral radius ρ, f0 = f(y0) given.
+
+    `field(t, y)` → (f(y), c): each stage passes its own abscissa t (the recurrence applied to
+    dt/dt = 1), so that a field which warm-starts an inner solve from a time (the central
+    flow's eigen-tracking) starts each stage near its point; c (an array) is what the
+    evaluation cost, summed over the step's evaluations from `nothing` (c's zero). `end(t1, y1)` → (f(y1), c, aux) is
+    the last evaluation (None: `field`'s, aux None), for a field whose end point carries
+    more than f.
+    Returns y1, the embedded error estimate, the dense output, f(y1), the end's aux, the
+    summed costs and the degree (the step's evaluations: degree + 4)."""
+    h = t1 - t0
+    ms, index = degree(h, rho)
+    start = jnp.asarray(TABLES["start"])[index]
+    recf = jnp.asarray(TABLES["recf"], h.dtype)
+
+    # the Chebyshev part: u_1 = y0 + h μ1 f0, u_i = h μ_i f(u_{i-1}) + (1 + κ_i) u_{i-1} − κ_i u_{i-2}
+    def chebyshev(i, carry):
+        (before, t_before), (last, t_last), spent = carry
+        mu, kappa = recf[start + 2 * i - 3], recf[start + 2 * i - 2]
+        f, c = field(t_last, last)
+        u = jax.tree.map(lambda f, a, b: h * mu * f + (1 + kappa) * a - kappa * b, f, last, before)
+        return (last, t_last), (u, h * mu + (1 + kappa) * t_last - kappa * t_before), spent + c
+
+    first = (_axpy(h * recf[start], f0, y0), t0 + h * recf[start])
+    _, (u, tu), spent = jax.lax.fori_loop(2, ms + 1, chebyshev, ((y0, t0), first, jnp.zeros_like(nothing)))
+
+    # the finishing procedure: four stages from u, and the embedded estimate with f(y1)
+    fpa = jnp.asarray(TABLES["fpa"], h.dtype)[index] * h
+    b = jnp.asarray(TABLES["fpb"], h.dtype)[index] * h
+    be = jnp.asarray(TABLES["fpbe"], h.dtype)[index] * h
+    k1, c1 = field(tu, u)
+    k2, c2 = field(tu + fpa[0], _axpy(fpa[0], k1, u))
+    k3, c3 = field(tu + fpa[1] + fpa[2], jax.tree.map(lambda x, p, q: x + fpa[1] * p + fpa[2] * q, u, k1, k2))
+    k4, c4 = field(tu + fpa[3] + fpa[4] + fpa[5],
+                   jax.tree.map(lambda x, p, q, r: x + fpa[3] * p + fpa[4] * q + fpa[5] * r, u, k1, k2, k3))
+    y1 = jax.tree.map(lambda x, p, q, r, s: x + b[0] * p + b[1] * q + b[2] * r + b[3] * s, u, k1, k2, k3, k4)
+    f1, c5, aux = (*field(t1, y1), None) if end is None else end(t1, y1)
+    d = be[:4] - b
+    y_error = jax.tree.map(lambda p, q, r, s, f: d[0] * p + d[1] * q + d[2] * r + d[3] * s + be[4] * f,
+                           k1, k2, k3, k4, f1)
+    dense = {"y0": y0, "y1": y1, "k": jax.tree.map(lambda a, c: jnp.stack([h * a, h * c]), f0, f1)}
+    return y1, y_error, dense, f1, aux, spent + c1 + c2 + c3 + c4 + c5, ms
 
 
 def init_hvps() -> int:
