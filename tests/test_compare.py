@@ -340,3 +340,22 @@ def test_compare_on_the_new_scenarios(name, tmp_path, capsys):
 
 def ladder_text(lad):
     return compare_report.ladder_text(lad)
+
+
+def test_a_ladder_warns_once_per_member_that_crossed():
+    """GD and its twin (perturbation > 0) share each η but sit in two ladders: each ladder
+    names its own members' crossings of 2/η, once each (it named every leg at the η before)."""
+    from flowsim.analysis.compare import Ladder, Stability, warn_crossed
+
+    def ladder(names):
+        return Ladder(run="r", discrete_kind="gd", flow="rock4", flow_kind="flow", measure="weight_gap",
+                      discrete=names, etas=np.array([1.1, 0.9]), gaps=np.array([0.2, 0.1]),
+                      used=np.array([True, True]), reasons=["", ""], n_times=3)
+
+    lads = [ladder(["gd-1.1", "gd-0.9"]), ladder(["gd-1.1-twin", "gd-0.9-twin"])]
+    stab = [Stability(run="r", solver=name, eta=eta, status="ok", source="sharpness", limit=2,
+                      verdict="crossed" if eta > 1 else "below")
+            for name, eta in [("gd-1.1", 1.1), ("gd-0.9", 0.9), ("gd-1.1-twin", 1.1), ("gd-0.9-twin", 0.9)]]
+    warn_crossed(lads, stab)
+    assert [lad.warnings for lad in lads] == [["η = 1.1 crossed 2/η: the fit includes a step outside the "
+                                               "small-step regime"]] * 2

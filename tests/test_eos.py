@@ -1,6 +1,7 @@
 """`cohen-eos-quick`: Cohen et al. (ICLR 2021)'s two findings on a deep tanh network, asserted
-on the archive the catalog scenario writes (slow: about a minute on 2 cores); and
-`cohen-eos-long-quick`, 5× longer, whose flow is stiff and solved by rock4.
+on the archive the catalog scenario writes (slow: about a minute on 2 cores);
+`cohen-eos-long-quick`, 5× longer, whose flow is stiff and solved by rock4; and
+`central-cohen-eos`, the same network with GD's central flow.
 
 1. Progressive sharpening: the flow's sharpness rises (after its first dip).
 2. Edge of stability: each GD whose 2/η lies below the flow's final sharpness ends with its
@@ -78,3 +79,30 @@ def test_a_long_stiff_flow_by_rock4_beside_gd_at_the_edge(tmp_path):
         assert abs(gd_sharp[-1] - 2 / eta) <= 0.2 * (2 / eta), (name, gd_sharp[-1])
     assert stats["vf_evals"] + stats["hvps"] <= gds["gd-0.9"][2]["steps"], stats
     assert np.all((rho >= sharp) & (rho <= 1.25 * sharp)), rho / sharp
+
+
+def test_central_flow_at_the_edge_on_cohen_eos(tmp_path):
+    """`central-cohen-eos` at η = 1.1 (its other legs left out: about 3 minutes): the central
+    flow holds its sharpness at 2/η where the flow's rises to 2.31, predicts GD's smoothed loss
+    after the onset (measured 3.6 %; the issue's bound 10 %), and is closer to GD's weights
+    than the flow at the end (0.57 against 0.66), though not by the issue's factor 4: GD is
+    0.29 from both at the onset (module docstring of scenarios/central-cohen-eos.toml)."""
+    from flowsim.analysis.compare import compare_archive
+    keep = ('run.solvers = ["rock4", {name = "gd-1.1", kind = "gd", learning_rate = 1.1}, '
+            '{name = "gd-1.1-twin", kind = "gd", learning_rate = 1.1, perturbation = 1e-12}, '
+            '{name = "central-1.1", kind = "central-flow", learning_rate = 1.1, method = "rock4", '
+            'rtol = 1e-5, atol = 1e-7, pcoeff = 0.3, icoeff = 0.3}]')
+    out = tmp_path / "central-cohen-eos.h5"
+    assert main(["run", "central-cohen-eos", "-o", str(out), "-q", "--set", keep]) == 0
+    (track,) = compare_archive(out).central
+    assert track.twin == "gd-1.1-twin" and track.onset is not None
+    edge = 2 / 1.1
+    assert abs(track.sharp_central[-1] - edge) <= 1e-3 * edge        # held at 2/η
+    assert track.sharp_flow[-1] > 1.2 * edge                          # the flow sharpens past it
+    assert abs(track.sharp_gd[-1] - edge) <= 0.05 * edge              # GD at its edge
+    assert track.mean_after(track.loss_error) <= 0.10
+    assert track.d_central[-1] < 0.95 * track.d_flow[-1]
+    assert track.mean_after(track.ratio) < 1
+    # the noise floor: the twin leaves GD in the catapults (up to 0.21) and ends 0.033 from it,
+    # well below the central flow's distance
+    assert track.floor[0] < 1e-9 and track.floor[-1] < 0.2 * track.d_central[-1]

@@ -116,6 +116,7 @@ class Ladder:
     flow: str                        # the flow solver's name, or "modified flow (same η)"
     flow_kind: str
     measure: str
+    discrete: list[str]              # every member's discrete solver (in the order of etas)
     etas: np.ndarray                 # every member's η (descending)
     gaps: np.ndarray                 # max-over-common-times gap per member (NaN if none)
     used: np.ndarray                 # bool: member in the fit
@@ -347,12 +348,24 @@ def ladders(pairs: list[Pair]) -> list[Ladder]:
                 used.append(True), reasons.append("")
         lad = Ladder(run=key[0], discrete_kind=key[1],
                      flow=members[0].flow if key[3][0] == "flow" else "modified flow (same η)",
-                     flow_kind=key[3][0], measure=measure, etas=np.array([p.eta for p in members]),
+                     flow_kind=key[3][0], measure=measure, discrete=[p.discrete for p in members],
+                     etas=np.array([p.eta for p in members]),
                      gaps=np.array(gaps), used=np.array(used), reasons=reasons, n_times=int(common.size))
         if lad.used.sum() >= 2:
             lad.order, lad.stderr, lad.intercept = fit_order(lad.etas[lad.used], lad.gaps[lad.used])
         out.append(lad)
     return out
+
+
+def warn_crossed(lads: list[Ladder], stab: list[Stability]) -> None:
+    """A step past the stability limit is outside the asymptotic regime: each ladder says so
+    of its own members that crossed (by solver: a GD and its twin share an η, not a ladder)."""
+    for lad in lads:
+        for s in stab:
+            if s.run == lad.run and s.verdict == "crossed" and s.solver in lad.discrete \
+                    and lad.used[lad.discrete.index(s.solver)]:
+                lad.warnings.append(f"η = {s.eta:g} crossed {s.limit:g}/η: the fit includes a step outside "
+                                    "the small-step regime")
 
 
 def _once(notes: list[tuple[str, str]], runs: list[str]) -> list[str]:
@@ -444,11 +457,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                                         "(give the preset a `reference`): gaps are not certified"))
         empty = "" if pairs else _why_empty(arch, path)
     lads = ladders(pairs)
-    for lad in lads:   # a step past the stability limit is outside the asymptotic regime
-        for s in stab:
-            if s.run == lad.run and s.verdict == "crossed" and np.any(lad.used & (lad.etas == s.eta)):
-                lad.warnings.append(f"η = {s.eta:g} crossed {s.limit:g}/η: the fit includes a step outside "
-                                    "the small-step regime")
+    warn_crossed(lads, stab)
     return Report(path=os.fspath(path), name=name, factor=factor, pairs=pairs, ladders=lads,
                   stability=stab, notes=_once(notes, list(runs)), runs=runs, empty=empty, sweep=sweep,
                   central=central)

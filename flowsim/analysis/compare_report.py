@@ -146,7 +146,7 @@ def ladder_text(lad: Ladder) -> str:
     etas = ", ".join(f"{e:g}" for e in lad.etas[lad.used])
     left = "; ".join(f"η = {e:g} left out: {r}" for e, r, u in zip(lad.etas, lad.reasons, lad.used) if not u)
     times = f"{lad.n_times} common times" if lad.n_times else "each step's own times"
-    return (f"ladder {kind} → {target}: {res} (fit of log max_t {what} on log η, η = {etas}; "
+    return (f"ladder {kind} → {target}: {res} ({', '.join(lad.discrete)}: fit of log max_t {what} on log η, η = {etas}; "
             f"max over {times})" + (f"; {left}" if left else "") + "".join(f"; {w}" for w in lad.warnings))
 
 
