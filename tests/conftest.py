@@ -59,6 +59,25 @@ def make_problem(*, n=20, d=5, m=50, activation="swish", scaling="asymmetric", g
     return prob, p0
 
 
+def resumed_beside_uninterrupted(integ, pairs):
+    """Two seeds' problems and weights (`pairs`) through `flowsim.batch` to t = 1; seed 1's
+    state stored as named arrays, restored into a fresh batch, and both batches advanced to
+    t = 2 (horizon 3: a flow holds the step that passes t = 1 and t = 2, its scratch).
+    Returns the uninterrupted state, the resumed one and each one's statistics."""
+    from flowsim import batch, state_arrays
+    problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
+    keys = batch.stack([jax.random.PRNGKey(s) for s in range(len(pairs))])
+    horizon = jnp.asarray(3.0)
+    n = len(pairs)
+    state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(n, 1.0), horizon)
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
+    fresh = jax.tree.map(np.asarray, batch.init(integ, problems, params, keys))
+    restored = state_arrays.restore(fresh, 1, stored)
+    a, stats = batch.advance(integ, problems, state, jnp.full(n, 2.0), horizon)
+    b, stats_b = batch.advance(integ, problems, restored, jnp.full(n, 2.0), horizon)
+    return a, b, stats, stats_b
+
+
 def rel_err(a, b):
     a, b = np.asarray(a), np.asarray(b)
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_problem, rel_err
+from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 
 from flowsim.config import Preset, from_dict, load_solver
 from flowsim.config.spec import ScenarioError
@@ -343,18 +343,9 @@ def test_rock4_central_flow_resumes_bit_identically_from_its_checkpoint_arrays()
     """As tests/test_engine.py for every kind's default: two seeds at η = 1 (seed 1 starts past
     2/η and is held there), seed 1's state stored as arrays at t = 1 and restored goes on to
     t = 2 exactly as the uninterrupted batch (the warm start's history included)."""
-    from flowsim import batch, state_arrays
     pairs = [make_problem(seed=s) for s in range(2)]
     integ = central(1.0, 1e-8, k=2, method="rock4")
-    problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
-    keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
-    horizon = jnp.asarray(3.0)
-    state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(2, 1.0), horizon)
-    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
-    fresh = jax.tree.map(np.asarray, batch.init(integ, problems, params, keys))
-    restored = state_arrays.restore(fresh, 1, stored)
-    a, stats = batch.advance(integ, problems, state, jnp.full(2, 2.0), horizon)
-    b, stats_b = batch.advance(integ, problems, restored, jnp.full(2, 2.0), horizon)
+    a, b, stats, stats_b = resumed_beside_uninterrupted(integ, pairs)
     assert (np.asarray(stats["status"]) == 1).all()
     assert np.array_equal(integ.params(a)["W"][1], integ.params(b)["W"][1])
     assert int(stats["steps"][1]) == int(stats_b["steps"][1])

@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import make_problem, rel_err
+from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 
-from flowsim import batch, state_arrays
+from flowsim import batch
 from flowsim.presets import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
 from flowsim.status import Status
 from flowsim.integrate.reference import ReferencePair
@@ -415,15 +415,7 @@ def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind, met
     pairs = [make_problem(seed=s) for s in range(2)]
     integ = make_integrator(_kind_preset(kind, method), run_table())
     assert integ.discrete == SOLVER_KINDS[kind].discrete
-    problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
-    keys = batch.stack([jax.random.PRNGKey(s) for s in range(2)])
-    horizon = jnp.asarray(3.0)     # a flow holds the step that passes t = 1 and t = 2 (its scratch)
-    state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(2, 1.0), horizon)
-    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
-    fresh = jax.tree.map(np.asarray, batch.init(integ, problems, params, keys))
-    restored = state_arrays.restore(fresh, 1, stored)
-    a, stats = batch.advance(integ, problems, state, jnp.full(2, 2.0), horizon)
-    b, stats_b = batch.advance(integ, problems, restored, jnp.full(2, 2.0), horizon)
+    a, b, stats, stats_b = resumed_beside_uninterrupted(integ, pairs)
     assert (np.asarray(stats["status"]) == Status.DONE).all()
     assert np.asarray(integ.time(a))[1] == pytest.approx(2.0)
     assert np.array_equal(integ.params(a)["W"][1], integ.params(b)["W"][1])
