@@ -93,13 +93,16 @@ _LOGGED_RUN = textwrap.dedent("""
 @pytest.mark.slow
 def test_a_second_identical_run_compiles_nothing(tmp_path):
     """Two `flowsim run` processes, one compilation cache: the second finds every program
-    (each flow method's of the registry, and GD's) in the cache, per JAX's own compiler
+    (each flow method's of the registry, the central flow's stepped by tsit5 and by rock4, and
+    GD's) in the cache, per JAX's own compiler
     log. A host callback in a program (Equinox's runtime checks) would keep it out of the
     cache."""
     env = dict(os.environ, FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
     # every flow method that runs on the tiny scenario's swish network (filippov needs ReLU)
     flows = [f'{{name = "{m}", kind = "flow", method = "{m}"}}' for m, spec in FLOW_METHODS.items() if not spec.filippov]
-    solvers = ", ".join([*flows, '"gd-lr1"'])
+    centrals = [f'{{name = "central-{m}", kind = "central-flow", learning_rate = 1.0, max_eigen = 2, method = "{m}"}}'
+                for m in ("tsit5", "rock4")]
+    solvers = ", ".join([*flows, *centrals, '"gd-lr1"'])
     logs = []
     for i in range(2):
         proc = subprocess.run([sys.executable, "-c", _LOGGED_RUN, "run", TINY, "-o", tmp_path / f"{i}.h5", "-q",
