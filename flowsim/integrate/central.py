@@ -35,10 +35,10 @@ the last accepted point (`spectral_bound`), not from power iteration through the
 inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
 certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
 Measured on central-mlp (bench/results/central.md, `python bench/bench_central.py
---own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 18.3 gradient-equivalents
+--own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 25.8 gradient-equivalents
 (gradients + HVPs + third-derivative products) per GD step, 2.4 evaluations of 1 gradient +
-5.8 HVPs + 0.83 third-derivative products each, own error 7.2e-6 at step 600; Tsit5 at rtol
-1e-6 costs 44.3 (its explicit step held by stability: h·2/η inside its interval of 3.5).
+9 HVPs + 0.83 third-derivative products each, own error 5.4e-6 at step 600; Tsit5 at rtol
+1e-6 costs 61.4 (its explicit step held by stability: h·2/η inside its interval of 3.5).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
