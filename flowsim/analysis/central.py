@@ -43,7 +43,7 @@ import numpy as np
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import DescentPreset, FlowPreset, Preset
 
-from .matching import match_times, series_of
+from .matching import match_times, row_norms, same_eta, series_of
 
 SMOOTH_STEPS = 50.0      # σ of the Gaussian smoothing of GD's loss, in GD steps
 TRUNCATE = 4.0           # the kernel is cut at TRUNCATE · σ (scipy's default)
@@ -145,10 +145,6 @@ def smooth(t: np.ndarray, values: np.ndarray, sigma: float, truncate: float = TR
     return out
 
 
-def _rows_norm(a: np.ndarray) -> np.ndarray:
-    return np.sqrt(np.sum(a.reshape(a.shape[0], -1) ** 2, axis=1))
-
-
 def _at(view, name: str, rows: np.ndarray) -> np.ndarray | None:
     """Series `name` of `view` at `rows` (−1: no row there, NaN), None if not recorded."""
     s = series_of(view, name)
@@ -166,10 +162,6 @@ def _rows_at(t: np.ndarray, view) -> np.ndarray:
     ia, ib = match_times(t, np.asarray(view.t, float))
     rows[ia] = ib
     return rows
-
-
-def _same_eta(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-12)
 
 
 def _cost_central(view, eta: float) -> float:
@@ -210,7 +202,7 @@ def central_tracks(run, presets: dict[str, object]) -> list[CentralTrack]:
     out = []
     for c in centrals:
         eta = float(presets[c.name].learning_rate)
-        mine = [g for g in gds if _same_eta(presets[g.name].learning_rate, eta)]
+        mine = [g for g in gds if same_eta(presets[g.name].learning_rate, eta)]
         twins = [g for g in mine if presets[g.name].perturbation > 0]
         for g in (g for g in mine if presets[g.name].perturbation == 0):
             twin = min(twins, key=lambda v: presets[v.name].perturbation, default=None)
@@ -244,11 +236,11 @@ def _track(run, g, c, flow, twin, eta: float, presets) -> CentralTrack:
     if Wg is None or "weights" not in c:
         tr.notes.append("no distances: record `weights` (run.observe) for GD and its models")
     else:
-        tr.d_central = _rows_norm(Wg - _at(c, "weights", ic))
+        tr.d_central = row_norms(Wg - _at(c, "weights", ic))
         if flow is not None and "weights" in flow:
-            tr.d_flow = _rows_norm(Wg - _at(flow, "weights", rf))
+            tr.d_flow = row_norms(Wg - _at(flow, "weights", rf))
         if twin is not None and "weights" in twin:
-            tr.floor = _rows_norm(Wg - _at(twin, "weights", rw))
+            tr.floor = row_norms(Wg - _at(twin, "weights", rw))
     if flow is None:
         tr.notes.append("no gradient flow: add a `flow`-kind leg (e.g. \"tsit5\") to run.solvers")
     if twin is None:

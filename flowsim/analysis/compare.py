@@ -57,15 +57,13 @@ import numpy as np
 from flowsim import archive as _archive
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import DescentPreset, FlowPreset, Preset
-from flowsim.integrate.registry import SOLVER_KINDS
+from flowsim.integrate.registry import GD_FLOW_KINDS, SOLVER_KINDS
 from flowsim.toml_text import is_number, sweep_axes, toml_value, value_at
 
 from .central import CentralTrack, central_tracks
-from .matching import match_times, series_of
+from .matching import match_times, per_row, row_norms, same_eta, series_of
 
 CERTIFICATE_FACTOR = 2.0
-# Flows of GD at one step η (a `learning_rate` of their own): paired only with `gd` at that η
-GD_ONLY_FLOWS = ("modified-flow", "central-flow")
 GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap")
 # (after "label", one column per swept key, named by its dotted key)
 CSV_COLUMNS = ("run", "label", "seed", "discrete", "discrete_kind", "eta", "flow", "flow_kind", "t", "step",
@@ -228,20 +226,20 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     Wd, Wf = series_of(dview, "weights"), series_of(fview, "weights")
     if Wd is not None and Wf is not None:
         diff = Wd[ia] - Wf[ib]
-        gaps["weight_gap"] = np.sqrt(np.sum(_rows(diff) ** 2, axis=1))
+        gaps["weight_gap"] = row_norms(diff)
         W0 = Wf[0]   # the flow's first row, t = 0: the network's `weights` (AbstractNet) at its start
-        pair.flow_displacement = np.sqrt(np.sum(_rows(Wf[ib] - W0) ** 2, axis=1))
+        pair.flow_displacement = row_norms(Wf[ib] - W0)
         with np.errstate(divide="ignore", invalid="ignore"):
             gaps["weight_gap_rel"] = gaps["weight_gap"] / pair.flow_displacement
     Ld, Lf = series_of(dview, "loss"), series_of(fview, "loss")
     if Ld is not None and Lf is not None:
-        gaps["loss_gap"] = np.abs(_rows(Ld[ia] - Lf[ib])).max(axis=1)
+        gaps["loss_gap"] = np.abs(per_row(Ld[ia] - Lf[ib])).max(axis=1)
     Nd, Nf = series_of(dview, "ntg"), series_of(fview, "ntg")
     if Nd is not None and Nf is not None:
         gaps["ntg_gap"] = np.array([_spectral(a - b) for a, b in zip(Nd[ia], Nf[ib])])
     Cd, Cf = series_of(dview, "weight_change"), series_of(fview, "weight_change")
     if Cd is not None and Cf is not None:
-        gaps["weight_change_gap"] = np.abs(_rows(Cd[ia] - Cf[ib])).max(axis=1)
+        gaps["weight_change_gap"] = np.abs(per_row(Cd[ia] - Cf[ib])).max(axis=1)
     pair.gaps = gaps
     fe, fle = series_of(fview, "flow_error"), series_of(fview, "flow_loss_error")
     pair.flow_error = None if fe is None else fe[ib]
@@ -254,12 +252,6 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     if src:
         pair.eta_sharpness = pair.eta * series_of(dview, src)[ia]
     return pair
-
-
-def _rows(a: np.ndarray) -> np.ndarray:
-    """One row per matched time, whatever the series' shape; no rows (a solver that ended at
-    t = 0) included, where reshape(0, -1) cannot tell the row length."""
-    return a.reshape(a.shape[0], math.prod(a.shape[1:]))
 
 
 def _spectral(m: np.ndarray) -> float:
@@ -433,8 +425,8 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                     unknown.append(d.name)
                 for f in flows:
                     fp = presets[f.name]
-                    if fp.kind in GD_ONLY_FLOWS and not (
-                            dp.kind == "gd" and math.isclose(fp.learning_rate, dp.learning_rate, rel_tol=1e-12)):
+                    if fp.kind in GD_FLOW_KINDS and not (
+                            dp.kind == "gd" and same_eta(fp.learning_rate, dp.learning_rate)):
                         continue
                     p = compare_pair(run, d, f, dp, fp, factor)
                     pairs.append(p)

@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Literal, Union
 import numpy as np
 
 from .. import plugins
-from ..integrate.registry import CENTRAL_METHODS, DISCRETE_KINDS, FLOW_KINDS
+from ..integrate.registry import CENTRAL_METHODS, DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS
 from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..integrate.registry import steps
@@ -582,7 +582,7 @@ class FlowPreset:
     name: str = _name()
     kind: Literal[FLOW_KINDS] = "flow"
     description: str = _description()
-    learning_rate: float | None = _learning_rate(kinds=("modified-flow", "central-flow"))
+    learning_rate: float | None = _learning_rate(kinds=GD_FLOW_KINDS)
     # central-flow: the eigen-directions tracked, and the share of the edge 2/η from which a
     # tracked direction enters the complementarity problem
     max_eigen: int | None = setting(Int(lo=1, hi=16, default=5), "central-flow: Hessian eigen-directions "

@@ -292,8 +292,10 @@ def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
     of its own, no derivative of the tracking), for ROCK4's ρ (× `RHO_SAFETY`): the gradient
     flow's part −∇²L̃ has radius λ1, and on a held direction the field is the gradient flow
     projected off g (the margin's gradient) plus the relaxation −κ along it: max(λ1, κ). λ1 is
-    certified only where it matters (`track`: λ1 + ‖r‖ ≥ 2·threshold/η), so below that floor
-    the floor stands for it.
+    converged to TRACK_TOL only where it matters (`track`: λ1 + ‖r‖ ≥ 2·threshold/η), below
+    that to GUARD_TOL. The floor stands for it beneath the edge (the measured configuration,
+    from before the guard tolerance): ρ is then an overestimate there, which costs ROCK4 stages,
+    not stability.
     Not a bound in general: the held term −½⟨∇_W ∇²L̃, Σ⟩ adds ½X∇²λ (λ's curvature in W,
     which includes the eigenvector's rotation, ~X (∂H)²/gap), left to the safety factor.
     Measured: on central-mlp, power iteration on finite-difference Jacobian-vector products

@@ -18,6 +18,8 @@ class SolverKind:
     label: str            # how figures and tables name the family
     state_copies: int     # parameter-sized arrays the integrator keeps alive (descent kinds;
                           # a flow kind's count comes from its method)
+    # a flow of GD at one step η (its own `learning_rate`): compared only with `gd` at that η
+    of_gd: bool = False
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,9 @@ class FlowMethod:
 
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("flow", discrete=False, label="flow", state_copies=0),
-    SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0),
+    SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0, of_gd=True),
     # GD's central flow at the edge of stability (flowsim.integrate.central)
-    SolverKind("central-flow", discrete=False, label="central flow", state_copies=0),
+    SolverKind("central-flow", discrete=False, label="central flow", state_copies=0, of_gd=True),
     SolverKind("gd", discrete=True, label="GD", state_copies=4),
     SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
     SolverKind("sgd", discrete=True, label="SGD", state_copies=4),
@@ -69,6 +71,7 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
 CENTRAL_METHODS = tuple(m for m, s in FLOW_METHODS.items() if not (s.implicit or s.filippov))
 DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)
 FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if not v.discrete)
+GD_FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.of_gd)
 
 
 def is_discrete(kind: str) -> bool:

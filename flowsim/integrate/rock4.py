@@ -181,15 +181,15 @@ def degree(h, rho) -> tuple[jax.Array, jax.Array]:
     return ms[index], index
 
 
-def advance(field, end, t0, t1, y0: Params, f0: Params, rho, nothing):
+def advance(field, end, t0, t1, y0: Params, f0: Params, rho, no_cost):
     """One ROCK4 step from (t0, y0) to t1 at spectral radius ρ, f0 = f(y0) given.
 
     `field(t, y)` → (f(y), c): each stage passes its own abscissa t (the recurrence applied to
     dt/dt = 1), so that a field which warm-starts an inner solve from a time (the central
     flow's eigen-tracking) starts each stage near its point; c (an array) is what the
-    evaluation cost, summed over the step's evaluations from `nothing` (c's zero). `end(t1, y1)` → (f(y1), c, aux) is
-    the last evaluation (None: `field`'s, aux None), for a field whose end point carries
-    more than f.
+    evaluation cost, summed over the step's evaluations from `no_cost` (c's zero).
+    `end(t1, y1)` → (f(y1), c, aux) is the last evaluation (None: `field`'s, aux None), for a
+    field whose end point carries more than f.
     Returns y1, the embedded error estimate, the dense output, f(y1), the end's aux, the
     summed costs and the degree (the step's evaluations: degree + 4)."""
     h = t1 - t0
@@ -206,7 +206,7 @@ def advance(field, end, t0, t1, y0: Params, f0: Params, rho, nothing):
         return (last, t_last), (u, h * mu + (1 + kappa) * t_last - kappa * t_before), spent + c
 
     first = (_axpy(h * recf[start], f0, y0), t0 + h * recf[start])
-    _, (u, tu), spent = jax.lax.fori_loop(2, ms + 1, chebyshev, ((y0, t0), first, jnp.zeros_like(nothing)))
+    _, (u, tu), spent = jax.lax.fori_loop(2, ms + 1, chebyshev, ((y0, t0), first, no_cost))
 
     # the finishing procedure: four stages from u, and the embedded estimate with f(y1)
     fpa = jnp.asarray(TABLES["fpa"], h.dtype)[index] * h

@@ -15,6 +15,7 @@ from flowsim import archive as _archive
 from flowsim.analysis.compare import SUMMARY_GAPS, Report, cell_text, series_of, sharp_source, sweep_summary
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Preset
+from flowsim.integrate.registry import SOLVER_KINDS
 from flowsim.toml_text import is_number
 
 from .central import figure_central
@@ -55,8 +56,6 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
     lads = [x for x in rep.ladders if x.run == run]
     col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
     style = {"flow": "-", "modified-flow": (0, (1.5, 1.5)), "central-flow": (0, (6, 2, 1, 2))}
-    against = {"flow": "vs flow", "modified-flow": "vs modified flow (same η)",
-               "central-flow": "vs central flow (same η)"}
     with _archive.open(rep.path) as arch:
         flow_sharp = next(((np.asarray(v.t, float), series_of(v, sharp_source(v)), v.name)
                            for v in arch.runs[run].solvers.values()
@@ -187,7 +186,9 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
     # legend: colours = η, styles = flow kind, grey band = certificate
     handles = [Line2D([], [], color=col[e], lw=2, label=f"η = {e:g}") for e in sorted(col, reverse=True)]
     kinds = sorted({p.flow_kind for p in pairs})
-    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6, label=against[k]) for k in kinds]
+    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6,
+                       label=f"vs {SOLVER_KINDS[k].label}" + (" (same η)" if SOLVER_KINDS[k].of_gd else ""))
+                for k in kinds]
     from matplotlib.patches import Patch
     if any(p.unresolved is not None for p in pairs):
         handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
