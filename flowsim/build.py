@@ -70,7 +70,7 @@ def _dataset(config: Config, seed: int) -> Dataset:
 def build_run(config: Config, seed: int) -> Built:
     """Data, network, loss and initial weights of one run (the network by `model.kind`,
     through `flowsim.models.MODELS`)."""
-    enable_x64()   # every run, float32 ones too (int64 step counters, float64 times)
+    enable_x64(for_run=True)   # every run, float32 ones too (int64 step counters, float64 times)
     ds = _dataset(config, seed)
     _check_compatible(config, ds)
     network = MODELS[config.model.kind].build(config, ds, seed)

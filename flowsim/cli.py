@@ -148,7 +148,7 @@ def _rehearse(args, work) -> None:
         return
     try:
         raw = tomllib.loads(find_scenario(args.scenario).read_text())
-    except (OSError, ValueError, _input_errors()):   # the loader says what is wrong, in the parent
+    except (OSError, ValueError, *_input_errors()):   # the loader says what is wrong, in the parent
         return
     values = [s.partition("=")[2].strip().strip("\"'") for s in args.set]
     if plugins.named_in(raw) or any(map(plugins.is_path, values)):
@@ -172,30 +172,17 @@ def cmd_merge(args) -> int:
 
 
 def cmd_list(args) -> int:
-    import os
+    import textwrap
 
     from .config import list_scenarios, list_solvers
 
     width = max(shutil.get_terminal_size((120, 24)).columns, 60)
-    room = width - 31     # for the description, after the name column
-
-    def cut(text: str, indent: str) -> str:
-        text = indent + text
-        return text if len(text) <= width else text[: width - 1] + "…"
 
     def entries(found: list[tuple[str, str]]) -> list[str]:
-        """One line each, cut to the terminal's width; where that hides what tells an entry
-        from another (a `-quick` file and its paper-scale twin), a second line from the
-        clause where their descriptions part."""
-        out = []
-        for name, desc in found:
-            out.append(cut(desc, f"  {name:<28} "))
-            twins = [d for n, d in found if n != name and d[:room] == desc[:room]]
-            if twins:
-                part = min(len(os.path.commonprefix([desc, d])) for d in twins)
-                start = max(desc.rfind(sep, 0, part) for sep in (". ", "; ", ", ", ": ", " (")) + 2
-                out.append(cut("…" + desc[start:], " " * 31))
-        return out
+        """One entry each, its whole description wrapped to the terminal's width beside the
+        name column (a cut one would hide what tells a `-quick` file from its twin)."""
+        return [textwrap.fill(desc, width, initial_indent=f"  {name:<28} ", subsequent_indent=" " * 31)
+                for name, desc in found]
 
     print("scenarios:")
     print("\n".join(entries(list_scenarios())))
@@ -269,8 +256,15 @@ def cmd_analyze(args) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="flowsim", description="Exact gradient flow of wide shallow networks, "
-                                "with gradient descent beside it, archived in HDF5.")
+    p = argparse.ArgumentParser(
+        prog="flowsim", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Exact gradient flow of wide shallow networks, and of any Equinox network, with gradient "
+                    "descent beside it, archived in HDF5.",
+        epilog="your own network, from Python (the same archive, read by inspect, plot and compare):\n"
+               "  import flowsim\n"
+               "  flowsim.simulate(model, data=(X, y), solvers=[\"tsit5\", \"gd-lr0.1\"], t_end=100.0,\n"
+               "                   output=\"runs/mine.h5\")\n"
+               "  help(flowsim.simulate) for its arguments; flowsim.open(path) reads an archive")
     from .version import __version__
 
     p.add_argument("--version", action="version", version=f"flowsim {__version__}")

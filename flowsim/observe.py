@@ -67,9 +67,11 @@ class Observable:
 
 
 def _accuracy(pred: jax.Array, y: jax.Array) -> jax.Array:
+    """The fraction of right answers, in the run's dtype (a mean of booleans is float32 in
+    JAX whatever the run's precision)."""
     if y.shape[-1] == 1:  # binary labels coded by sign
-        return jnp.mean(jnp.sign(pred[:, 0]) == jnp.sign(y[:, 0]))
-    return jnp.mean(jnp.argmax(pred, -1) == jnp.argmax(y, -1))
+        return jnp.mean((jnp.sign(pred[:, 0]) == jnp.sign(y[:, 0])).astype(pred.dtype))
+    return jnp.mean((jnp.argmax(pred, -1) == jnp.argmax(y, -1)).astype(pred.dtype))
 
 
 def _ntg_change(s: Snapshot) -> dict[str, jax.Array]:

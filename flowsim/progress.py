@@ -62,6 +62,7 @@ class BatchProgress:
     def __init__(self, owner: Progress, label: str, solver: str, runs: list[str], t_start: float, t_end: float):
         self.owner, self.label, self.solver, self.runs = owner, label, solver, runs
         self.t, self.t_end = t_start, t_end
+        self._waiting_for, self._waiting_since = None, 0.0     # the segment `waiting` was last called for
         self.bar = tqdm(total=t_end, initial=t_start, disable=not owner.bars, leave=False, file=owner.stream,
                         desc=f"{label} · {solver}"[:60], unit="t", unit_scale=False,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| t={n:.4g}/{total:.4g} "
@@ -92,11 +93,19 @@ class BatchProgress:
         return self.owner.lines
 
     def waiting(self, target: float) -> None:
-        """Called while a segment towards `target` computes: a line when one is due."""
-        if self.owner.lines and self.owner._due():
-            print(f"flowsim: {self.label} · {self.solver}: t = {self.t:.6g} of {self.t_end:.6g} "
-                  f"({100 * self.t / self.t_end:.0f} %), computing the segment to t = {target:.6g}",
-                  file=self.owner.stream, flush=True)
+        """Called while a segment towards `target` computes: a line when one is due. A
+        segment to where the batch already is (its first row, at t = 0) is the compilation;
+        a segment that outlasts a line says for how long it has been computing."""
+        if not (self.owner.lines and self.owner._due()):
+            return
+        now = self.owner.clock()
+        if self._waiting_for != target:
+            self._waiting_for, self._waiting_since = target, now
+        what = "compiling" if target <= self.t else f"computing the segment to t = {target:.6g}"
+        since = now - self._waiting_since
+        print(f"flowsim: {self.label} · {self.solver}: t = {self.t:.6g} of {self.t_end:.6g} "
+              f"({100 * self.t / self.t_end:.0f} %), {what}" + (f" (for {since:.0f} s)" if since > 0 else ""),
+              file=self.owner.stream, flush=True)
 
     def close(self, statuses: dict[str, str] | None = None, *, wall: float = float("nan"),
               observe: float = float("nan")) -> None:

@@ -117,28 +117,33 @@ def _committed_rows(out: Path) -> dict[str, dict[str, int]] | None:
         return None
 
 
-def check_output_folder(out: Path) -> None:
-    """The archive's folder (or its nearest existing ancestor) must be a writable folder."""
+def check_output_folder(out: Path, named: str = "") -> None:
+    """The archive's folder (or its nearest existing ancestor) must be a writable folder;
+    `named` is how the caller's user spells the path (the CLI's `-o OUT` by default)."""
+    named = named or f"-o {out}"
     folder = out.parent if str(out.parent) else Path(".")
     probe = folder
     while not probe.exists() and probe != probe.parent:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
-        raise InputError(f"-o {out}: {probe} is a file, not a folder; allowed: an archive path in a "
+        raise InputError(f"{named}: {probe} is a file, not a folder; allowed: an archive path in a "
                          "writable folder")
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise InputError(f"-o {out}: the folder {probe} is not writable; allowed: an archive path in a "
+        raise InputError(f"{named}: the folder {probe} is not writable; allowed: an archive path in a "
                          "writable folder")
     if out.exists() and out.is_dir():
-        raise InputError(f"-o {out}: is a folder; allowed: an archive file path such as {out / 'run.h5'}")
+        raise InputError(f"{named}: is a folder; allowed: an archive file path such as {out / 'run.h5'}")
 
 
 def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
+    from .archive.recovery import check_replaceable
+
+    check_output_folder(out)
+    check_replaceable(out)
     if out.exists() and not (overwrite or resume):
         raise InputError(f"{out} exists; pass --resume to continue it or --overwrite to replace it")
     if resume and not out.exists():
         raise InputError(f"{out} does not exist; nothing to resume (run without --resume)")
-    check_output_folder(out)
 
 
 def _is_extension(old: dict, new: dict) -> bool:
@@ -164,32 +169,41 @@ def _in_current_schema(resolved: dict, path: Path) -> dict:
     return json.loads(json.dumps(again))
 
 
-def _open(job: Job):
-    from .archive import ArchiveWriter
+def _refuse_other_scenario(job: Job) -> bool:
+    """Whether resuming `job.out` extends its horizon (`--resume --set run.t_end=T` alone);
+    an archive written by another scenario or other overrides is refused here, read-only,
+    before the writer opens it (opening for writing changes the file's bytes)."""
+    from .archive import Archive
     from .config import differences
-    from .provenance import provenance, warn_on_device_change
 
-    sc = job.scenario
-    if job.resume:
-        writer = ArchiveWriter.resume(job.out)
-    else:
-        writer = ArchiveWriter.create(job.out, scenario_text=sc.text, resolved=sc.resolved,
-                                      provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
-                                      dtype=sc.settings.dtype, overwrite=job.overwrite)
-    now = json.loads(json.dumps(sc.resolved))
-    stored = _in_current_schema(writer.resolved, job.out) if job.resume else now
+    with Archive(job.out) as stored_archive:
+        stored = _in_current_schema(stored_archive.attrs.get("scenario_resolved") or {}, job.out)
+    now = json.loads(json.dumps(job.scenario.resolved))
     changed = differences(stored, now)
-    if changed and _is_extension(stored, now):
-        writer.extend_horizon(now)     # `--resume --set run.t_end=T`: the same runs, further
-    elif changed:
-        writer.close()
+    if changed and not _is_extension(stored, now):
         longer = " (run.t_end can only grow, and only alone: other keys must stay)" if any(
             c.startswith("`run.t_end`") for c in changed) else ""
         raise InputError(f"{job.out} was written by a different scenario (or different --set values): "
                          f"{'; '.join(changed)} (archive -> now){longer}; resume with the same scenario and "
-                         "overrides, extend it with --set run.t_end=T alone, or use --overwrite")
-    if job.resume:
-        warn_on_device_change(job.out, writer.provenance)
+                         "overrides, extend it with --set run.t_end=T alone, or use --overwrite; the archive "
+                         "was not touched")
+    return bool(changed)
+
+
+def _open(job: Job):
+    from .archive import ArchiveWriter
+    from .provenance import provenance, warn_on_device_change
+
+    sc = job.scenario
+    if not job.resume:
+        return ArchiveWriter.create(job.out, scenario_text=sc.text, resolved=sc.resolved,
+                                    provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
+                                    dtype=sc.settings.dtype, overwrite=job.overwrite)
+    extends = _refuse_other_scenario(job)
+    writer = ArchiveWriter.resume(job.out)
+    if extends:
+        writer.extend_horizon(json.loads(json.dumps(sc.resolved)))  # the same runs, further
+    warn_on_device_change(job.out, writer.provenance)
     return writer
 
 

@@ -78,10 +78,29 @@ def _unused(resolved: dict, path: tuple) -> bool:
     return method is not None and not _METHOD_KEYS[path[3]](method)
 
 
+def _swept(sc: Scenario) -> dict[str, str]:
+    """Each swept key and its values as one row shows them: the list of scalars, or how many
+    tables (each run's are under runs:). A swept key's resolved value is only its first
+    point's, which printed alone would read as the value of every run."""
+    sweep = sc.resolved.get("sweep") or {}
+    out = {}
+    for key in sweep_axes(sweep):
+        values = sweep[key]
+        scalar = all(not isinstance(v, dict | list) for v in values)
+        out[key] = toml_value(values) if scalar else f"<{len(values)} tables, see [sweep]>"
+    return out
+
+
 def configuration(sc: Scenario) -> list[str]:
     raw = parse_toml(sc.text, sc.path)
-    rows = [(key, toml_value(value), origin(sc, raw, key, path)) for key, path, value in leaves(sc.resolved)
-            if not _unused(sc.resolved, path)]
+    swept, rows = _swept(sc), []
+    for key, path, value in leaves(sc.resolved):
+        axis = next((k for k in swept if key == k or key.startswith(k + ".")), None)
+        if axis is not None:
+            if axis not in (k for k, _, _ in rows):    # one row for a swept table's keys
+                rows.append((axis, swept[axis], origin(sc, raw, key, path)))
+        elif not _unused(sc.resolved, path):
+            rows.append((key, toml_value(value), origin(sc, raw, key, path)))
     width = min(max(len(k) + len(v) for k, v, _ in rows) + 3, 56)   # a long value pushes its comment
     return [f"  {f'{k} = {v}':<{width}} # {o}" for k, v, o in rows]
 
@@ -119,6 +138,33 @@ def grids(sc: Scenario) -> list[str]:
     return out
 
 
+def _names(names: tuple[str, ...]) -> str:
+    return ", ".join(names if len(names) <= 12 else [*names[:8], "…", *names[-3:]])
+
+
+def data(sc: Scenario) -> list[str]:
+    """Each split's shape, and its columns where the file names them, as the first seed of
+    each distinct `[data]` table makes it (a seed draws other rows, not other shapes)."""
+    from .data import make_dataset
+
+    out = ["data (as `run` reads it; X: inputs, y: targets):"]
+    seen = set()
+    for r in sc.runs:
+        if repr(r.settings.data) in seen:
+            continue
+        seen.add(repr(r.settings.data))
+        ds = make_dataset(r.settings.data, r.seed)
+        where = f" [{r.label}]" if len({repr(q.settings.data) for q in sc.runs}) > 1 else ""
+        kind = f"{ds.classes} classes" if ds.classes else "regression"
+        out.append(f"  {r.settings.data.kind}{where} ({kind}): train X {ds.X_train.shape}, y {ds.y_train.shape}; "
+                   f"test X {ds.X_test.shape}, y {ds.y_test.shape}"
+                   + "".join(f"; {k} {v.shape}" for k, v in ds.extra.items() if k in ("X_valid", "y_valid")))
+        if ds.columns:
+            out.append(f"    inputs ({len(ds.columns[0])}): {_names(ds.columns[0])}")
+            out.append(f"    targets: {_names(ds.columns[1])}")
+    return out
+
+
 def estimate(sc: Scenario) -> list[str]:
     """The estimate per sweep point that `run` checks (see `resources.estimate_resources`)."""
     out = ["estimate (per sweep point: one batch of its seeds; uncompressed archive):"]
@@ -140,6 +186,7 @@ def estimate(sc: Scenario) -> list[str]:
 def show(sc: Scenario) -> str:
     title = f"{sc.settings.name}: {sc.settings.description}" if sc.settings.description else sc.settings.name
     lines = [title, f"file: {sc.path}", "", "resolved configuration (# where each value came from):",
-             *configuration(sc), "", *runs(sc), "", *grids(sc), "", *estimate(sc)]
+             *configuration(sc), "", *data(sc), "", *runs(sc), "", *grids(sc), "",
+             *estimate(sc)]
     lines += [f"warning: {w}" for w in sc.warnings]
     return "\n".join(lines)

@@ -30,6 +30,7 @@ import numpy as np
 
 from .losses import LOSSES
 from .observe import OBSERVABLES
+from .precision import users_precision, users_precision_name
 
 _SOURCE = "flowsim.simulate"
 
@@ -92,7 +93,8 @@ def _targets(y: np.ndarray, argument: str, loss: Any, outputs: int | None) -> np
 
 def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[eqx.Module], str]:
     """One model per seed (an instance is used as given; a factory is called with
-    `jax.random.PRNGKey(seed)`), its inexact arrays cast to the run's dtype; and what it was."""
+    `jax.random.PRNGKey(seed)` in the user's precision), its inexact arrays cast to the run's
+    dtype; and what it was."""
     allowed = "an eqx.Module mapping one input (d,) to outputs (k,), or a function key -> such a module"
     if isinstance(model, eqx.Module):
         made, source = [model] * len(seeds), f"{type(model).__module__}.{type(model).__qualname__}"
@@ -100,7 +102,8 @@ def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[eqx.Module], s
         source = f"{getattr(model, '__module__', '?')}.{getattr(model, '__qualname__', repr(model))}"
         made = []
         for seed in seeds:
-            m = model(jax.random.PRNGKey(seed))
+            with users_precision():     # the factory's weights as the user's session makes them
+                m = model(jax.random.PRNGKey(seed))
             if not isinstance(m, eqx.Module):
                 raise _bad("model", model, f"returned {type(m).__name__} for seed {seed}", allowed)
             made.append(m)
@@ -221,19 +224,24 @@ def _settings(*, name, seeds, dtype, t_end, checkpoints, solvers, observe, ntg_p
 
 
 def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
+    from .archive import ArchiveError
+    from .archive.recovery import check_replaceable
     from .session import InputError, check_output_folder
 
     if resume and overwrite:
         raise ValueError(f"{_SOURCE}: `resume` and `overwrite` exclude each other")
+    try:
+        check_output_folder(out, named=f"{_SOURCE}: `output` = {str(out)!r}")
+        check_replaceable(out, replace="overwrite=True", resume="resume=True")
+    except InputError as err:
+        raise ValueError(str(err)) from None
+    except ArchiveError as err:
+        raise ValueError(f"{_SOURCE}: `output`: {err}") from None
     if out.exists() and not (resume or overwrite):
         raise _bad("output", str(out), "exists", "a new path, or resume=True to continue it, or "
                    "overwrite=True to replace it")
     if resume and not out.exists():
         raise _bad("output", str(out), "does not exist (resume=True)", "an archive to resume")
-    try:
-        check_output_folder(out)
-    except InputError as err:
-        raise ValueError(f"{_SOURCE}: `output`: {err}") from None
 
 
 def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple, *,
@@ -252,8 +260,10 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
 
     model        an `eqx.Module` mapping one input x (d,) to outputs (k,), used as given (its
                  weights are the initial point, for every seed), or a factory called with
-                 `jax.random.PRNGKey(seed)` for each seed. Its floating arrays are cast to
-                 `dtype`.
+                 `jax.random.PRNGKey(seed)` for each seed, in the precision the session had
+                 before flowsim turned float64 on (float32 unless you turned it on): it draws
+                 the weights it draws outside flowsim for the same key. Its floating arrays
+                 are then cast to `dtype`. For other exact weights, pass the module itself.
     data, test   (X (n, d), y (n, k) or (n,)); `test` is optional. With cross-entropy, y may
                  hold integer class labels (n,), one-hot encoded to the model's k outputs.
                  Images must be flattened: X.reshape(n, -1), reshaped inside the model.
@@ -288,7 +298,7 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     from .precision import enable_x64
     from .session import InputError, Job, open_archive
 
-    enable_x64()
+    enable_x64(for_run=True)
     if isinstance(seeds, int | str) or not all(isinstance(s, int | np.integer) for s in seeds):
         raise _bad("seeds", seeds, "is not a list of integers", "a list of non-negative integers, e.g. [0, 1]")
     observe = [observe] if isinstance(observe, str) else list(observe)
@@ -347,6 +357,10 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
         report(warning)
     out = Path(output) if output is not None else Path("runs") / f"{settings.name}.h5"
     _check_output(out, resume=resume, overwrite=overwrite)
+    if not isinstance(model, eqx.Module) and users_precision_name() != resolved["dtype"]:
+        report(f"{_SOURCE}: {source} was called with PRNGKey(seed) in {users_precision_name()}, your session's "
+               f"precision (the weights it makes outside flowsim), and its weights cast to {resolved['dtype']}; "
+               "to start from other exact weights, pass the module itself")
     text = ("# Written by flowsim.simulate: the data, model and loss came from Python (recorded here\n"
             "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n"
             + to_toml(to_dict(settings)))

@@ -554,7 +554,7 @@ def _damaged(kind: str, path: Path) -> str:
         return "truncated HDF5 file"
     if kind == "zero bytes":
         path.write_bytes(b"")
-        return "not an HDF5 file"
+        return "is empty, not an archive"
     if kind == "another HDF5 file":
         with h5py.File(path, "w") as f:
             f["x"] = [1, 2, 3]

@@ -45,7 +45,7 @@ def test_compare_shows_the_gaps_it_reports_and_names_the_missing_ones(no_weights
 
     text = run_cli("compare", no_weights)
     head = next(line for line in text.splitlines() if line.strip().startswith("discrete"))
-    assert head.split()[4:] == ["|ΔL|", "max/final", "‖ΔΘ̂‖", "max/final", "Δ‖w−w0‖", "max/final",
+    assert head.split()[4:] == ["|ΔL|", "max/final", "rel", "‖ΔΘ̂‖", "max/final", "Δ‖w−w0‖", "max/final",
                                 "unresolved"], head
     assert "— / —" not in text
     assert "every run: not reported: rel ‖ΔW‖ (needs `weights`) recorded by both solvers" in text
@@ -106,6 +106,10 @@ def test_list_tells_a_quick_file_from_its_twin(monkeypatch):
     assert len(twins) >= 5
     for quick in twins:
         assert blocks[quick] != blocks[quick[: -len("-quick")]], quick
+    from flowsim.config import list_scenarios, list_solvers
+
+    for name, desc in list_scenarios() + list_solvers():    # whole, nothing cut from the middle
+        assert " ".join(" ".join(blocks[name]).split()) == " ".join(desc.split()), name
 
 
 @pytest.mark.slow
@@ -169,3 +173,32 @@ def test_log_and_inspect_tell_observation_from_integration(tmp_path):
     line = next(x for x in run_cli("inspect", out).splitlines() if x.strip().startswith("tsit5"))
     assert line.endswith(f"wall {wall:.3g} s (observing ≈ {observing:.3g} s, integrating and compiling ≈ "
                          f"{wall - observing:.3g} s)"), line
+
+
+def test_gd_at_any_step_a_twin_left_out_of_the_pairs_and_the_ntg_gap_on_its_scale(tmp_path):
+    """`gd-lr0.5` is GD at η = 0.5 though no preset file has that name; a perturbed twin is the
+    central section's noise floor, not one more flow pair; the NTG gap is reported relative to
+    the flow's ‖Θ̂‖₂ (recomputed with numpy from the archive)."""
+    import numpy as np
+
+    from flowsim import archive
+    from flowsim.analysis.compare import compare_archive
+
+    out = tmp_path / "tiny.h5"
+    run_cli("run", TINY, "-o", out, "-q", "--set", "seeds=[0]", "--set", 'sweep."model.scaling"=[{kind="ntk"}]',
+            "--set", "run.t_end=3.0", "--set", 'run.observe=["loss", "ntg"]', "--set",
+            'run.solvers=["tsit5", "gd-lr0.5", {name="twin", kind="gd", learning_rate=0.5, perturbation=1e-9}]')
+    with archive.open(out) as a:
+        (run,) = a.runs.values()
+        assert run.solvers["gd-lr0.5"].preset["learning_rate"] == 0.5
+        assert run.solvers["gd-lr0.5"].t[-1] == 3.0 and run.solvers["gd-lr0.5"].step[-1] == 6
+        ntg_gd, ntg_flow, t_flow = run.solvers["gd-lr0.5"]["ntg"], run.solvers["tsit5"]["ntg"], run.solvers["tsit5"].t
+    rep = compare_archive(out)
+    assert [(p.discrete, p.flow) for p in rep.pairs] == [("gd-lr0.5", "tsit5")]
+    assert any("twin: perturbed twin(s)" in note for note in rep.notes)
+    (pair,) = rep.pairs
+    rows = [int(np.flatnonzero(np.isclose(t_flow, t))[0]) for t in pair.t]
+    norm = lambda m: np.abs(np.linalg.eigvalsh(m)).max()   # noqa: E731
+    expected = [norm(ntg_gd[k] - ntg_flow[j]) / norm(ntg_flow[j]) for k, j in zip(pair.step, rows)]
+    np.testing.assert_allclose(pair.gaps["ntg_gap_rel"], expected, rtol=1e-10)
+    assert "rel ‖ΔΘ̂‖" in run_cli("compare", out)

@@ -69,6 +69,15 @@ def test_without_a_terminal_a_line_comes_at_most_every_30_seconds():
     bar.waiting(40.0)
     assert stream.getvalue().splitlines()[-1] == \
         "flowsim: p0 · tsit5: t = 20 of 200 (10 %), computing the segment to t = 40"
+    clock.now = 130          # the same segment, a line later: for how long, not the same line again
+    bar.waiting(40.0)
+    assert stream.getvalue().splitlines()[-1] == \
+        "flowsim: p0 · tsit5: t = 20 of 200 (10 %), computing the segment to t = 40 (for 35 s)"
+    first_row = progress.batch("p0", "gd", ["p0-seed0"], 0.0, 10.0)
+    clock.now = 170          # the segment to where the batch is: its first row, compiling
+    first_row.waiting(0.0)
+    assert stream.getvalue().splitlines()[-1] == "flowsim: p0 · gd: t = 0 of 10 (0 %), compiling"
+    first_row.close(None)
     bar.close({"p0-seed0": "done"})
 
 

@@ -184,6 +184,34 @@ def test_bad_arguments_name_the_argument(tmp_path, over, named, allowed):
     assert not (tmp_path / "bad.h5").exists()
 
 
+@pytest.mark.slow
+def test_a_factory_draws_the_weights_it_draws_in_the_users_float32_session(tmp_path):
+    """In a session where JAX is float32 (its default), the factory's initial weights are the
+    ones it gives there for the key, cast to float64 exactly, and the log says so: called
+    after float64 is on, jax.random draws other numbers."""
+    import subprocess
+    import sys
+
+    script = f"""
+import jax, jax.numpy as jnp, numpy as np, equinox as eqx, flowsim
+factory = lambda k: eqx.nn.MLP(3, 1, 8, 1, activation=jnp.tanh, key=k)
+mine = [np.asarray(factory(jax.random.PRNGKey(s)).layers[0].weight) for s in (0, 1)]
+assert mine[0].dtype == np.float32
+X = np.random.default_rng(0).normal(size=(10, 3))
+a = flowsim.simulate(factory, data=(X, X[:, 0]), t_end=0.1, solvers=["gd-lr0.1"], seeds=[0, 1],
+                     checkpoints={{"count": 1}}, observe=["loss"], output=r"{tmp_path / 'f.h5'}", progress=False)
+for s in (0, 1):
+    np.testing.assert_array_equal(a.runs[f"seed{{s}}"].init["layers.0.weight"], mine[s].astype(np.float64))
+with jax.enable_x64(True):
+    other = np.asarray(factory(jax.random.PRNGKey(0)).layers[0].weight)
+assert not np.allclose(other, mine[0])      # what a factory called after float64 is on would give
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "was called with PRNGKey(seed) in float32, your session's precision" in proc.stderr
+    assert "cast to float64" in proc.stderr
+
+
 def test_an_existing_archive_is_not_overwritten(tmp_path):
     (tmp_path / "bad.h5").write_bytes(b"precious")
     with pytest.raises(ValueError, match="`output`.*exists.*resume=True.*overwrite=True"):

@@ -165,10 +165,13 @@ def test_show_gives_every_key_with_its_origin_the_runs_grids_and_estimate(tmp_pa
     rows = {line.split(" = ")[0].strip(): line.rsplit("# ", 1)[1] for line in out.splitlines() if " # " in line}
     assert rows["model.width"] == "--set model.width=7" and rows["run.t_end"] == "--set run.t_end=12.0"
     assert rows["data.n"] == "file" and rows["data.seed"] == "default" and rows["loss.kind"] == "default"
-    assert rows["run.solvers[0].rtol"] == "preset 'tsit5'" and rows["model.scaling.kind"] == "swept (see runs)"
+    assert rows["run.solvers[0].rtol"] == "preset 'tsit5'" and rows["model.scaling"] == "swept (see runs)"
+    assert "model.scaling.kind" not in rows     # a swept table is one row: its first point is not every run's
     sc = load_scenario(TINY, ["model.width=7", "run.t_end=12.0"])
-    # every resolved leaf that applies is listed once (tsit5 reads no Newton-Krylov key)
-    assert len(rows) == len([p for _, p, _ in leaves(sc.resolved) if not _unused(sc.resolved, p)])
+    # every resolved leaf that applies is listed once (tsit5 reads no Newton-Krylov key), a swept
+    # table's leaves as one row
+    swept = [p for k, p, _ in leaves(sc.resolved) if k.startswith("model.scaling.")]
+    assert len(rows) == len([p for _, p, _ in leaves(sc.resolved) if not _unused(sc.resolved, p)]) - len(swept) + 1
     assert "run.solvers[0].newton_rtol" not in rows and "run.solvers[0].pcoeff" in rows
     assert "runs: 4 (2 sweep points × 2 seeds)" in out
     assert all(f"  {r.name} " in out for r in sc.runs)

@@ -17,6 +17,7 @@ At each matched time t > 0:
     weight_gap_rel   weight_gap / ‖W_flow(kη) − W_0‖_F
     loss_gap         |L_GD − L_flow|                                (series `loss`)
     ntg_gap          ‖Θ̂_GD − Θ̂_flow‖_2 (spectral norm)            (series `ntg`)
+    ntg_gap_rel      ntg_gap / ‖Θ̂_flow‖_2 (the scale the report shows it on)
     weight_change_gap max_j |‖w_j,GD − w_j0‖ − ‖w_j,flow − w_j0‖|  (series `weight_change`)
 
 Certificate. A flow preset with a `reference` records `flow_error` = ‖W − W_ref‖, an
@@ -64,7 +65,7 @@ from .central import CentralTrack, central_tracks
 from .matching import match_times, per_row, row_norms, same_eta, series_of
 
 CERTIFICATE_FACTOR = 2.0
-GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "weight_change_gap")
+GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "ntg_gap_rel", "weight_change_gap")
 # (after "label", one column per swept key, named by its dotted key)
 CSV_COLUMNS = ("run", "label", "seed", "discrete", "discrete_kind", "eta", "flow", "flow_kind", "t", "step",
                *GAPS, "flow_error", "flow_loss_error", "unresolved", "eta_sharpness", "discrete_status")
@@ -237,6 +238,8 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
     Nd, Nf = series_of(dview, "ntg"), series_of(fview, "ntg")
     if Nd is not None and Nf is not None:
         gaps["ntg_gap"] = np.array([_spectral(a - b) for a, b in zip(Nd[ia], Nf[ib])])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            gaps["ntg_gap_rel"] = gaps["ntg_gap"] / np.array([_spectral(b) for b in Nf[ib]])
     Cd, Cf = series_of(dview, "weight_change"), series_of(fview, "weight_change")
     if Cd is not None and Cf is not None:
         gaps["weight_change_gap"] = np.abs(per_row(Cd[ia] - Cf[ib])).max(axis=1)
@@ -418,7 +421,11 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                 notes.append((run.name, f"needs a discrete and a flow solver (has "
                                         f"{', '.join(solvers) or 'none'}); nothing to compare"))
             unknown = []
-            for d in disc:
+            twins = [d.name for d in disc if getattr(presets[d.name], "perturbation", 0.0)]
+            if twins and flows:
+                notes.append((run.name, f"{', '.join(twins)}: perturbed twin(s), the noise floor of the central-"
+                                        "flow section; not paired with the flows (each would repeat its GD's row)"))
+            for d in (d for d in disc if d.name not in twins):
                 dp = presets[d.name]
                 stab.append(_stability(run, d, dp))
                 if stab[-1].verdict == "unknown":
@@ -455,9 +462,10 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                   central=central)
 
 
-SUMMARY_GAPS = {"weight_gap_rel": "rel ‖ΔW‖", "loss_gap": "|ΔL|", "ntg_gap": "‖ΔΘ̂‖",
+SUMMARY_GAPS = {"weight_gap_rel": "rel ‖ΔW‖", "loss_gap": "|ΔL|", "ntg_gap_rel": "rel ‖ΔΘ̂‖",
                 "weight_change_gap": "Δ‖w−w0‖"}
-GAP_SERIES = {"weight_gap_rel": "weights", "loss_gap": "loss", "ntg_gap": "ntg", "weight_change_gap": "weight_change"}
+GAP_SERIES = {"weight_gap_rel": "weights", "loss_gap": "loss", "ntg_gap_rel": "ntg",
+              "weight_change_gap": "weight_change"}
 
 
 def cell_text(value: Any) -> str:

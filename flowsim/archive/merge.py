@@ -16,7 +16,7 @@ import h5py
 
 from .errors import ArchiveError
 from .format import decode_root_attrs, loads
-from .recovery import open_h5_readonly, require_flowsim
+from .recovery import check_replaceable, open_h5_readonly, require_flowsim
 
 
 class ShardError(ValueError):
@@ -49,6 +49,7 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
     out = Path(out)
     if not parts:
         raise ShardError("flowsim merge: give at least one part archive")
+    check_replaceable(out)
     if out.exists() and not overwrite:
         raise ShardError(f"{out} exists; pass --overwrite to replace it")
     if any(Path(p).resolve() == out.resolve() for p in parts):

@@ -37,18 +37,81 @@ _FLAG_RETRY_S = 1.0           # how long open() waits for a live writer's struct
 
 def check_signature(path: str) -> bytes:
     """Read the first bytes; raise a clear ArchiveError unless it looks like HDF5."""
+    allowed = "allowed: an archive written by `flowsim run` or `flowsim.simulate` (runs/<name>.h5)"
     if not os.path.exists(path):
-        raise ArchiveError(f"{path}: no such archive")
+        scenario = _catalog_scenario(path)
+        hint = (f"; {path!r} is a scenario in the catalog: `flowsim run {path}` writes its archive "
+                f"runs/{path}.h5") if scenario else ""
+        raise ArchiveError(f"{path}: no such archive{hint}; {allowed}")
     if os.path.isdir(path):
-        raise ArchiveError(f"{path}: is a directory, not an archive")
+        raise ArchiveError(f"{path}: is a directory, not an archive; {allowed}")
     try:
         with io.open(path, "rb") as fh:
             head = fh.read(48)
     except OSError as exc:
-        raise ArchiveError(f"{path}: cannot be read ({exc})") from exc
+        raise ArchiveError(f"{path}: cannot be read ({exc.strerror or exc}); {allowed}") from None
+    if not head:
+        raise ArchiveError(f"{path}: is empty, not an archive; {allowed}")
     if head[:8] != HDF5_SIGNATURE:
-        raise ArchiveError(f"{path}: not an HDF5 file (not a flowsim archive)")
+        what = "a scenario file (TOML)" if _is_toml(path) else "not an HDF5 file"
+        hint = f"; to simulate it: `flowsim run {path}`" if what.startswith("a scenario") else ""
+        raise ArchiveError(f"{path}: is {what}, not a flowsim archive{hint}; {allowed}")
     return head
+
+
+def check_replaceable(path: str | os.PathLike, replace: str = "--overwrite", resume: str = "--resume") -> None:
+    """Raise an ArchiveError unless writing an archive at `path` would replace nothing but an
+    archive: `--overwrite` is for archives, never for a folder, a scenario or a data file
+    that an `-o` mistyped names. `replace` and `resume` name the caller's options."""
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise ArchiveError(f"{path}: is a folder; allowed: an archive file path such as "
+                           f"{os.path.join(path, 'run.h5')}")
+    if not os.path.exists(path):
+        return
+    with io.open(path, "rb") as fh:
+        head = fh.read(8)
+    if head and head != HDF5_SIGNATURE:
+        what = "a scenario file (TOML)" if _is_toml(path) else "not an HDF5 file"
+        raise ArchiveError(f"{path}: exists and is {what}, not an archive: it is not replaced; allowed: a new "
+                           f"path, or an existing archive to continue ({resume}) or replace ({replace})")
+
+
+def _catalog_scenario(name: str) -> bool:
+    """Whether `name` (not a file) names a scenario of the catalog: a user who typed the
+    scenario where its archive was meant."""
+    from ..config import find_scenario   # (JAX-free: the catalog is a folder of TOML files)
+
+    try:
+        find_scenario(name)
+    except Exception:  # noqa: BLE001 - not a scenario is all this asks
+        return False
+    return True
+
+
+def _is_toml(path: str) -> bool:
+    import tomllib
+
+    try:
+        with io.open(path, "rb") as fh:
+            return bool(tomllib.load(fh))
+    except (OSError, ValueError):
+        return False
+
+
+def _plain_read(path: str) -> h5py.File:
+    """`h5py.File(path, "r")` as the process's other readers hold it. HDF5 shares one open
+    file among all the opens of a process and refuses one whose file-locking flag differs
+    from the first ("file locking flag values don't match"): h5py, xarray and h5netcdf open
+    with HDF5's default, so that comes first, leaving a user's own later open of the same
+    file possible; without locking where the file is already open so (our own writer, a
+    user's `locking=False`) or its file system has no locks."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as exc:
+        if "lock" not in str(exc).lower():
+            raise
+    return h5py.File(path, "r", locking=False)
 
 
 def explain(path: str, exc: Exception) -> ArchiveError:
@@ -59,6 +122,10 @@ def explain(path: str, exc: Exception) -> ArchiveError:
     if "already open for read-only" in msg:   # HDF5 lets one process hold a file one way
         return ArchiveError(f"{path}: is open for reading in this process (an Archive from flowsim.open "
                             "or flowsim.simulate); close it (archive.close()) before writing to it")
+    if "locking flag values don't match" in msg:
+        return ArchiveError(f"{path}: is open in this process with other HDF5 file-locking flags (an "
+                            "h5py.File or xarray dataset opened otherwise); close that handle (f.close(), "
+                            "ds.close()) and open the archive again")
     return ArchiveError(f"{path}: cannot be opened as an HDF5 archive: {msg}")
 
 
@@ -77,7 +144,7 @@ def open_h5_readonly(path: str) -> h5py.File:
     # process's own lock is a resume's: it reads the file before writing any of it.
     if writer_pid(path) in (None, os.getpid()):
         try:
-            return h5py.File(path, "r", locking=False)
+            return _plain_read(path)
         except OSError as exc:
             if "truncated file" in str(exc):
                 return _open_short(path, exc)
@@ -99,7 +166,7 @@ def open_h5_readonly(path: str) -> h5py.File:
             if "SWMR" in msg or "superblock" in msg.lower():
                 # e.g. an older-format file SWMR cannot read: try a plain open.
                 try:
-                    return h5py.File(path, "r", locking=False)
+                    return _plain_read(path)
                 except OSError as exc2:
                     raise explain(path, exc2) from exc2
             raise explain(path, exc) from exc

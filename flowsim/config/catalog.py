@@ -73,13 +73,20 @@ def find_scenario(name_or_path: str) -> Path:
     p = Path(name_or_path)
     if is_file(p):
         return p.resolve()
+    allowed_file = "allowed: a scenario file (TOML), or the name of one in the catalog (`flowsim list`)"
+    if p.is_dir():
+        raise ScenarioError(f"{name_or_path}: is a directory, not a scenario file; {allowed_file}",
+                            file=str(name_or_path), value=name_or_path, allowed=allowed_file)
+    if p.suffix or len(p.parts) > 1:   # a path, not a name: the catalog is not what was meant
+        raise ScenarioError(f"{name_or_path}: no such file; {allowed_file}",
+                            file=str(name_or_path), value=name_or_path, allowed=allowed_file)
     candidate = scenarios_dir() / f"{name_or_path}.toml"
     if is_file(candidate):
         return candidate
     names = [n for n, _ in list_scenarios()]
     allowed = ", ".join(names) if names else "(the catalog is empty)"
     guess = did_you_mean(str(name_or_path), names)
-    mean = f"; did you mean {toml_string(guess)}?" if guess else ""
+    mean = f"; did you mean {toml_string(guess)}?" if guess else ";"
     raise ScenarioError(f"{name_or_path}: no such scenario file, and no scenario of that name "
                         f"in {scenarios_dir()}{mean} available: {allowed}",
                         file=str(name_or_path), value=name_or_path, allowed=allowed)

@@ -17,21 +17,36 @@ def display(path: Path) -> str:
         return str(path)
 
 
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"   # (archive/format.py's, not imported: that package loads h5py)
+
+
 def read_text(p: Path, display: str) -> str:
     try:
-        return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ScenarioError(f"{display}: is not UTF-8 text", file=display) from None
+        raw = p.read_bytes()
     except OSError as e:
         raise ScenarioError(f"{display}: cannot read the file ({e.strerror or e})",
                             file=display) from None
+    if raw.startswith(_HDF5_SIGNATURE):
+        raise ScenarioError(f"{display}: is an HDF5 archive, not a scenario file; allowed: a scenario file "
+                            f"(TOML); to read the archive: `flowsim inspect {display}`; to continue its "
+                            f"runs: `flowsim run SCENARIO -o {display} --resume`", file=display) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ScenarioError(f"{display}: is not UTF-8 text (byte {e.start}); allowed: a scenario file (TOML)",
+                            file=display) from None
+    if not text.strip():
+        raise ScenarioError(f"{display}: is empty; allowed: a scenario file (TOML) with at least [data] and "
+                            "[model] tables (see `flowsim show quickstart`)", file=display)
+    return text
 
 
 def parse_toml(text: str, display: str) -> dict:
     try:
         return tomllib.loads(text)
     except (ValueError, RecursionError) as e:  # TOMLDecodeError says "(at line L, column C)"
-        raise ScenarioError(f"{display}: invalid TOML: {e}", file=display) from None
+        raise ScenarioError(f"{display}: invalid TOML: {e}; allowed: TOML (toml.io): tables as [name], "
+                            "values as key = value, strings in quotes", file=display) from None
 
 
 def read_toml(path: Path, display: str) -> dict:

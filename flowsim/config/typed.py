@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
@@ -678,15 +679,30 @@ def solver_spec(inline: bool) -> Tagged:
     return tagged_spec(Preset, common=("description",), replace={"description": Str()}, exclude=("name",))
 
 
+_GD_STEP = re.compile(r"gd-lr(\d+(?:\.\d*)?(?:e-?\d+)?)")   # "gd-lr0.5": GD at that step, any step
+_DIGITS = re.compile(r"\d+(?:\.\d*)?(?:e-?\d+)?")
+
+
+def _positive_number(text: str) -> bool:
+    return math.isfinite(float(text)) and float(text) > 0
+
+
 def load_preset(spec: Any, key: str, ctx: Ctx) -> dict:
     """A preset by name (a file in solvers/) or inline, validated, with defaults and name."""
     if isinstance(spec, str):
         names = sorted(p.name[: -len(".toml")] for p in solvers_dir().glob("*.toml"))
+        step = _GD_STEP.fullmatch(spec)
+        if spec not in names and step and _positive_number(step[1]):
+            return load_preset({"name": spec, "kind": "gd", "learning_rate": float(step[1]),
+                                "description": f"Full-batch gradient descent, step {step[1]}"}, key, ctx)
         if spec not in names:
             guess = did_you_mean(spec, names)
+            if guess and (spec.startswith("gd-lr") or _DIGITS.sub("#", guess) == _DIGITS.sub("#", spec)):
+                guess = None     # another step size or order is another solver, not a spelling
             raise ctx.bad(key, spec, "is not a solver preset",
                           "one of " + ", ".join(toml_string(n) for n in names)
-                          + " (files in solvers/), or an inline table",
+                          + " (files in solvers/), gd-lr<η> for any step η > 0 (e.g. \"gd-lr0.5\"), or an "
+                          "inline table such as { name = \"gd-0.5\", kind = \"gd\", learning_rate = 0.5 }",
                           f"did you mean {toml_string(guess)}?" if guess else "")
         path = solvers_dir() / f"{spec}.toml"
         shown = display(path)

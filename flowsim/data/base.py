@@ -15,7 +15,9 @@ class Dataset:
 
     `classes` is 0 for regression (k target columns) and the number of classes for
     classification (`y` one-hot, k = classes). `extra` holds other named arrays worth
-    archiving: a validation split, teacher weights, standardisation statistics.
+    archiving: a validation split, teacher weights, standardisation statistics. `columns`
+    names the inputs and the targets, in order, where a file names them (`flowsim show`
+    prints them).
     """
 
     X_train: np.ndarray
@@ -24,6 +26,7 @@ class Dataset:
     y_test: np.ndarray
     classes: int
     extra: dict = field(default_factory=dict)
+    columns: tuple[tuple[str, ...], tuple[str, ...]] | None = None
 
 
 class DataError(ValueError):

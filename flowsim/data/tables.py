@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import dataclasses
 import math
+import re
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -35,7 +37,8 @@ def read_csv(path: Path) -> tuple[list[str], np.ndarray]:
     """Header names and the float64 table of a numeric CSV with one header row.
 
     Blank lines are skipped. Every failure is a DataError naming the file and, for a bad
-    cell, its 1-based line number and column name.
+    cell, its 1-based line number and column name. pandas' row index is dropped, with a
+    warning (`_without_row_index`).
     """
     path = Path(path)
     if not path.is_file():
@@ -44,6 +47,8 @@ def read_csv(path: Path) -> tuple[list[str], np.ndarray]:
         rows = [(line, row) for line, row in enumerate(csv.reader(f), start=1) if row]
     if not rows:
         raise DataError(f"{path}: the file is empty")
+    if _unnamed(rows[0][1][0].strip()):
+        rows = _without_row_index(path, rows)
     header = [name.strip() for name in rows[0][1]]
     if len(set(header)) != len(header):
         raise DataError(f"{path}: repeated column names in the header {header}")
@@ -67,6 +72,27 @@ def read_csv(path: Path) -> tuple[list[str], np.ndarray]:
                     f"{path}: line {line}, column {header[j]!r}: {cell!r} is not finite"
                 )
     return header, table
+
+
+def _unnamed(name: str) -> bool:
+    """pandas' name for its row index: empty from `to_csv()`, "Unnamed: 0" once such a
+    file is read back and written again."""
+    return name == "" or re.fullmatch(r"Unnamed: \d+", name) is not None
+
+
+def _without_row_index(path: Path, rows: list[tuple[int, list[str]]]) -> list[tuple[int, list[str]]]:
+    """The rows without their first field, where that column has no name and holds 0, 1, …,
+    n−1: pandas' row index (`DataFrame.to_csv()` without `index=False`), which read as an
+    input would be a feature numbering the rows. Dropped and said; any other unnamed first
+    column is refused."""
+    name, index = rows[0][1][0].strip(), [row[0].strip() for _, row in rows[1:]]
+    if index != [str(i) for i in range(len(index))]:
+        raise DataError(f"{path}: the first column has no name ({name!r}) and does not hold the row numbers "
+                        "0, 1, …; allowed: a header that names every column")
+    warnings.warn(f"{path}: the first column has no name ({name!r}) and holds 0, 1, …, {len(index) - 1}: "
+                  "pandas' row index (DataFrame.to_csv() without index=False); dropped (write the file with "
+                  "to_csv(index=False) to silence this)", stacklevel=3)
+    return [(line, row[1:]) for line, row in rows]
 
 
 def _columns(path: Path, header: list[str], names: list[str]) -> list[int]:
@@ -161,9 +187,8 @@ def _uci(data: UciData, rng: np.random.Generator) -> Dataset:
         _standardize(splits, "X") | _standardize(splits, "y") if data.standardize else {}
     )
     extra = {"X_valid": splits["X_valid"], "y_valid": splits["y_valid"]} | stats
-    return Dataset(
-        splits["X_train"], splits["y_train"], splits["X_test"], splits["y_test"], 0, extra
-    )
+    return Dataset(splits["X_train"], splits["y_train"], splits["X_test"], splits["y_test"], 0, extra,
+                   columns=(tuple(header[j] for j in inputs), (target,)))
 
 
 def _csv(data: CsvData, rng: np.random.Generator) -> Dataset:
@@ -196,9 +221,8 @@ def _csv(data: CsvData, rng: np.random.Generator) -> Dataset:
     stats = (
         _standardize(splits, "X") | _standardize(splits, "y") if data.standardize else {}
     )
-    return Dataset(
-        splits["X_train"], splits["y_train"], splits["X_test"], splits["y_test"], 0, stats
-    )
+    return Dataset(splits["X_train"], splits["y_train"], splits["X_test"], splits["y_test"], 0, stats,
+                   columns=(tuple(header[j] for j in inputs), tuple(targets)))
 
 
 # ------------------------------------------------------------------------------ npz files
