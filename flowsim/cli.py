@@ -181,7 +181,8 @@ def cmd_list(args) -> int:
     def entries(found: list[tuple[str, str]]) -> list[str]:
         """One entry each, its whole description wrapped to the terminal's width beside the
         name column (a cut one would hide what tells a `-quick` file from its twin)."""
-        return [textwrap.fill(desc, width, initial_indent=f"  {name:<28} ", subsequent_indent=" " * 31)
+        return [textwrap.fill(desc, width, initial_indent=f"  {name:<28} ", subsequent_indent=" " * 31,
+                              break_on_hyphens=False, break_long_words=False)
                 for name, desc in found]
 
     print("scenarios:")

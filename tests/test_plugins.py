@@ -169,6 +169,9 @@ def half_mse(pred, y):
 ENDING_MODULE = "flowsim_test_ending"
 
 
+SURVIVOR = b"\x89HDF\r\n\x1a\n an archive that must survive"   # HDF5's signature: what --overwrite replaces
+
+
 @pytest.fixture
 def ending(tmp_path, monkeypatch):
     """A scenario whose plug-ins end the process (FLOWSIM_TEST_HOW) at FLOWSIM_TEST_WHERE,
@@ -176,7 +179,7 @@ def ending(tmp_path, monkeypatch):
     (tmp_path / f"{ENDING_MODULE}.py").write_text(ENDING)
     (tmp_path / "plug.toml").write_text(SCENARIO.replace(MODULE, ENDING_MODULE))
     old = tmp_path / "out.h5"
-    old.write_bytes(b"an archive that must survive")
+    old.write_bytes(SURVIVOR)
     yield tmp_path
     sys.modules.pop(ENDING_MODULE, None)
 
@@ -189,7 +192,7 @@ def test_sys_exit_in_a_plugin_is_exit_2_naming_it(ending, monkeypatch, where, ke
     code, _, err = call_cli("run", ending / "plug.toml", "-o", ending / "out.h5", "--overwrite", "-q")
     assert code == 2, err
     assert f"`{key}`" in err and "SystemExit(0)" in err and "may not end the process" in err, err
-    assert (ending / "out.h5").read_bytes() == b"an archive that must survive"
+    assert (ending / "out.h5").read_bytes() == SURVIVOR
 
 
 def test_sys_exit_in_a_plugin_during_the_run_is_exit_2(ending, monkeypatch):
@@ -223,7 +226,7 @@ def test_os_exit_in_a_plugin_is_a_non_zero_status_naming_it(ending, where, key):
         _, err = proc.communicate(timeout=120)
         assert proc.returncode == 2, (command, err)
         assert f"`{key}` = '{ENDING_MODULE}:" in err and "ended the process (exit status 0" in err, err
-    assert (ending / "out.h5").read_bytes() == b"an archive that must survive"
+    assert (ending / "out.h5").read_bytes() == SURVIVOR
 
 
 @pytest.mark.slow
@@ -241,4 +244,4 @@ def test_sigterm_stops_a_plugin_that_never_returns(ending, where):
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=1.0)    # within a second
     assert proc.returncode == 130 and "interrupted" in err, err
-    assert (ending / "out.h5").read_bytes() == b"an archive that must survive"
+    assert (ending / "out.h5").read_bytes() == SURVIVOR

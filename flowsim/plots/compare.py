@@ -125,7 +125,7 @@ def figure_run(rep: Report, run: str):   # -> Figure | None
     gap_panel(panel["weight_gap_rel"], "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
               "relative weight distance")
     gap_panel(panel["loss_gap"], "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "loss gap")
-    gap_panel(panel["ntg_gap"], "ntg_gap", None, "‖Θ̂_GD − Θ̂_flow‖ (spectral)", "NTG gap")
+    gap_panel(panel["ntg_gap_rel"], "ntg_gap_rel", None, "‖Θ̂_GD − Θ̂_flow‖ / ‖Θ̂_flow‖ (spectral)", "NTG gap")
     gap_panel(panel["weight_change_gap"], "weight_change_gap", None,
               "max |‖w_GD − w₀‖ − ‖w_flow − w₀‖|", "weight-change gap")
 
