@@ -314,7 +314,7 @@ def _cohen_standardize() -> Any:
 
 
 def _mnist_fits(t: dict, key: str, ctx: Ctx) -> None:
-    n = MNIST_IMAGES if t["n"] is None else t["n"]
+    n = t.get("n") or MNIST_IMAGES   # absent: all of them
     if n + t["n_test"] > MNIST_IMAGES:
         n_key = join(key, "n")
         raise ctx.bad(join(key, "n_test"), t["n_test"], f"with `{n_key}` = {n} asks for {n + t['n_test']} of the "
