@@ -39,7 +39,8 @@ if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__`
     from .config import (
         Config, Data, Model, Scaling, Checkpoints, Preset, SphereSineData, SingleReluData,
         RandomLabelsData, XorNoiseData, QuadraticTeacherData, UciData, Split, DigitsData, CsvData,
-        NpzData, ArraysData, NtkScaling, AsymmetricScaling, SingleScaling, FiniteScaling,
+        NpzData, MnistData, CifarData, SyntheticImagesData, ArraysData, NtkScaling, AsymmetricScaling,
+        SingleScaling, FiniteScaling,
         CustomScaling, MeanFieldScaling, StandardScaling, ShallowModel, EmbeddedModel, MlpModel,
         PythonModel, ModuleModel, Loss, CheckpointEvery, CheckpointCount, CheckpointTimes,
         FlowPreset, DescentPreset, Run, Sweep, PruneAnalysis, TransferAnalysis, PcaAnalysis,
@@ -58,7 +59,8 @@ if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__`
 _CONFIG_CLASSES = (
     "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset", "SphereSineData",
     "SingleReluData", "RandomLabelsData", "XorNoiseData", "QuadraticTeacherData", "UciData",
-    "Split", "DigitsData", "CsvData", "NpzData", "ArraysData", "NtkScaling", "AsymmetricScaling",
+    "Split", "DigitsData", "CsvData", "NpzData", "MnistData", "CifarData", "SyntheticImagesData",
+    "ArraysData", "NtkScaling", "AsymmetricScaling",
     "SingleScaling", "FiniteScaling", "CustomScaling", "MeanFieldScaling", "StandardScaling",
     "ShallowModel", "EmbeddedModel", "MlpModel", "PythonModel", "ModuleModel", "Loss",
     "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset", "Run",

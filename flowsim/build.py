@@ -45,6 +45,8 @@ _DATA_ALLOWED = {
            "on every line, finite numbers in every cell, and the `data.target` column(s)",
     "npz": "an .npz holding X_train (rows × features) and y_train with as many rows (and optionally "
            "X_test, y_test), all finite",
+    "cifar": "an .npz holding X (n images, any shape with n rows; uint8 or float pixels, finite) and y (n integer "
+             "labels in [0, data.classes)), and optionally X_test with y_test",
 }
 
 
@@ -52,7 +54,7 @@ def _dataset(config: Config, seed: int) -> Dataset:
     """The run's data; a bad data file is a DataError naming the file, the key and what is
     allowed (make_dataset names the file and what is wrong with it)."""
     data = config.data
-    # Only the user-file kinds (csv, npz) have a `path`; uci and digits read shipped files.
+    # Only the user-file kinds (csv, npz, cifar) have a `path`; uci, digits and mnist read shipped files.
     has_path = hasattr(data, "path")
     try:
         return make_dataset(data, data_seed(config, seed))

@@ -45,6 +45,7 @@ class LossKind:
 LOSSES: dict[str, LossKind] = {k.name: k for k in (
     LossKind("half-sse", sum_over_samples=True),
     LossKind("mse", sum_over_samples=False),
+    LossKind("half-sse-mean", sum_over_samples=False),
     LossKind("cross-entropy", sum_over_samples=False),
 )}
 

@@ -27,6 +27,12 @@ def mse(pred: jax.Array, y: jax.Array) -> jax.Array:
     return jnp.mean((y - pred) ** 2)
 
 
+def half_sse_mean(pred: jax.Array, y: jax.Array) -> jax.Array:
+    """½ Σ_i Σ_k (y_ik − f_ik)² / n: Cohen et al.'s square loss (2021), a mean over samples of
+    each one's ½‖f − y‖² (k times `mse` for k outputs)."""
+    return 0.5 * jnp.sum((y - pred) ** 2) / pred.shape[0]
+
+
 def cross_entropy(pred: jax.Array, y: jax.Array) -> jax.Array:
     """Softmax cross-entropy averaged over samples; `y` holds one-hot (or soft) targets."""
     return -jnp.mean(jnp.sum(y * jax.nn.log_softmax(pred, axis=-1), axis=-1))
@@ -39,7 +45,8 @@ class Loss:
     sum_over_samples: bool      # (see flowsim.kinds.LossKind)
 
 
-_FUNCTIONS: dict[str, LossFn] = {"half-sse": half_sse, "mse": mse, "cross-entropy": cross_entropy}
+_FUNCTIONS: dict[str, LossFn] = {"half-sse": half_sse, "mse": mse, "half-sse-mean": half_sse_mean,
+                                 "cross-entropy": cross_entropy}
 # Every loss flowsim.kinds declares, with its function.
 LOSSES: dict[str, Loss] = {name: Loss(name, _FUNCTIONS[name], k.sum_over_samples) for name, k in _KINDS.items()}
 

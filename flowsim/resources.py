@@ -64,20 +64,20 @@ def memory_limit() -> tuple[float, str]:
     return limit, source
 
 
-def _data_shape(cfg: Config, seed: int, cache: dict) -> tuple[int, int, int]:
-    """(n, n_test, d) of a run's data: from the scenario when it says, else by loading it
-    (file-backed data are bounded by their file)."""
+def _data_shape(cfg: Config, seed: int, cache: dict) -> tuple[int, int, int, int]:
+    """(n, n_test, d, outputs) of a run's data: from the scenario when it says (those kinds have
+    one target), else by loading it (file-backed data are bounded by their file)."""
     data = cfg.data
     if all(hasattr(data, k) for k in _SYNTHETIC_SHAPE):
-        return int(data.n), int(data.n_test), int(data.d)
+        return int(data.n), int(data.n_test), int(data.d), 1
     key = (data, data_seed(cfg, seed))
     if key not in cache:
         ds = _dataset(cfg, seed)
-        cache[key] = (ds.X_train.shape[0], ds.X_test.shape[0], ds.X_train.shape[1])
+        cache[key] = (ds.X_train.shape[0], ds.X_test.shape[0], ds.X_train.shape[1], ds.y_train.shape[1])
     return cache[key]
 
 
-def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) -> dict[str, float]:
+def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int, outputs: int = 1) -> dict[str, float]:
     """Rough bytes of one sweep point's batch of `seeds` runs: memory and archive size.
 
     Memory: per seed, the solver's copies of the parameters (m·d; an MLP's P), the
@@ -91,8 +91,7 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) 
     model = config.model
     p = min(int(config.run.ntg_points), n)
     if isinstance(model, MlpModel):
-        # k = 1 output assumed (the data's width is not known here): a rough lower bound
-        sizes = [d, *model.widths, 1]
+        sizes = [d, *model.widths, outputs]   # outputs: the data's target columns (1 when not known)
         params = sum(a * b + (b if model.bias else 0) for a, b in zip(sizes, sizes[1:]))
         m, ntg_work, row_m, row_d = sum(model.widths), p * params, params, 1   # J (p × P) for the NTG
     else:
@@ -106,7 +105,7 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int) 
         paired = isinstance(s, FlowPreset) and s.reference is not None
         copies = max(copies, state_copies(s) * (2 if paired else 1))
         stored = max(stored, 2 * (2 if paired else 1))
-    data = (n + n_test) * (d + 1)
+    data = (n + n_test) * (d + outputs)
     memory = item * seeds * (copies * params + 4 * n * m + ntg_work + 3 * p * p + 2 * data)
     rows = len(config.run.checkpoint_times()) + 1
     row = 0
@@ -129,8 +128,8 @@ def point_estimates(scenario) -> list[tuple[list, dict[str, float] | None]]:
         if isinstance(cfg.model, PythonModel):
             out.append((runs, None))
             continue
-        n, n_test, d = _data_shape(cfg, runs[0].seed, cache)
-        out.append((runs, estimate_resources(cfg, n, n_test, d, len(runs)) | {"n": float(n), "d": float(d)}))
+        n, n_test, d, k = _data_shape(cfg, runs[0].seed, cache)
+        out.append((runs, estimate_resources(cfg, n, n_test, d, len(runs), k) | {"n": float(n), "d": float(d)}))
     return out
 
 

@@ -495,3 +495,238 @@ observe = ["loss"]
     code, _, err = call_cli("run", scenario, "-o", tmp_path / "out.h5", "-q")
     assert code == 2 and str(path) in err and "need at least 2" in err, err
     assert not (tmp_path / "out.h5").exists()
+
+
+# ------------------------------------------------- images at the papers' scale (flowsim/data/images.py)
+
+
+def readme_section(title: str) -> str:
+    text = (DATA_DIR / "README.md").read_text(encoding="utf-8")
+    return text.split(f"\n## {title}", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_shipped_mnist_images_match_their_record():
+    """data/mnist_5k.npz: 5 000 images of 784 pixels, 500 of each digit, and the sha256 of
+    the file and of its arrays that data/README.md records."""
+    from flowsim.data import MNIST_FILE, load_mnist_5k
+
+    section = readme_section(MNIST_FILE)
+    recorded = dict(re.findall(r"\*\*sha256 of the (file|arrays):\*\* `([0-9a-f]{64})`", section))
+    path = DATA_DIR / MNIST_FILE
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == recorded["file"]
+    X, y = load_mnist_5k()
+    assert X.shape == (5000, 784) and X.dtype == np.uint8 and y.shape == (5000,)
+    assert np.bincount(y, minlength=10).tolist() == [500] * 10
+    assert hashlib.sha256(X.tobytes() + y.tobytes()).hexdigest() == recorded["arrays"]
+    assert int(X.sum()) == 131_267_102 and int(y.sum()) == 22_500   # the README's sums
+
+
+def cohen_reference(P_train, P_test):
+    """Cohen et al.'s cifar.py, in numpy: / 255, flatten, centre, standardise (train statistics;
+    a constant pixel divided by 1, which theirs never meets on CIFAR)."""
+    X_train = P_train.reshape(len(P_train), -1) / 255.0
+    X_test = P_test.reshape(len(P_test), X_train.shape[1]) / 255.0
+    mean, std = X_train.mean(0), X_train.std(0)
+    std[std == 0] = 1.0
+    return (X_train - mean) / std, (X_test - mean) / std
+
+
+def test_mnist_is_preprocessed_as_cohen_et_al():
+    from flowsim.data import load_mnist_5k
+
+    X, y = load_mnist_5k()
+    ds = make(dict(kind="mnist"), seed=0)
+    assert ds.X_train.shape == (5000, 784) and ds.X_test.shape == (0, 784) and ds.classes == 10
+    expected, _ = cohen_reference(X, X[:0])
+    np.testing.assert_allclose(ds.X_train, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(ds.y_train, np.eye(10)[y])
+    lit = X.std(0) > 0
+    np.testing.assert_allclose(ds.X_train[:, lit].std(0), 1.0, rtol=1e-9)
+    assert np.abs(ds.X_train.mean(0)).max() < 1e-12 and (ds.X_train[:, ~lit] == 0).all()
+    raw = make(dict(kind="mnist", standardize=False), seed=0)
+    np.testing.assert_array_equal(raw.X_train, X / 255.0)
+
+
+def test_a_mnist_subset_is_balanced_disjoint_and_seeded():
+    from flowsim.data import load_mnist_5k
+
+    X, _ = load_mnist_5k()
+    cfg = dict(kind="mnist", n=1000, n_test=500)
+    ds = make(cfg, seed=3)
+    assert ds.y_train.sum(0).tolist() == [100] * 10 and ds.y_test.sum(0).tolist() == [50] * 10
+    assert ds.X_train.shape == (1000, 784) and ds.X_test.shape == (500, 784)
+    np.testing.assert_array_equal(make(cfg, seed=3).X_train, ds.X_train)
+    assert not np.array_equal(make(cfg, seed=4).X_train, ds.X_train)
+    # the images picked (MNIST's 5 000 are distinct), disjoint, and preprocessed with the training
+    # images' statistics, the test images too
+    index = {row.tobytes(): i for i, row in enumerate(X)}
+
+    def picked(Z):
+        pixels = np.rint((Z * ds.extra["X_std"] + ds.extra["X_mean"]) * 255).astype(np.uint8)
+        return np.array([index[row.tobytes()] for row in pixels])
+
+    train, test = picked(ds.X_train), picked(ds.X_test)
+    assert len(set(train)) == 1000 and len(set(test)) == 500 and not set(train) & set(test)
+    expected, expected_test = cohen_reference(X[train], X[test])
+    np.testing.assert_allclose(ds.X_train, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ds.X_test, expected_test, rtol=1e-12, atol=1e-12)
+
+
+def test_bad_mnist_tables_name_the_key_and_what_is_allowed():
+    ctx = Ctx(file="test.toml", base_dir=Path.cwd())
+    with pytest.raises(ScenarioError, match=r"data\.n_test. = 1 with `data\.n` = 5000 asks for 5001 of the 5000") as err:
+        DATA.check({"kind": "mnist", "n_test": 1}, "data", ctx)
+    assert "test.toml" in str(err.value) and "allowed" in str(err.value)
+    with pytest.raises(ScenarioError, match=r"data\.n. = 5001") as err:
+        DATA.check({"kind": "mnist", "n": 5001}, "data", ctx)
+    assert "allowed" in str(err.value)
+    with pytest.raises(ScenarioError, match=r"unknown key `data\.path`.*kind = \"mnist\": kind, n, n_test"):
+        DATA.check({"kind": "mnist", "path": "x.npz"}, "data", ctx)
+    assert DATA.check({"kind": "mnist"}, "data", ctx) == {"kind": "mnist", "seed": 0, "n_test": 0, "standardize": True}
+    with pytest.raises(DataError, match=r"n = 4000, n_test = 2000.*allowed: n \+ n_test <= 5000"):
+        make(dict(kind="mnist", n=4000, n_test=2000), 0)
+
+
+def cifar_cfg(path, **keys):
+    return dict(kind="cifar", path=str(path), n=None, n_test=None, classes=10, standardize=True) | keys
+
+
+def test_a_cifar_npz_is_preprocessed_as_cohen_et_al(tmp_path):
+    """Statistics over every image of X (Cohen et al.'s come from the whole training set), then
+    the first n; pixels in torchvision's layout (n, 32, 32, 3) uint8 here 4×4."""
+    rng = np.random.default_rng(0)
+    X = rng.integers(0, 256, (12, 4, 4, 3), dtype=np.uint8)
+    X_test = rng.integers(0, 256, (5, 4, 4, 3), dtype=np.uint8)
+    y, y_test = np.arange(12) % 10, np.array([3, 1, 4, 1, 5])
+    path = tmp_path / "cifar.npz"
+    np.savez(path, X=X, y=y, X_test=X_test, y_test=y_test)
+    ds = make(cifar_cfg(path), seed=0)
+    expected, expected_test = cohen_reference(X, X_test)
+    np.testing.assert_allclose(ds.X_train, expected, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(ds.X_test, expected_test, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(ds.y_train, np.eye(10)[y])
+    np.testing.assert_array_equal(ds.y_test, np.eye(10)[y_test])
+    assert ds.classes == 10 and ds.X_train.shape == (12, 48)
+    first = make(cifar_cfg(path, n=8, n_test=2), seed=0)
+    np.testing.assert_allclose(first.X_train, expected[:8], rtol=1e-12, atol=1e-12)   # whole-X statistics
+    np.testing.assert_array_equal(first.y_test, np.eye(10)[y_test[:2]])
+    # float pixels are taken as they are; without X_test there are no test images
+    np.savez(path, X=X.reshape(12, -1) / 255.0, y=y)
+    flat = make(cifar_cfg(path), seed=0)
+    np.testing.assert_allclose(flat.X_train, expected, rtol=1e-12, atol=1e-12)
+    assert flat.X_test.shape == (0, 48) and flat.y_test.shape == (0, 10)
+
+
+BAD_CIFAR = {
+    "no-y": (dict(X=np.zeros((3, 2), np.uint8)), {}, r"missing y; the file holds \['X'\]"),
+    "half-test": (dict(X=np.zeros((3, 2)), y=np.zeros(3, int), X_test=np.zeros((1, 2))), {}, "missing y_test"),
+    "y-shape": (dict(X=np.zeros((3, 2)), y=np.zeros((3, 1), int)), {}, r"y has shape \(3, 1\); expected \(3,\)"),
+    "y-float": (dict(X=np.zeros((3, 2)), y=np.zeros(3)), {}, r"integer labels in \[0, 10\)"),
+    "y-range": (dict(X=np.zeros((3, 2)), y=np.array([0, 1, 10])), {}, r"labels in \[0, 10\).*\[0, 10\]"),
+    "classes": (dict(X=np.zeros((3, 2)), y=np.array([0, 1, 2])), {"classes": 2}, r"data.classes = 2"),
+    "test-shape": (dict(X=np.zeros((3, 2)), y=np.zeros(3, int), X_test=np.zeros((1, 3)), y_test=np.zeros(1, int)),
+                   {}, r"X_test has images of shape \(3,\), X of \(2,\)"),
+    "nan": (dict(X=np.array([[0.0, np.nan], [1.0, 1.0]]), y=np.zeros(2, int)), {}, "X holds NaN"),
+    "one-image": (dict(X=np.zeros((1, 2)), y=np.zeros(1, int)), {}, "at least 2 images"),
+    "n": (dict(X=np.zeros((3, 2)), y=np.zeros(3, int)), {"n": 4}, r"n = 4: .* holds 3 images in X; allowed"),
+    "n-test": (dict(X=np.zeros((3, 2)), y=np.zeros(3, int)), {"n_test": 1}, r"n_test = 1: .* holds 0 images"),
+    "strings": (dict(X=np.array([["a", "b"], ["c", "d"]]), y=np.zeros(2, int)), {}, "X holds <U1 values"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_CIFAR)
+def test_a_bad_cifar_npz_is_refused_naming_the_file(tmp_path, case):
+    content, keys, message = BAD_CIFAR[case]
+    path = tmp_path / f"{case}.npz"
+    np.savez(path, **content)
+    with pytest.raises(DataError, match=message) as err:
+        make(cifar_cfg(path, **keys), 0)
+    assert str(path) in str(err.value)
+
+
+def test_a_missing_or_broken_cifar_file_is_refused(tmp_path):
+    ctx = Ctx(file="test.toml", base_dir=tmp_path)
+    with pytest.raises(ScenarioError, match=r"data\.path. = \"gone.npz\" is not an existing file"):
+        DATA.check({"kind": "cifar", "path": "gone.npz"}, "data", ctx)
+    with pytest.raises(ScenarioError, match=r"data\.classes. = 1"):
+        DATA.check({"kind": "cifar", "path": str(write(tmp_path / "a.npz", "x")), "classes": 1}, "data", ctx)
+    with pytest.raises(DataError, match="not a readable .npz") as err:
+        make(cifar_cfg(tmp_path / "a.npz"), 0)
+    assert str(tmp_path / "a.npz") in str(err.value)
+
+
+def test_a_bad_cifar_file_in_a_run_is_exit_2_naming_file_key_and_allowed(tmp_path):
+    from tests.helpers import call_cli
+
+    np.savez(tmp_path / "c.npz", X=np.zeros((4, 3)), y=np.array([0, 1, 2, 11]))
+    scenario = write(tmp_path / "c.toml", """name = "c"
+[data]
+kind = "cifar"
+path = "c.npz"
+[model]
+kind = "mlp"
+widths = [4]
+[run]
+t_end = 1.0
+solvers = ["gd-lr0.1"]
+observe = ["loss"]
+""")
+    code, _, err = call_cli("run", scenario, "-o", tmp_path / "out.h5", "-q")
+    assert code == 2, err
+    assert str(tmp_path / "c.npz") in err and "`data.path`" in err and "allowed: an .npz holding X" in err, err
+
+
+SYNTHETIC_IMAGES = dict(kind="synthetic-images", n=40, n_test=7, channels=2, size=5, blur=1.0, shared=1.5,
+                        classes=4, teacher_widths=[9, 6])
+
+
+def test_synthetic_images_shapes_determinism_and_standardisation():
+    ds = make(SYNTHETIC_IMAGES, seed=0)
+    assert ds.X_train.shape == (40, 50) and ds.X_test.shape == (7, 50)
+    assert ds.y_train.shape == (40, 4) and ds.y_test.shape == (7, 4) and ds.classes == 4
+    assert set(np.unique(ds.y_train)) <= {0.0, 1.0} and (ds.y_train.sum(1) == 1).all()
+    np.testing.assert_allclose(ds.X_train.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(ds.X_train.std(0), 1.0, rtol=1e-12)
+    again = make(SYNTHETIC_IMAGES, seed=0)
+    for name in ("X_train", "y_train", "X_test", "y_test"):
+        np.testing.assert_array_equal(getattr(again, name), getattr(ds, name))
+    assert not np.array_equal(make(SYNTHETIC_IMAGES, seed=1).X_train, ds.X_train)
+    # the labels are the archived teacher's argmax on the standardised images
+    from flowsim.data.images import teacher_labels
+
+    teacher = [(ds.extra[f"teacher_W{i}"], ds.extra[f"teacher_b{i}"]) for i in range(3)]
+    assert [W.shape for W, _ in teacher] == [(9, 50), (6, 9), (4, 6)]
+    np.testing.assert_array_equal(ds.y_train.argmax(1), teacher_labels(teacher, ds.X_train))
+    np.testing.assert_array_equal(ds.y_test.argmax(1), teacher_labels(teacher, ds.X_test))
+    # the paper-scale default: 500 CIFAR-shaped 3×8×8 images, 10 classes
+    big = make(dict(kind="synthetic-images", n=500, n_test=0, channels=3, size=8, blur=1.0, shared=1.5,
+                    classes=10, teacher_widths=[200, 200]), seed=0)
+    assert big.X_train.shape == (500, 192) and big.y_train.shape == (500, 10) and big.X_test.shape == (0, 192)
+
+
+def test_synthetic_images_are_the_documented_fields():
+    """Blurring wraps round and keeps the mean; each image is its own field, plus `shared` times
+    a field common to its channels, plus a brightness; neighbouring pixels correlate."""
+    from flowsim.data.images import gaussian_blur, synthetic_images
+
+    rng = np.random.default_rng(0)
+    field = rng.standard_normal((3, 6, 6))
+    blurred = gaussian_blur(field, 1.0)
+    np.testing.assert_allclose(blurred.sum((1, 2)), field.sum((1, 2)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gaussian_blur(np.roll(field, 2, axis=2), 1.0), np.roll(blurred, 2, axis=2), atol=1e-12)
+    assert gaussian_blur(field, 0.0) is field
+    images = synthetic_images(np.random.default_rng(1), 4000, 3, 8, 1.0, 1.5)
+    flat = images.reshape(4000, -1)
+    corr = np.corrcoef(flat[:, 0], flat[:, 1])[0, 1]           # pixels (0, 0) and (0, 1) of channel 0
+    across = np.corrcoef(flat[:, 0], flat[:, 64])[0, 1]        # pixel (0, 0) of channels 0 and 1
+    assert corr > across > 0.5
+
+
+def test_bad_synthetic_images_tables_name_the_key():
+    ctx = Ctx(file="test.toml", base_dir=Path.cwd())
+    for key, value in (("size", 0), ("channels", -1), ("blur", -0.5), ("classes", 1), ("teacher_widths", [])):
+        with pytest.raises(ScenarioError, match=rf"data\.{key}. = ") as err:
+            DATA.check({"kind": "synthetic-images", key: value}, "data", ctx)
+        assert "allowed" in str(err.value)
+    with pytest.raises(DataError, match="n = 0"):
+        make(SYNTHETIC_IMAGES | {"n": 0}, 0)

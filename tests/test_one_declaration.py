@@ -105,7 +105,7 @@ def test_the_default_analysis_tables_are_the_ones_validation_fills_in():
 @pytest.mark.parametrize("cls, spec, given", [
     ("SphereSineData", "DATA", {}), ("SingleReluData", "DATA", {}), ("RandomLabelsData", "DATA", {}),
     ("XorNoiseData", "DATA", {}), ("QuadraticTeacherData", "DATA", {}), ("UciData", "DATA", {"name": "energy"}),
-    ("DigitsData", "DATA", {}),
+    ("DigitsData", "DATA", {}), ("MnistData", "DATA", {}), ("SyntheticImagesData", "DATA", {}),
     ("NtkScaling", "SCALING", {}), ("AsymmetricScaling", "SCALING", {}), ("FiniteScaling", "SCALING", {"k": 3}),
     ("ShallowModel", "MODEL", {}), ("EmbeddedModel", "MODEL", {"width": 6}), ("MlpModel", "MODEL", {}),
     ("Loss", "LOSS", {}), ("Plot", "PLOT", {}),

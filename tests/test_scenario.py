@@ -468,7 +468,7 @@ def test_every_catalog_scenario_loads(name):
 def test_every_paper_experiment_has_a_quick_twin():
     quick = {n.removesuffix("-quick") for n in CATALOG if n.endswith("-quick")}
     papers = {n for n in CATALOG if n.startswith(("caron-", "chen-", "cohen-")) and not n.endswith("-quick")}
-    assert quick == papers and len(papers) == 15
+    assert quick == papers and len(papers) == 16
 
 
 # ---------------------------------------------------------------- typed configs
@@ -588,7 +588,8 @@ def test_kinds_are_read_from_the_registries():
     ({"model.activation": '"relux"'},
      'one of "relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity", '
      'or a plug-in "package.module:name" naming an elementwise function z -> σ(z)'),
-    ({"loss.kind": '"mae"'}, 'one of "half-sse", "mse", "cross-entropy", or a plug-in "package.module:name" '
+    ({"loss.kind": '"mae"'}, 'one of "half-sse", "mse", "half-sse-mean", "cross-entropy", or a plug-in '
+     '"package.module:name" '
      'naming a function (pred (n, k), y (n, k)) -> scalar, a mean over samples'),
     ({"run.observe": '["los"]'},
      'one of "loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change", '

@@ -70,6 +70,7 @@ FLOW_METHODS = tuple(_FLOW_METHOD_REGISTRY)
 OBSERVABLES = tuple(_OBSERVABLE_REGISTRY)
 DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
 UCI_NAMES = ("concrete", "energy", "airfoil", "plant")
+MNIST_IMAGES = 5000   # data/mnist_5k.npz: 500 images of each digit (flowsim/data/images.py)
 EMBEDDINGS = ("identity", "quadratic", "random-features")
 CHEN_SCALINGS = ("theirs", "ntk", "mean-field")
 MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field", "mup")   # flowsim/models/mlp.py
@@ -84,7 +85,8 @@ FLOAT32_MIN_RTOL = 1e-5
 __all__ = [
     "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset",
     "SphereSineData", "SingleReluData", "RandomLabelsData", "XorNoiseData",
-    "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData", "ArraysData",
+    "QuadraticTeacherData", "UciData", "Split", "DigitsData", "CsvData", "NpzData", "MnistData", "CifarData",
+    "SyntheticImagesData", "ArraysData",
     "NtkScaling", "AsymmetricScaling", "SingleScaling", "FiniteScaling", "CustomScaling",
     "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "MlpModel", "PythonModel",
     "ModuleModel", "Loss",
@@ -305,6 +307,62 @@ class NpzData(_DataBase):
     path: str = _file()
 
 
+# Images preprocessed as Cohen et al. (2021) do in their cifar.py: pixels / 255, flattened, then
+# centred and standardised per pixel; one-hot targets (flowsim/data/images.py).
+def _cohen_standardize() -> Any:
+    return setting(True, "centre and standardise every pixel by its training mean and deviation, as Cohen et "
+                   "al. do (a pixel constant over the training images is centred only); false: pixels / 255")
+
+
+def _mnist_fits(t: dict, key: str, ctx: Ctx) -> None:
+    n = t.get("n") or MNIST_IMAGES   # absent: all of them
+    if n + t["n_test"] > MNIST_IMAGES:
+        n_key = join(key, "n")
+        raise ctx.bad(join(key, "n_test"), t["n_test"], f"with `{n_key}` = {n} asks for {n + t['n_test']} of the "
+                      f"{MNIST_IMAGES} shipped images", f"an integer in [0, {MNIST_IMAGES} - {n_key}] (absent "
+                      f"`{n_key}` takes all {MNIST_IMAGES})")
+
+
+@table
+class MnistData(_DataBase):
+    RULES: ClassVar = (_mnist_fits,)
+    kind: Literal["mnist"] = "mnist"
+    n: int | None = setting(Int(lo=1, hi=MNIST_IMAGES, default=ABSENT),
+                            f"training images of the shipped {MNIST_IMAGES}-image MNIST subset, n/10 of each digit "
+                            "(rounded), drawn with `seed`; absent = all")
+    n_test: int = setting(Int(lo=0, hi=MNIST_IMAGES, default=0),
+                          "test images, drawn like the training ones from the images they leave")
+    standardize: bool = _cohen_standardize()
+
+
+@table
+class CifarData(_DataBase):
+    kind: Literal["cifar"] = "cifar"
+    path: str = _file("your .npz: X (n images, any shape such as (n, 32, 32, 3) or (n, 3072); uint8 pixels are "
+                      "divided by 255) and y (n integer labels in [0, classes)), optionally X_test and y_test")
+    n: int | None = setting(Int(lo=1, default=ABSENT),
+                            "the first n images of X (Cohen et al. take the first 5 000); absent = all")
+    n_test: int | None = setting(Int(lo=0, default=ABSENT),
+                                 "the first n_test images of X_test; absent = all (none without X_test)")
+    classes: int = setting(Int(lo=2, default=10), "the number of classes (one-hot columns of y)")
+    standardize: bool = _cohen_standardize()
+
+
+@table
+class SyntheticImagesData(_DataBase):
+    kind: Literal["synthetic-images"] = "synthetic-images"
+    n: int = _n(500)
+    n_test: int = _n_test(0)
+    channels: int = setting(Int(lo=1, default=3), "channels of each synthetic image")
+    size: int = setting(Int(lo=1, default=8), "height and width of each synthetic image, in pixels")
+    blur: float = setting(Float(lo=0.0, default=1.0),
+                          "standard deviation, in pixels, of the Gaussian blur of each random field (wrapping round)")
+    shared: float = setting(Float(lo=0.0, default=1.5), "weight of the blurred field shared by every channel")
+    classes: int = setting(Int(lo=2, default=10), "outputs of the random teacher; the labels are its argmax")
+    teacher_widths: tuple[int, ...] = setting(ListOf(item=Int(lo=1), nonempty=True, default=[200, 200]),
+                                              "hidden widths of the random fc-tanh teacher that labels the images")
+
+
 @table
 class ArraysData(_DataBase):
     """Arrays passed to `flowsim.simulate` (no scenario file names this kind): their sizes and
@@ -320,7 +378,8 @@ class ArraysData(_DataBase):
 
 
 Data = Union[SphereSineData, SingleReluData, RandomLabelsData, XorNoiseData,
-             QuadraticTeacherData, UciData, DigitsData, CsvData, NpzData, ArraysData]
+             QuadraticTeacherData, UciData, DigitsData, CsvData, NpzData, MnistData, CifarData,
+             SyntheticImagesData, ArraysData]
 
 
 # --------------------------------------------------------------------------------------

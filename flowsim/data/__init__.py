@@ -18,8 +18,13 @@ File kinds: `uci` (the shipped regression CSVs), `digits` (shipped UCI optdigits
 user CSV with a header row), `npz` (a user archive of arrays). `load_idx` reads the IDX
 binary format of MNIST.
 
+Images at the papers' scale, preprocessed as Cohen et al. (2021): `mnist` (the shipped
+5 000-image MNIST subset), `cifar` (a user's CIFAR-10 subset as an .npz) and
+`synthetic-images` (random CIFAR-shaped images labelled by a random tanh teacher).
+
 The kinds live by family: `synthetic.py`, `tables.py` (uci, csv, npz), `digits.py` (digits
-and IDX); `base.py` holds `Dataset` and `DataError`.
+and IDX), `images.py` (mnist, cifar, synthetic-images); `base.py` holds `Dataset` and
+`DataError`.
 """
 
 from __future__ import annotations
@@ -37,6 +42,10 @@ from .digits import DIGITS_FILES as DIGITS_FILES
 from .digits import DIGITS_MAX_PIXEL as DIGITS_MAX_PIXEL
 from .digits import _digits
 from .digits import load_idx as load_idx
+from .images import MNIST_FILE as MNIST_FILE
+from .images import _cifar, _mnist, _synthetic_images
+from .images import cohen_preprocess as cohen_preprocess
+from .images import load_mnist_5k as load_mnist_5k
 from .synthetic import _quadratic_teacher, _random_labels, _single_relu, _sphere_sine, _xor_noise
 from .synthetic import quadratic_features as quadratic_features
 from .synthetic import sphere as sphere
@@ -62,4 +71,7 @@ _MAKERS: dict[str, Callable[[Data, np.random.Generator], Dataset]] = {
     "digits": _digits,
     "csv": _csv,
     "npz": _npz,
+    "mnist": _mnist,
+    "cifar": _cifar,
+    "synthetic-images": _synthetic_images,
 }
