@@ -33,7 +33,7 @@ from ..problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
 from .filippov import FilippovIntegrator
 from .registry import FLOW_METHODS
-from .rock4 import Rock4, init_hvps as rock4_init_hvps
+from .rock4 import Rock4, init_hvps as rock4_init_hvps, roundoff_bound
 
 # Tries in a row whose values were not finite after which a member ends `nonfinite`: each
 # shrinks the step by the controller's factormin (0.2), so the last was ~1e-14 of the first
@@ -232,7 +232,7 @@ class FlowIntegrator(AbstractIntegrator):
         traced once per process: `init` traces it for the shapes of a step held ahead, and
         the first segment's program finds that trace (JAX inlines the call)."""
         proposal = controller_state[1]
-        if hasattr(self.solver, "max_step"):    # ROCK4: no longer than its highest degree keeps stable
+        if hasattr(self.solver, "max_step"):    # ROCK4: no longer than stability and round-off allow
             proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
@@ -349,7 +349,8 @@ def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float,
                             dtmax=dtmax or None)
     probe = None
     if spec.stabilised:
-        solver = Rock4(rho_every=rho_every, rho_safety=rho_safety)
+        # steps no longer than round-off at this tolerance allows (rock4's docstring)
+        solver = Rock4(rho_every=rho_every, rho_safety=rho_safety, h_rho_max=roundoff_bound(rtol))
         evals = 0    # per step: the state's stage count
     elif spec.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,

@@ -60,8 +60,8 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
     FlowMethod("ralston", implicit=False, state_copies=11, diffrax="Ralston"),
     FlowMethod("kvaerno5", implicit=True, state_copies=50, diffrax="Kvaerno5"),
     # the recurrence's three iterates and a stage, four finishing stages, y1, f(y0), f(y1),
-    # the error, the power iteration's vector; and the step held ahead (+ 5)
-    FlowMethod("rock4", implicit=False, state_copies=19, diffrax="", stabilised=True),
+    # the error, the power iteration's vector, the last try's error; and the step held ahead (+ 6)
+    FlowMethod("rock4", implicit=False, state_copies=21, diffrax="", stabilised=True),
     # Dormand–Prince stages, its dense output's five coefficients, the event point
     FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", filippov=True),
 )}
