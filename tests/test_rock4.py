@@ -249,13 +249,13 @@ def test_the_log_spaced_quadratic_within_ten_rtol_with_few_rejections():
     """The `rock4` preset (rtol 1e-6, PI control) on the log-spaced quadratic to T = 100 for
     λ_max = 1e2, 1e3, 1e4: within 10× rtol of the closed form, at most 10 % of the steps
     rejected, and evaluations + HVPs growing at most like λ_max^0.9.
-    Measured: 184 (0), 432 (9), 2 770 (18) steps (rejected), 2 034, 11 153, 100 228 evaluations
-    + HVPs (exponent 0.85), errors ≤ 1.6e-8. Without the round-off ceiling (integral control, as
-    rock4 was): 131 (4), 397 (99), 2 788 (947), 129 843 at 1e4 (exponent 0.94): from h·λ_max ≈
+    Measured: 184 (0), 442 (8), 2 784 (24) steps (rejected), 2 034, 11 271, 100 561 evaluations
+    + HVPs (exponent 0.85), errors ≤ 1.1e-8. Without the round-off ceiling (integral control, as
+    rock4 was): 131 (4), 397 (99), 2 788 (947) steps, 129 843 at 1e4 (exponent 0.94): from h·λ_max ≈
     500 on, the finishing procedure's amplified round-off is as large as the tolerance, the
     error estimate reads noise, and a third of the tries fail. The exponent cannot fall to the
     √λ of an accuracy-held ROCK4: the ceiling holds h·ρ ≤ 464 at rtol 1e-6, so from λ_max ≈
-    1e3 on the step is ∝ 1/λ_max (2 770 steps at 1e4 against T·ρ/464 = 2 586)."""
+    1e3 on the step is ∝ 1/λ_max (2 784 steps at 1e4 against T·ρ/464 = 2 586)."""
     preset = load_solver("rock4")
     lams, costs = [1e2, 1e3, 1e4], []
     for lam in lams:
