@@ -48,6 +48,7 @@ its error is O(h⁴) where the step's is O(h⁵) (on the closed-form linear flow
 `tests/test_rock4.py` holds it within 3× rtol).
 """
 
+import abc
 import json
 from importlib import resources
 from typing import ClassVar
@@ -174,61 +175,59 @@ def power_iteration_converged(field, y: Params, v: Params, rtol: float, most: in
     return rho, v, k
 
 
-class Rock4State(eqx.Module):
+class StabilisedState(eqx.Module):
     f0: Params              # the field at the step's start (the last step's f(y1))
     rho: jax.Array          # spectral radius estimate of ∂f/∂y (safety factor included)
     v: Params               # the power iteration's unit vector
     age: jax.Array          # accepted steps since ρ was estimated (counting the one that estimated it);
                             # negative after a rejected try: estimate ρ until it converges
-    stages: jax.Array       # the last try's field evaluations (s + 4)
+    stages: jax.Array       # the last try's field evaluations
     hvps: jax.Array         # the last try's Jacobian-vector products
     error: Params           # the last try's error estimate (where a retry's power iteration looks)
 
 
-class Rock4(dfx.AbstractSolver):
-    """ROCK4 for an autonomous ODE dy/dt = f(y) (the time argument is passed on, unused by
-    a gradient flow's field)."""
+class AbstractStabilised(dfx.AbstractSolver):
+    """A stabilised explicit (Runge–Kutta–Chebyshev) method for an autonomous ODE dy/dt = f(y)
+    (the time argument is passed on, unused by a gradient flow's field), its stage count set
+    per step by h·ρ: the spectral radius ρ of ∂f/∂y from power iteration, refreshed every
+    `rho_every` accepted steps and to convergence after a rejection, in its state. A method
+    provides `advance_with(field, t0, t1, y0, f0, rho)` → (y1, its error estimate, the dense
+    output, f(y1), the evaluations spent) and the longest h·ρ it may take."""
 
-    rho_every: int = eqx.field(static=True, default=10)
-    rho_safety: float = eqx.field(static=True, default=1.2)
-    # the longest h·ρ a step may take: `MAX_H_RHO`, or the round-off ceiling of the run's
-    # tolerance (`roundoff_bound`), which `flowsim.integrate.flow` passes
-    h_rho_max: float = eqx.field(static=True, default=MAX_H_RHO)
+    rho_every: eqx.AbstractVar[int]
+    rho_safety: eqx.AbstractVar[float]
+    h_rho_max: eqx.AbstractVar[float]
 
     term_structure: ClassVar = dfx.AbstractTerm
     interpolation_cls: ClassVar = dfx.ThirdOrderHermitePolynomialInterpolation.from_k
 
-    def order(self, terms) -> int:
-        return 4
-
-    def error_order(self, terms) -> int:
-        # the embedded solution is of order 3: the estimate is O(h⁴), and rock4.f scales the
-        # step by err^(-1/4)
-        return 4
+    @abc.abstractmethod
+    def advance_with(self, field, t0, t1, y0: Params, f0: Params, rho):
+        """One step at spectral radius ρ; `field(t, y)` → (f(y), cost) as `advance`'s."""
 
     def func(self, terms, t0, y0, args):
         return terms.vf(t0, y0, args)
 
-    def init(self, terms, t0, t1, y0, args) -> Rock4State:
+    def init(self, terms, t0, t1, y0, args) -> StabilisedState:
         f0 = self.func(terms, t0, y0, args)
         field = lambda y: self.func(terms, t0, y, args)
         rho, v = power_iteration(field, y0, f0, _INIT_ITERATIONS)
         int_zero = jnp.zeros((), jnp.int32)
-        return Rock4State(f0=f0, rho=self.rho_safety * rho, v=v, age=int_zero, stages=int_zero,
-                          hvps=jnp.asarray(_INIT_ITERATIONS, jnp.int32), error=jax.tree.map(jnp.zeros_like, y0))
+        return StabilisedState(f0=f0, rho=self.rho_safety * rho, v=v, age=int_zero, stages=int_zero,
+                               hvps=jnp.asarray(_INIT_ITERATIONS, jnp.int32), error=jax.tree.map(jnp.zeros_like, y0))
 
-    def max_step(self, state: Rock4State) -> jax.Array:
+    def max_step(self, state: StabilisedState) -> jax.Array:
         """The longest step `h_rho_max` allows at the estimated ρ."""
         return self.h_rho_max / jnp.maximum(state.rho, jnp.finfo(state.rho.dtype).tiny)
 
-    def rejected(self, committed: Rock4State, tried: Rock4State) -> Rock4State:
+    def rejected(self, committed: StabilisedState, tried: StabilisedState) -> StabilisedState:
         """The committed state after a rejected try: the try's ρ, vector and error kept, and
         ρ estimated again to convergence at the next try (a rejection may be a stability
         failure: ρ underestimated)."""
         return eqx.tree_at(lambda s: (s.rho, s.v, s.error, s.age), committed,
                            (tried.rho, tried.v, tried.error, jnp.asarray(-1, jnp.int32)))
 
-    def step(self, terms, t0, t1, y0, args, state: Rock4State, made_jump):
+    def step(self, terms, t0, t1, y0, args, state: StabilisedState, made_jump):
         del made_jump
         field = lambda y: self.func(terms, t0, y, args)
         retry = state.age < 0
@@ -244,10 +243,33 @@ class Rock4(dfx.AbstractSolver):
         rho = jnp.where(retry, jnp.maximum(self.rho_safety * rho, state.rho), self.rho_safety * rho)
         zero = jnp.zeros((), jnp.int32)
         staged = lambda t, y: (self.func(terms, t, y, args), zero)
-        y1, y_error, dense, f1, _, _, ms = advance(staged, None, t0, t1, y0, state.f0, rho, zero)
-        new = Rock4State(f0=f1, rho=rho, v=v, age=jnp.where(refresh, 1, state.age + 1).astype(jnp.int32),
-                         stages=(ms + 4).astype(jnp.int32), hvps=hvps.astype(jnp.int32), error=y_error)
+        y1, y_error, dense, f1, evaluations = self.advance_with(staged, t0, t1, y0, state.f0, rho)
+        new = StabilisedState(f0=f1, rho=rho, v=v, age=jnp.where(refresh, 1, state.age + 1).astype(jnp.int32),
+                              stages=jnp.asarray(evaluations, jnp.int32), hvps=hvps.astype(jnp.int32),
+                              error=y_error)
         return y1, y_error, dense, new, dfx.RESULTS.successful
+
+
+class Rock4(AbstractStabilised):
+    """ROCK4, a step of degree ms costing ms + 4 evaluations."""
+
+    rho_every: int = eqx.field(static=True, default=10)
+    rho_safety: float = eqx.field(static=True, default=1.2)
+    # the longest h·ρ a step may take: `MAX_H_RHO`, or the round-off ceiling of the run's
+    # tolerance (`roundoff_bound`), which `flowsim.integrate.flow` passes
+    h_rho_max: float = eqx.field(static=True, default=MAX_H_RHO)
+
+    def order(self, terms) -> int:
+        return 4
+
+    def error_order(self, terms) -> int:
+        # the embedded solution is of order 3: the estimate is O(h⁴), and rock4.f scales the
+        # step by err^(-1/4)
+        return 4
+
+    def advance_with(self, field, t0, t1, y0, f0, rho):
+        y1, y_error, dense, f1, _, _, ms = advance(field, None, t0, t1, y0, f0, rho, jnp.zeros((), jnp.int32))
+        return y1, y_error, dense, f1, ms + 4
 
 
 def degree(h, rho) -> tuple[jax.Array, jax.Array]:
