@@ -17,10 +17,13 @@ polynomial leaves [−1, 1] on their interval are not used (`tests/test_rock4.py
 
 ρ comes from power iteration on Jacobian-vector products of the vector field itself (a
 `jvp` of the field: Hessian-vector products for a gradient flow, no access to the loss),
-warm-started from the last vector, refreshed every `rho_every` accepted steps and at the
-next try after a rejection, times a safety factor: the top of a network's Hessian spectrum
-is clustered, so a few iterations underestimate it. ρ, its vector and the refresh counter
-are solver state, so a checkpoint holds them and a resumed run is the same computation.
+warm-started from the last vector, refreshed every `rho_every` accepted steps, and at the
+next try after a rejection iterated to convergence from the last vector plus the rejected
+try's error direction (`_RETRY_RTOL`), times a safety factor: the top of a network's Hessian
+spectrum is clustered, so a few iterations underestimate it. ρ, its vector, the last try's
+error and the refresh counter are solver state, so a checkpoint holds them and a resumed run
+is the same computation. That machinery is `AbstractStabilised`, which `flowsim.integrate.rkc2`
+steps with too.
 
 The step's arithmetic is `advance`, given f(y0) and ρ: a solver that knows ρ otherwise (the
 central flow: `flowsim.integrate.central`) steps with it directly; each stage hands the field
