@@ -120,8 +120,9 @@ class Rkc2(AbstractStabilised):
             mu_t = 2 * b[j] * w1 / b[j - 1]
             gamma_t = -a[j - 1] * mu_t
             f, _ = field(t_last, last)
-            y = jax.tree.map(lambda y0, l, p, f, f0: (1 - mu - nu) * y0 + mu * l + nu * p + h * (mu_t * f + gamma_t * f0),
-                             y0, last, before, f, f0)
+            y = jax.tree.map(
+                lambda y0, u, p, f, f0: (1 - mu - nu) * y0 + mu * u + nu * p + h * (mu_t * f + gamma_t * f0),
+                y0, last, before, f, f0)
             tj = (1 - mu - nu) * t0 + mu * t_last + nu * t_before + h * (mu_t + gamma_t)
             return (last, t_last), (y, tj)
 

@@ -160,7 +160,8 @@ def power_iteration(field, y: Params, v: Params, iterations: int) -> tuple[jax.A
     return jax.lax.fori_loop(0, iterations, one, (zero, v))
 
 
-def power_iteration_converged(field, y: Params, v: Params, rtol: float, most: int) -> tuple[jax.Array, Params, jax.Array]:
+def power_iteration_converged(field, y: Params, v: Params, rtol: float,
+                              most: int) -> tuple[jax.Array, Params, jax.Array]:
     """Power iteration as `power_iteration` from v, until ‖J v‖ changes by less than `rtol`
     of itself between two iterations, or `most` iterations: (‖J v‖, the next unit vector, the
     iterations done)."""
