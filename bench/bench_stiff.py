@@ -1,7 +1,7 @@
 """Stiff flows at equal accuracy: tsit5 (I and PI control), rock4, kvaerno5 and GD against a
 Dopri8 reference; writes bench/results/stiff.md.
 
-    python bench/bench_stiff.py [--quick]
+    python bench/bench_stiff.py [--quick] [--log-quadratic]
 
 [1] cohen-eos-quick (tanh MLP 64-64-10, MSE, 500 digits, seed 0): the flow's sharpness rises
 past 2/η, so an explicit method's step is held by stability (h·λ_max ≲ 3.5 for Tsit5) while
@@ -19,6 +19,11 @@ closed-form. The exponents of the evaluation counts against λ_max are least-squ
 kvaerno5 and rock4 to the end, costs in gradient-evaluation equivalents (wall ÷ one compiled
 gradient's time in the same process: the implicit solver's Newton–Krylov work is not
 counted by the engine), distances to tsit5.
+[5] A quadratic without a spectral gap (SCALE.md): ½‖Xθ − y‖², d = 40, Hessian eigenvalues
+log-spaced on [1e-2, λ_max] in a random orthogonal basis (seed 0), T = 100, λ_max = 1e2, 1e3,
+1e4, against its closed form: the rock4 preset (rtol 1e-6), rock4 at rtol 1e-4 and the rkc2
+preset (rtol 1e-4); steps, rejections, evaluations + HVPs (`init`'s included) and the exponent
+of their growth. `--log-quadratic` runs this case alone.
 The wall ratio of rock4 to GD on [1] is timed apart: both compiled, interleaved rounds, the
 best of three each.
 """
@@ -218,6 +223,46 @@ def case_quadratic(quick, tables, summary):
                     _met(slope <= 0.6) if method == "rock4" else "")
 
 
+def log_spaced_quadratic(lam_max: float, d: int = 40):
+    """½‖Xθ − y‖², X = diag(√λ) Qᵀ, λ log-spaced on [1e-2, λ_max], Q random orthogonal (seed 0);
+    the exact flow θ* + Q e^{−tΛ} Qᵀ (θ0 − θ*) (tests/test_rock4.py's problem)."""
+    rng = np.random.default_rng(0)
+    lam = np.logspace(-2, np.log10(lam_max), d)
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    X = np.sqrt(lam)[:, None] * Q.T
+    y, w0 = rng.normal(size=(d, 1)), rng.normal(size=d)
+    params, frozen = eqx.partition(Linear(jnp.asarray(w0)), eqx.is_inexact_array)
+    problem = Problem(net=ModuleNet(frozen=frozen), X=jnp.asarray(X), y=jnp.asarray(y), X_test=jnp.asarray(X[:1]),
+                      y_test=jnp.asarray(y[:1]), rate=1.0, loss_kind="half-sse", ntg_points=1)
+    star = np.linalg.solve(X, y[:, 0])
+    return problem, params, lambda t: star + Q @ (np.exp(-lam * t) * (Q.T @ (w0 - star)))
+
+
+def case_log_quadratic(tables, summary):
+    print("[5] log-spaced quadratic, λ_max = 1e2 … 1e4", flush=True)
+    t_end, lams = 100.0, [1e2, 1e3, 1e4]
+    specs = [preset("rock4"), variant("rock4", "rock4", 1e-4, pi=True), preset("rkc2")]
+    t = Table(f"quadratic without a spectral gap: d = 40, eigenvalues log-spaced on [1e-2, λ_max], t_end = {t_end:g}; "
+              f"exact flow in closed form", ["λ_max", "preset", "rtol", "steps (rejected)", "evals + HVPs", "error",
+                                             "error / rtol"])
+    costs = {}
+    for lam in lams:
+        problem, p0, exact = log_spaced_quadratic(lam)
+        ref = exact(t_end)
+        for spec in specs:
+            r = solve(problem, p0, spec, t_end)
+            e = float(np.linalg.norm(r["theta"] - ref) / np.linalg.norm(ref - flat(p0)))
+            key = (spec.name, spec.rtol)
+            costs.setdefault(key, []).append(r["vf_evals"] + r["hvps"])
+            t.add(f"{lam:g}", spec.name, f"{spec.rtol:g}", f"{r['steps']} ({r['rejected']}, "
+                  f"{100 * r['rejected'] / r['steps']:.0f} %)", r["vf_evals"] + r["hvps"], fmt(e), fmt(e / spec.rtol))
+    tables.append(t)
+    for (name, rtol), c in costs.items():
+        slope = float(np.polyfit(np.log(lams), np.log(c), 1)[0])
+        summary.add(f"log-spaced quadratic: {name} (rtol {rtol:g}) exponent of evals + HVPs against λ_max (1e2 → 1e4)",
+                    fmt(slope), "≤ 0.6", _met(slope <= 0.6))
+
+
 def case_stiff_scenario(quick, tables, summary):
     print("[4] scenarios/stiff.toml", flush=True)
     sets = ["model.width=200", "run.t_end=20000.0"] if quick else []
@@ -264,14 +309,20 @@ def case_stiff_scenario(quick, tables, summary):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--log-quadratic", action="store_true", help="case [5] alone (printed, not published)")
     args = ap.parse_args(argv)
     enable_x64()
     t0 = time.perf_counter()
     tables: list[Table] = []
     summary = Table("Stiff ratios", ["quantity", "measured", "target", "met"])
+    if args.log_quadratic:
+        case_log_quadratic(tables, summary)
+        print("\n".join(x.markdown() for x in [summary, *tables]))
+        return 0
     problem, p0, ref, first = case_eos(args.quick, tables, summary)
     case_tolerance(problem, p0, ref, first, args.quick, tables, summary)
     case_quadratic(args.quick, tables, summary)
+    case_log_quadratic(tables, summary)
     case_stiff_scenario(args.quick, tables, summary)
     head = (f"## bench_stiff — stiff flows at equal accuracy: tsit5, rock4, kvaerno5 and GD\n\n"
             f"{'--quick run. ' if args.quick else ''}One process on this machine "

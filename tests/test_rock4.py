@@ -1,6 +1,7 @@
 """ROCK4 (flowsim.integrate.rock4) against its oracles: the published coefficients' order
 conditions and stability polynomials, the JAX step against those polynomials, order 4 on a
-nonlinear ODE, a stiff quadratic's closed-form flow, ρ's estimate. With the other flow
+nonlinear ODE, a stiff quadratic's closed-form flow, ρ's estimate, the round-off ceiling on
+h·ρ and the log-spaced quadratic's closed form across λ_max. With the other flow
 methods in tests/test_engine.py (through the registry): a tight reference, the closed-form
 linear flow read inside steps, the evaluation counts, resume bit for bit and vmapped seeds;
 the compilation cache in tests/test_scale.py."""
@@ -17,7 +18,9 @@ import pytest
 from test_engine import make_flow_integrator
 
 from flowsim.status import Status
-from flowsim.integrate.rock4 import MAX_H_RHO, TABLES, Rock4, power_iteration, stability_bound
+from flowsim.config import load_solver
+from flowsim.integrate.rock4 import (MAX_H_RHO, TABLES, Rock4, advance, power_iteration, roundoff_bound,
+                                     stability_bound)
 from flowsim.models.module import ModuleNet
 from flowsim.problem import Problem
 
@@ -201,3 +204,91 @@ def test_the_longest_step_keeps_the_highest_usable_degree_stable():
     assert MAX_H_RHO == pytest.approx(stability_bound(138))
     state = Rock4().init(dfx.ODETerm(lambda t, y, a: -1e4 * y), 0.0, 1.0, jnp.ones(3), None)
     assert float(Rock4().max_step(state)) == pytest.approx(MAX_H_RHO / 1.2e4, rel=1e-9)
+
+
+# ---------------------------------------------------------------- round-off, and a spectrum without a gap
+
+def log_spaced_quadratic(lam_max: float, d: int = 40):
+    """L = ½‖Xθ − y‖², X = diag(√λ) Qᵀ: Hessian Q diag(λ) Qᵀ, λ log-spaced on [1e-2, λ_max] (no
+    gap, like a network's bulk), Q a random orthogonal basis (seed 0). The exact flow is
+    θ(t) = θ* + Q e^{−tΛ} Qᵀ (θ0 − θ*). Returns the problem, θ0, the exact flow and θ*."""
+    rng = np.random.default_rng(0)
+    lam = np.logspace(-2, np.log10(lam_max), d)
+    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
+    X = np.sqrt(lam)[:, None] * Q.T
+    y, w0 = rng.normal(size=(d, 1)), rng.normal(size=d)
+    params, frozen = eqx.partition(_Linear(jnp.asarray(w0)), eqx.is_inexact_array)
+    problem = Problem(net=ModuleNet(frozen=frozen), X=jnp.asarray(X), y=jnp.asarray(y), X_test=jnp.asarray(X[:1]),
+                      y_test=jnp.asarray(y[:1]), rate=1.0, loss_kind="half-sse", ntg_points=1)
+    star = np.linalg.solve(X, y[:, 0])
+    return problem, params, lambda t: star + Q @ (np.exp(-lam * t) * (Q.T @ (w0 - star))), star
+
+
+@pytest.mark.parametrize("rtol", [1e-4, 1e-6, 1e-8])
+def test_a_step_from_rest_at_the_round_off_ceiling_errs_by_a_fraction_of_rtol(rtol):
+    """From the rest point θ* of the log-spaced quadratic (λ_max = 1e4) every step is exact but
+    for round-off, which the finishing procedure amplifies by |R₄(−h·λ)| ≈ 0.01 (hλ)⁴. At h·ρ =
+    `roundoff_bound(rtol)` the step ends within a tenth of rtol of θ* (relative to ‖θ*‖;
+    measured 0.015, 0.0066, 0.0051 × rtol); four times longer it is past rtol (3.8, 5.0, 2.7 ×
+    rtol): the ceiling is where the noise reaches the tolerance, to within a factor of 4 in h."""
+    problem, p0, _, star = log_spaced_quadratic(1e4)
+    y0 = eqx.tree_at(lambda p: p.w, p0, jnp.asarray(star))
+    zero = jnp.zeros((), jnp.int32)
+    field = lambda t, y: (problem.velocity(y), zero)    # noqa: E731
+    rho = 1.2e4
+    noise = []
+    for h_rho in (roundoff_bound(rtol), 4 * roundoff_bound(rtol)):
+        y1 = advance(field, None, jnp.asarray(0.0), jnp.asarray(h_rho / rho), y0, problem.velocity(y0),
+                     jnp.asarray(rho), zero)[0]
+        noise.append(np.linalg.norm(np.asarray(y1.w) - star) / np.linalg.norm(star))
+    assert noise[0] <= 0.1 * rtol and noise[1] >= rtol, noise
+
+
+@pytest.mark.slow
+def test_the_log_spaced_quadratic_within_ten_rtol_with_few_rejections():
+    """The `rock4` preset (rtol 1e-6, PI control) on the log-spaced quadratic to T = 100 for
+    λ_max = 1e2, 1e3, 1e4: within 10× rtol of the closed form, at most 10 % of the steps
+    rejected, and evaluations + HVPs growing at most like λ_max^0.9.
+    Measured: 184 (0), 442 (8), 2 784 (24) steps (rejected), 2 034, 11 271, 100 561 evaluations
+    + HVPs (exponent 0.85), errors ≤ 1.1e-8. Without the round-off ceiling (integral control, as
+    rock4 was): 131 (4), 397 (99), 2 788 (947) steps, 129 843 at 1e4 (exponent 0.94): from h·λ_max ≈
+    500 on, the finishing procedure's amplified round-off is as large as the tolerance, the
+    error estimate reads noise, and a third of the tries fail. The exponent cannot fall to the
+    √λ of an accuracy-held ROCK4: the ceiling holds h·ρ ≤ 464 at rtol 1e-6, so from λ_max ≈
+    1e3 on the step is ∝ 1/λ_max (2 784 steps at 1e4 against T·ρ/464 = 2 586)."""
+    preset = load_solver("rock4")
+    lams, costs = [1e2, 1e3, 1e4], []
+    for lam in lams:
+        problem, p0, exact, _ = log_spaced_quadratic(lam)
+        integ = make_flow_integrator(preset)
+        state, stats = eqx.filter_jit(integ.advance)(problem, integ.init(problem, p0), jnp.asarray(100.0))
+        assert int(stats["status"]) == Status.DONE
+        ref = exact(100.0)
+        err = np.linalg.norm(np.asarray(state.y.w) - ref) / np.linalg.norm(ref - np.asarray(p0.w))
+        assert err <= 10 * preset["rtol"], (lam, err)
+        assert int(stats["rejected"]) <= 0.1 * int(stats["steps"]), (lam, stats)
+        costs.append(integ.init_evals + integ.init_hvps + int(stats["vf_evals"]) + int(stats["hvps"]))
+    slope = float(np.polyfit(np.log(lams), np.log(costs), 1)[0])
+    assert slope <= 0.9, (slope, costs)
+
+
+def test_a_rejection_re_estimates_rho_from_the_error_where_the_old_vector_is_blind():
+    """The old vector orthogonal to the top eigenvector (λ_max = 1e3): one more power iteration
+    from it (what a rejection used to buy) stays at the second eigenvalue (1.0), and ρ with it.
+    A try at that ρ with a step 20× too long for λ_max is unstable along the top direction, so
+    its error estimate points there; the retry's power iteration starts from it and ρ is
+    within [λ_max, 1.2 λ_max] again."""
+    problem, p0, _ = quadratic(1e3)
+    blind = eqx.tree_at(lambda p: p.w, p0, jnp.zeros(16).at[-2].set(1.0))     # λ = 1 there, exactly
+    solver = Rock4()
+    term = dfx.ODETerm(lambda t, y, args: problem.velocity(y))
+    state = solver.init(term, 0.0, 1.0, p0, None)
+    field = lambda y: problem.velocity(y)   # noqa: E731
+    assert float(power_iteration(field, p0, blind, 1)[0]) == pytest.approx(1.0, rel=1e-9)
+    fooled = eqx.tree_at(lambda s: (s.rho, s.v), state, (jnp.asarray(1.2), blind))
+    t0, h = jnp.asarray(0.0), jnp.asarray(20 * MAX_H_RHO / 1e3)
+    _, err, _, tried, _ = solver.step(term, t0, t0 + h, p0, None, fooled, False)
+    assert np.abs(np.asarray(err.w))[-1] >= 0.99 * np.abs(np.asarray(err.w)).max()
+    retry = solver.rejected(fooled, tried)
+    *_, after, _ = solver.step(term, t0, t0 + 1e-3, p0, None, retry, False)
+    assert 1e3 <= float(after.rho) <= 1.2e3 * (1 + 1e-9) and 2 <= int(after.hvps) <= 20

@@ -654,7 +654,8 @@ class FlowPreset:
     method: Literal[FLOW_METHODS] = setting(
         "tsit5", "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
         "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
-        "method's like sharpness), or filippov: event-driven through ReLU kinks")
+        "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, or filippov: "
+        "event-driven through ReLU kinks")
     rtol: float = setting(_positive(1e-8), "relative tolerance of the adaptive step control")
     atol: float = setting(_positive(1e-10), "absolute tolerance of the adaptive step control")
     dtmin: float = setting(Float(lo=0.0, default=0.0), "smallest step allowed (0 = none)")
@@ -678,10 +679,10 @@ class FlowPreset:
                          "that meets more ends the run with status `failed` (a larger value goes on, at a cost "
                          "growing as slots² per node while more than 4 are in use; never more than min(n, d) "
                          "are used)")
-    rho_every: int = setting(Int(lo=1, default=10), "rock4: accepted steps between estimates of the spectral "
+    rho_every: int = setting(Int(lo=1, default=10), "rock4, rkc2: accepted steps between estimates of the spectral "
                              "radius ρ of the flow's Jacobian (one power-iteration Hessian-vector product each; "
                              "also estimated again after a rejected step)")
-    rho_safety: float = setting(Float(lo=1.0, default=1.2), "rock4: the factor ρ's estimate is multiplied by "
+    rho_safety: float = setting(Float(lo=1.0, default=1.2), "rock4, rkc2: the factor ρ's estimate is multiplied by "
                                 "(power iteration approaches ρ from below, slowly where the top of the Hessian "
                                 "spectrum is clustered)")
     # A second, tighter flow solved beside this one: the archive then holds this flow's

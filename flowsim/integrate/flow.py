@@ -33,7 +33,8 @@ from ..problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
 from .filippov import FilippovIntegrator
 from .registry import FLOW_METHODS
-from .rock4 import Rock4, init_hvps as rock4_init_hvps
+from .rkc2 import Rkc2, local_tolerances as rkc2_local_tolerances
+from .rock4 import AbstractStabilised, Rock4, init_hvps as rock4_init_hvps, roundoff_bound
 
 # Tries in a row whose values were not finite after which a member ends `nonfinite`: each
 # shrinks the step by the controller's factormin (0.2), so the last was ~1e-14 of the first
@@ -169,7 +170,7 @@ class FlowIntegrator(AbstractIntegrator):
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
-    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit), or per try (rock4)
+    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit), or per try (stabilised)
     # Explicit Runge–Kutta methods: the weights of the stages' increments in Y_s − Y_{s−1}, and
     # the method's stability limit on the negative real axis (see `_HELD_SHARE`); None otherwise.
     stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True, default=None)
@@ -178,8 +179,9 @@ class FlowIntegrator(AbstractIntegrator):
 
     @property
     def certificate_series(self) -> tuple[str, ...]:
-        # ROCK4 certifies its steps with its spectral radius estimate and its last stage count
-        return ("rho", "stages") if isinstance(self.solver, Rock4) else ()
+        # a stabilised method certifies its steps with its spectral radius estimate and its last
+        # stage count
+        return ("rho", "stages") if isinstance(self.solver, AbstractStabilised) else ()
 
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FlowState:
         """The state at t = 0: solver state and the controller's first step proposal (the
@@ -197,7 +199,7 @@ class FlowIntegrator(AbstractIntegrator):
     @property
     def init_evals(self) -> int:
         """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
-        if isinstance(self.solver, Rock4):
+        if isinstance(self.solver, AbstractStabilised):
             return _INIT_EVALS_STEP_SEARCH + 1
         if not self.evals_per_step:
             return 0
@@ -206,11 +208,11 @@ class FlowIntegrator(AbstractIntegrator):
     @property
     def init_hvps(self) -> int:
         """Jacobian-vector products of `init` (ROCK4's first ρ), outside the statistics."""
-        return rock4_init_hvps() if isinstance(self.solver, Rock4) else 0
+        return rock4_init_hvps() if isinstance(self.solver, AbstractStabilised) else 0
 
     def _cost(self, sstate) -> tuple[jax.Array, jax.Array]:
         """Field evaluations and Jacobian-vector products of the try that left `sstate`."""
-        if isinstance(self.solver, Rock4):
+        if isinstance(self.solver, AbstractStabilised):
             return sstate.stages, sstate.hvps
         return jnp.asarray(self.evals_per_step), jnp.asarray(0)
 
@@ -232,7 +234,7 @@ class FlowIntegrator(AbstractIntegrator):
         traced once per process: `init` traces it for the shapes of a step held ahead, and
         the first segment's program finds that trace (JAX inlines the call)."""
         proposal = controller_state[1]
-        if hasattr(self.solver, "max_step"):    # ROCK4: no longer than its highest degree keeps stable
+        if hasattr(self.solver, "max_step"):    # ROCK4: no longer than stability and round-off allow
             proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
@@ -323,7 +325,7 @@ class FlowIntegrator(AbstractIntegrator):
         return None
 
     def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        if isinstance(self.solver, Rock4):
+        if isinstance(self.solver, AbstractStabilised):
             return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
         return {}
 
@@ -345,11 +347,14 @@ def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float,
     if spec.filippov:
         return FilippovIntegrator(rtol=rtol, atol=atol, max_steps=int(max_steps), stop_loss=float(stop_loss),
                                   slots=slots)
-    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
-                            dtmax=dtmax or None)
     probe = None
     if spec.stabilised:
-        solver = Rock4(rho_every=rho_every, rho_safety=rho_safety)
+        if method == "rock4":
+            # steps no longer than round-off at this tolerance allows (rock4's docstring)
+            solver = Rock4(rho_every=rho_every, rho_safety=rho_safety, h_rho_max=roundoff_bound(rtol))
+        else:
+            solver = Rkc2(rho_every=rho_every, rho_safety=rho_safety)
+            rtol, atol = rkc2_local_tolerances(rtol, atol)
         evals = 0    # per step: the state's stage count
     elif spec.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
@@ -366,6 +371,8 @@ def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float,
         evals = len(tab.c) + 1 - int(tab.fsal)
         probe = stiffness_probe(tab)
     field = _modified_velocity(learning_rate) if learning_rate is not None else _velocity
+    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
+                            dtmax=dtmax or None)
     controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
     return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
                           max_steps=int(max_steps), stop_loss=float(stop_loss), evals_per_step=evals,

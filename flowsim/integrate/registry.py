@@ -36,9 +36,12 @@ class FlowMethod:
     # rather than a plain Diffrax solve of the raw field.
     filippov: bool = False
     # A stabilised explicit (Runge–Kutta–Chebyshev) method of flowsim's own
-    # (flowsim.integrate.rock4): its stage count follows h·ρ, so a stiff flow's step is set
-    # by accuracy.
+    # (flowsim.integrate.rock4, rkc2): its stage count follows h·ρ, so a stiff flow's step is
+    # set by accuracy.
     stabilised: bool = False
+    # Can step a central flow (flowsim.integrate.central): explicit Runge–Kutta methods and
+    # ROCK4, whose arithmetic the central solver calls with its own ρ.
+    central: bool = True
 
 
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
@@ -60,15 +63,18 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
     FlowMethod("ralston", implicit=False, state_copies=11, diffrax="Ralston"),
     FlowMethod("kvaerno5", implicit=True, state_copies=50, diffrax="Kvaerno5"),
     # the recurrence's three iterates and a stage, four finishing stages, y1, f(y0), f(y1),
-    # the error, the power iteration's vector; and the step held ahead (+ 5)
-    FlowMethod("rock4", implicit=False, state_copies=19, diffrax="", stabilised=True),
+    # the error, the power iteration's vector, the last try's error; and the step held ahead (+ 6)
+    FlowMethod("rock4", implicit=False, state_copies=21, diffrax="", stabilised=True),
+    # the recurrence's three iterates and a stage, y1, f(y0), f(y1), the error, the power
+    # iteration's vector, the last try's error; and the step held ahead (+ 6)
+    FlowMethod("rkc2", implicit=False, state_copies=16, diffrax="", stabilised=True, central=False),
     # Dormand–Prince stages, its dense output's five coefficients, the event point
     FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", filippov=True),
 )}
 
 # The methods that can step a central flow: the explicit ones, Runge–Kutta and ROCK4 (its
 # eigenvectors ride in the method's state: flowsim.integrate.central)
-CENTRAL_METHODS = tuple(m for m, s in FLOW_METHODS.items() if not (s.implicit or s.filippov))
+CENTRAL_METHODS = tuple(m for m, s in FLOW_METHODS.items() if s.central and not (s.implicit or s.filippov))
 DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)
 FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if not v.discrete)
 GD_FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.of_gd)

@@ -17,15 +17,32 @@ polynomial leaves [−1, 1] on their interval are not used (`tests/test_rock4.py
 
 ρ comes from power iteration on Jacobian-vector products of the vector field itself (a
 `jvp` of the field: Hessian-vector products for a gradient flow, no access to the loss),
-warm-started from the last vector, refreshed every `rho_every` accepted steps and at the
-next try after a rejection, times a safety factor: the top of a network's Hessian spectrum
-is clustered, so a few iterations underestimate it. ρ, its vector and the refresh counter
-are solver state, so a checkpoint holds them and a resumed run is the same computation.
+warm-started from the last vector, refreshed every `rho_every` accepted steps, and at the
+next try after a rejection iterated to convergence from the last vector plus the rejected
+try's error direction (`_RETRY_RTOL`), times a safety factor: the top of a network's Hessian
+spectrum is clustered, so a few iterations underestimate it. ρ, its vector, the last try's
+error and the refresh counter are solver state, so a checkpoint holds them and a resumed run
+is the same computation. That machinery is `AbstractStabilised`, which `flowsim.integrate.rkc2`
+steps with too.
 
 The step's arithmetic is `advance`, given f(y0) and ρ: a solver that knows ρ otherwise (the
 central flow: `flowsim.integrate.central`) steps with it directly; each stage hands the field
 its abscissa (the recurrence applied to dt/dt = 1), for fields that warm-start an inner solve
 from a time, and the evaluations' costs are summed.
+
+Round-off sets a second ceiling on h·ρ, below the stability one. The step's polynomial is
+P(z)·R₄(z): the Chebyshev part's P damps the stiff components by as much as the finishing
+procedure's quartic R₄ (four stages of step h, coefficients of order one) amplifies them, about
+0.01 (hρ)⁴. Rounding errors made in the Chebyshev part's last iterate, and the field's own
+(a gradient evaluated at θ errs by about eps·λ_max·‖θ‖ along the stiff directions), are not
+damped by P but are amplified by R₄: a step from the exact rest point of the log-spaced
+quadratic (‖θ‖ = 18.6) ends 4.2e-7 from it at h·λ_max = 532, 6.9e-6 at 824 and 4.9e-4 at 2 000,
+about 0.1–0.8 × eps·‖θ‖·|R₄(−h·λ_max)|; in long double, 2 000× less. Where that noise reaches
+the tolerance the error estimate reads it, the step stops growing with accuracy, and integral
+control chatters on it (2 360 steps, 797 rejected, at λ_max = 1e4, rtol 1e-6). So a step is
+also held to `roundoff_bound(rtol)`, where eps·|R₄| is a tenth of rtol (h·ρ ≤ 463 at rtol
+1e-6): steps are as many, but rejected ones rare (`tests/test_rock4.py`). Past that bound
+ROCK4's cost grows like λ_max, whatever its stability interval.
 
 ROCK4 has no dense output of its own: a checkpoint inside a step is read from the cubic
 Hermite interpolant of y0, y1, f(y0), f(y1) (Diffrax's third-order Hermite interpolation):
@@ -34,6 +51,7 @@ its error is O(h⁴) where the step's is O(h⁵) (on the closed-form linear flow
 `tests/test_rock4.py` holds it within 3× rtol).
 """
 
+import abc
 import json
 from importlib import resources
 from typing import ClassVar
@@ -51,6 +69,18 @@ from ..problem import Params
 _INIT_ITERATIONS = 20
 # Power iterations per refresh, continuing from the last vector.
 _REFRESH_ITERATIONS = 1
+# After a rejected try, ρ may have been underestimated (the step unstable). One more
+# iteration from the old vector raises it only by the ratio of the top eigenvalues, which on
+# a clustered spectrum is slow; but an unstable step's error estimate is dominated by the
+# components it amplified, the eigen-directions past the estimate. So the power iteration
+# starts from the old vector plus the try's error direction, and goes on until the estimate
+# moves by less than _RETRY_RTOL, at most _INIT_ITERATIONS times. Where ρ was right this
+# stops after two products.
+_RETRY_RTOL = 1e-2
+# The share of rtol that the finishing procedure's amplified round-off may reach
+# (`roundoff_bound`); measured on the log-spaced quadratic (λ_max = 1e4, rtol 1e-6): a ceiling
+# at a tenth of rtol (h·ρ ≤ 463) rejects 20 of 2 724 steps, at a quarter (h·ρ ≈ 600) 219 of 2 399.
+_ROUNDOFF_SHARE = 0.1
 
 
 def _load_tables() -> dict:
@@ -73,6 +103,30 @@ def stability_bound(ms: int) -> float:
 
 #: The largest h·ρ a step can take: the highest usable degree's interval.
 MAX_H_RHO = stability_bound(int(TABLES["ms"][-1]))
+
+
+def finishing_amplification(h_rho) -> np.ndarray:
+    """|R₄(−h·ρ)| for the quartic of the finishing procedure of the degree a step at h·ρ takes
+    (its four stages applied to y' = λy at hλ = h·ρ): how much it amplifies a perturbation
+    of its input."""
+    x = np.asarray(h_rho, np.float64)
+    index = np.asarray(degree(x, 1.0)[1])
+    a21, a31, a32, a41, a42, a43 = TABLES["fpa"][index].T
+    b = TABLES["fpb"][index].T
+    k1 = -x
+    k2 = -x * (1 + a21 * k1)
+    k3 = -x * (1 + a31 * k1 + a32 * k2)
+    k4 = -x * (1 + a41 * k1 + a42 * k2 + a43 * k3)
+    return np.abs(1 + b[0] * k1 + b[1] * k2 + b[2] * k3 + b[3] * k4)
+
+
+def roundoff_bound(rtol: float) -> float:
+    """The largest h·ρ (at most `MAX_H_RHO`) at which the round-off that the finishing
+    procedure amplifies, eps·|R₄(−h·ρ)| relative to ‖y‖, stays within `_ROUNDOFF_SHARE` of
+    `rtol` (see the module's docstring). float64 eps: the flows are integrated in float64."""
+    x = np.linspace(0.0, MAX_H_RHO, 200_001)
+    within = np.finfo(np.float64).eps * finishing_amplification(x) <= _ROUNDOFF_SHARE * rtol
+    return float(x[np.argmin(within) - 1]) if not within.all() else MAX_H_RHO
 
 
 def _dot(a: Params, b: Params) -> jax.Array:
@@ -106,24 +160,108 @@ def power_iteration(field, y: Params, v: Params, iterations: int) -> tuple[jax.A
     return jax.lax.fori_loop(0, iterations, one, (zero, v))
 
 
-class Rock4State(eqx.Module):
+def power_iteration_converged(field, y: Params, v: Params, rtol: float,
+                              most: int) -> tuple[jax.Array, Params, jax.Array]:
+    """Power iteration as `power_iteration` from v, until ‖J v‖ changes by less than `rtol`
+    of itself between two iterations, or `most` iterations: (‖J v‖, the next unit vector, the
+    iterations done)."""
+    def going(carry):
+        rho, before, _, k = carry
+        return (k < 2) | ((k < most) & (jnp.abs(rho - before) > rtol * rho))
+
+    def one(carry):
+        rho, _, v, k = carry
+        jv = jax.jvp(field, (y,), (v,))[1]
+        return jnp.sqrt(_dot(jv, jv)), rho, _normalised(jv), k + 1
+
+    zero = jnp.zeros((), jax.tree.leaves(y)[0].dtype)
+    rho, _, v, k = jax.lax.while_loop(going, one, (zero, zero, _normalised(v), jnp.zeros((), jnp.int32)))
+    return rho, v, k
+
+
+class StabilisedState(eqx.Module):
     f0: Params              # the field at the step's start (the last step's f(y1))
     rho: jax.Array          # spectral radius estimate of ∂f/∂y (safety factor included)
     v: Params               # the power iteration's unit vector
-    age: jax.Array          # accepted steps since ρ was estimated (counting the one that estimated it)
-    stages: jax.Array       # the last try's field evaluations (s + 4)
+    age: jax.Array          # accepted steps since ρ was estimated (counting the one that estimated it);
+                            # negative after a rejected try: estimate ρ until it converges
+    stages: jax.Array       # the last try's field evaluations
     hvps: jax.Array         # the last try's Jacobian-vector products
+    error: Params           # the last try's error estimate (where a retry's power iteration looks)
 
 
-class Rock4(dfx.AbstractSolver):
-    """ROCK4 for an autonomous ODE dy/dt = f(y) (the time argument is passed on, unused by
-    a gradient flow's field)."""
+class AbstractStabilised(dfx.AbstractSolver):
+    """A stabilised explicit (Runge–Kutta–Chebyshev) method for an autonomous ODE dy/dt = f(y)
+    (the time argument is passed on, unused by a gradient flow's field), its stage count set
+    per step by h·ρ: the spectral radius ρ of ∂f/∂y from power iteration, refreshed every
+    `rho_every` accepted steps and to convergence after a rejection, in its state. A method
+    provides `advance_with(field, t0, t1, y0, f0, rho)` → (y1, its error estimate, the dense
+    output, f(y1), the evaluations spent) and the longest h·ρ it may take."""
 
-    rho_every: int = eqx.field(static=True, default=10)
-    rho_safety: float = eqx.field(static=True, default=1.2)
+    rho_every: eqx.AbstractVar[int]
+    rho_safety: eqx.AbstractVar[float]
+    h_rho_max: eqx.AbstractVar[float]
 
     term_structure: ClassVar = dfx.AbstractTerm
     interpolation_cls: ClassVar = dfx.ThirdOrderHermitePolynomialInterpolation.from_k
+
+    @abc.abstractmethod
+    def advance_with(self, field, t0, t1, y0: Params, f0: Params, rho):
+        """One step at spectral radius ρ; `field(t, y)` → (f(y), cost) as `advance`'s."""
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)
+
+    def init(self, terms, t0, t1, y0, args) -> StabilisedState:
+        f0 = self.func(terms, t0, y0, args)
+        field = lambda y: self.func(terms, t0, y, args)
+        rho, v = power_iteration(field, y0, f0, _INIT_ITERATIONS)
+        int_zero = jnp.zeros((), jnp.int32)
+        return StabilisedState(f0=f0, rho=self.rho_safety * rho, v=v, age=int_zero, stages=int_zero,
+                               hvps=jnp.asarray(_INIT_ITERATIONS, jnp.int32), error=jax.tree.map(jnp.zeros_like, y0))
+
+    def max_step(self, state: StabilisedState) -> jax.Array:
+        """The longest step `h_rho_max` allows at the estimated ρ."""
+        return self.h_rho_max / jnp.maximum(state.rho, jnp.finfo(state.rho.dtype).tiny)
+
+    def rejected(self, committed: StabilisedState, tried: StabilisedState) -> StabilisedState:
+        """The committed state after a rejected try: the try's ρ, vector and error kept, and
+        ρ estimated again to convergence at the next try (a rejection may be a stability
+        failure: ρ underestimated)."""
+        return eqx.tree_at(lambda s: (s.rho, s.v, s.error, s.age), committed,
+                           (tried.rho, tried.v, tried.error, jnp.asarray(-1, jnp.int32)))
+
+    def step(self, terms, t0, t1, y0, args, state: StabilisedState, made_jump):
+        del made_jump
+        field = lambda y: self.func(terms, t0, y, args)
+        retry = state.age < 0
+        refresh = retry | (state.age >= self.rho_every)
+        kept = lambda: (state.rho / self.rho_safety, state.v, jnp.zeros((), jnp.int32))
+        renewed = lambda: (*power_iteration(field, y0, state.v, _REFRESH_ITERATIONS),
+                           jnp.asarray(_REFRESH_ITERATIONS, jnp.int32))
+        start = lambda: jax.tree.map(jnp.add, _normalised(state.v), _normalised(state.error))
+        converged = lambda: power_iteration_converged(field, y0, start(), _RETRY_RTOL, _INIT_ITERATIONS)
+        rho, v, hvps = jax.lax.cond(retry, converged, lambda: jax.lax.cond(refresh, renewed, kept))
+        # never below the estimate the rejected try used: a converging iteration approaches ρ
+        # from below, and a try that failed at that ρ is not tried again at a smaller one
+        rho = jnp.where(retry, jnp.maximum(self.rho_safety * rho, state.rho), self.rho_safety * rho)
+        zero = jnp.zeros((), jnp.int32)
+        staged = lambda t, y: (self.func(terms, t, y, args), zero)
+        y1, y_error, dense, f1, evaluations = self.advance_with(staged, t0, t1, y0, state.f0, rho)
+        new = StabilisedState(f0=f1, rho=rho, v=v, age=jnp.where(refresh, 1, state.age + 1).astype(jnp.int32),
+                              stages=jnp.asarray(evaluations, jnp.int32), hvps=hvps.astype(jnp.int32),
+                              error=y_error)
+        return y1, y_error, dense, new, dfx.RESULTS.successful
+
+
+class Rock4(AbstractStabilised):
+    """ROCK4, a step of degree ms costing ms + 4 evaluations."""
+
+    rho_every: int = eqx.field(static=True, default=10)
+    rho_safety: float = eqx.field(static=True, default=1.2)
+    # the longest h·ρ a step may take: `MAX_H_RHO`, or the round-off ceiling of the run's
+    # tolerance (`roundoff_bound`), which `flowsim.integrate.flow` passes
+    h_rho_max: float = eqx.field(static=True, default=MAX_H_RHO)
 
     def order(self, terms) -> int:
         return 4
@@ -133,42 +271,9 @@ class Rock4(dfx.AbstractSolver):
         # step by err^(-1/4)
         return 4
 
-    def func(self, terms, t0, y0, args):
-        return terms.vf(t0, y0, args)
-
-    def init(self, terms, t0, t1, y0, args) -> Rock4State:
-        f0 = self.func(terms, t0, y0, args)
-        field = lambda y: self.func(terms, t0, y, args)
-        rho, v = power_iteration(field, y0, f0, _INIT_ITERATIONS)
-        int_zero = jnp.zeros((), jnp.int32)
-        return Rock4State(f0=f0, rho=self.rho_safety * rho, v=v, age=int_zero, stages=int_zero,
-                          hvps=jnp.asarray(_INIT_ITERATIONS, jnp.int32))
-
-    def max_step(self, state: Rock4State) -> jax.Array:
-        """The longest step the highest usable degree keeps stable at the estimated ρ."""
-        return MAX_H_RHO / jnp.maximum(state.rho, jnp.finfo(state.rho.dtype).tiny)
-
-    def rejected(self, committed: Rock4State, tried: Rock4State) -> Rock4State:
-        """The committed state after a rejected try: the try's ρ and vector kept, and ρ
-        estimated again at the next try (a rejection may be a stability failure)."""
-        return eqx.tree_at(lambda s: (s.rho, s.v, s.age), committed,
-                           (tried.rho, tried.v, jnp.asarray(self.rho_every, jnp.int32)))
-
-    def step(self, terms, t0, t1, y0, args, state: Rock4State, made_jump):
-        del made_jump
-        field = lambda y: self.func(terms, t0, y, args)
-        refresh = state.age >= self.rho_every
-        rho, v = jax.lax.cond(refresh,
-                              lambda: power_iteration(field, y0, state.v, _REFRESH_ITERATIONS),
-                              lambda: (state.rho / self.rho_safety, state.v))
-        rho = self.rho_safety * rho
-        zero = jnp.zeros((), jnp.int32)
-        staged = lambda t, y: (self.func(terms, t, y, args), zero)
-        y1, y_error, dense, f1, _, _, ms = advance(staged, None, t0, t1, y0, state.f0, rho, zero)
-        new = Rock4State(f0=f1, rho=rho, v=v, age=jnp.where(refresh, 1, state.age + 1).astype(jnp.int32),
-                         stages=(ms + 4).astype(jnp.int32),
-                         hvps=jnp.where(refresh, _REFRESH_ITERATIONS, 0).astype(jnp.int32))
-        return y1, y_error, dense, new, dfx.RESULTS.successful
+    def advance_with(self, field, t0, t1, y0, f0, rho):
+        y1, y_error, dense, f1, _, _, ms = advance(field, None, t0, t1, y0, f0, rho, jnp.zeros((), jnp.int32))
+        return y1, y_error, dense, f1, ms + 4
 
 
 def degree(h, rho) -> tuple[jax.Array, jax.Array]:
