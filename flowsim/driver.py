@@ -205,7 +205,8 @@ class Driver:
         params0 = shard(batch.stack([b.params for b in built_runs]))
         spec = _series_spec(integ, built_runs[0].problem, built_runs[0].params, names)
         for r in runs:
-            self.writer.create_solver(r.name, name, preset=to_dict(preset), series=spec, discrete=integ.discrete)
+            self.writer.create_solver(r.name, name, preset=to_dict(preset), series=spec, discrete=integ.discrete,
+                                      conventions=integ.conventions)
         # compiled on first use (seconds for a large model): a stop meanwhile acts at once too
         state = self._interruptible(lambda: batch.init(integ, problems, params0,
                                                        shard(batch.stack([b.key for b in built_runs]))))

@@ -72,6 +72,8 @@ def inspect_archive(path) -> None:
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
                       + (f"\n{'':20}advice: {advice}" if advice else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
+                if sv.conventions:      # (a central flow's: Σ, the edge, where the sharpness is taken)
+                    print(f"{'':20}conventions:\n" + "\n".join(f"{'':22}{x}" for x in sv.conventions.splitlines()))
         if interrupted and _written_by_simulate(resolved):
             print(f"  interrupted: resume with `flowsim.simulate(..., output={str(path)!r}, resume=True)` "
                   "(the model, data and arguments it was run with)")

@@ -13,7 +13,7 @@ from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 from flowsim.config import Preset, from_dict, load_solver
 from flowsim.config.spec import ScenarioError
 from flowsim.integrate import sdcp
-from flowsim.integrate.central import RELAX_STEPS, central_point, initial_vectors
+from flowsim.integrate.central import ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors
 from flowsim.presets import central_integrator, flow_integrator
 from flowsim.net import AbstractNet
 from flowsim.ntg import vector_product_ntg
@@ -196,6 +196,27 @@ def test_valley_central_flow_matches_its_closed_form(method):
     assert float(cert["predicted_loss"]) == pytest.approx(loss + 0.5 * (2 / ETA - s) * x, rel=1e-8)
 
 
+def test_central_held_marks_the_eigenvalues_arrival_at_the_edge_not_the_start_of_the_hold():
+    """On the valley X turns positive at t1 = 5.5, where the margin S1 = bc/κ = 0.25 is still
+    6.25 % of 2/η = 4, and S = S1 e^{−κ(t − t1)} then arrives within ARRIVAL_TOL·2/η of the
+    edge at t_a = t1 + ln(S1 η / (2 ARRIVAL_TOL))/κ = 8.72 (6.4 GD steps later). Before t_a the
+    direction is held (an event, Σ > 0) but has not arrived: `central_held` 0; 0.05 after, 1."""
+    problem, p0 = _valley()
+    kappa = 1.0 / (RELAX_STEPS * ETA)
+    _, t1 = _valley_closed_form(np.asarray(0.0))
+    s1 = B * C / kappa
+    t_arrival = t1 + np.log(s1 * ETA / (2 * ARRIVAL_TOL)) / kappa
+    assert t_arrival == pytest.approx(5.5 + np.log(625) / 2, rel=1e-12)
+    integ = central(ETA, 1e-10)
+    for t, arrived in ((t1 + 0.5, 0), (t_arrival - 0.05, 0), (t_arrival + 0.05, 1)):
+        state, _ = _flow_to(integ, problem, p0, t)
+        cert = eqx.filter_jit(integ.certificate)(problem, state)
+        assert float(cert["central_events"]) == 1 and float(cert["central_sigma1"]) > 0    # held
+        margin = s1 * np.exp(-kappa * (t - t1))
+        assert float(cert["central_edge1"]) == pytest.approx(1 - ETA * margin / 2, abs=1e-9)
+        assert float(cert["central_held"]) == arrived, t
+
+
 @pytest.mark.parametrize("method", ["tsit5", "rock4"])
 def test_tightening_the_tolerance_converges_on_the_valley(method):
     """Each tolerance's error against the closed form, after the onset: within 10 × rtol and
@@ -350,4 +371,5 @@ def test_rock4_central_flow_resumes_bit_identically_from_its_checkpoint_arrays()
     assert np.array_equal(integ.params(a)["W"][1], integ.params(b)["W"][1])
     assert int(stats["steps"][1]) == int(stats_b["steps"][1])
     cert = integ.certificate(pairs[1][0], jax.tree.map(lambda x: x[1], a))
-    assert float(cert["central_held"]) >= 1      # seed 1 is held: the test covers the third derivatives
+    # seed 1 is held (Σ > 0; `central_held` counts arrivals only): the test covers the third derivatives
+    assert float(cert["central_sigma1"]) > 0

@@ -4,6 +4,7 @@ error certificate, and the sharpness observables against dense eigen-decompositi
 
 import csv
 import math
+import types
 from pathlib import Path
 
 import jax
@@ -359,3 +360,48 @@ def test_a_ladder_warns_once_per_member_that_crossed():
     warn_crossed(lads, stab)
     assert [lad.warnings for lad in lads] == [["η = 1.1 crossed 2/η: the fit includes a step outside the "
                                                "small-step regime"]] * 2
+
+
+
+class _Sharp:
+    """A discrete solver's group as `compare._stability` reads it: times and `sharpness`."""
+
+    def __init__(self, t, sharp, status="done"):
+        self.name, self.status, self.t, self.series = "gd", status, np.asarray(t, float), {"sharpness": sharp}
+
+    def __contains__(self, key):
+        return key in self.series
+
+    def __getitem__(self, key):
+        return np.asarray(self.series[key])
+
+
+
+EDGE_GD = (np.arange(11.0), [1.0, 1.5, 1.9, 2.1, 1.95, 2.3, 1.7, 2.05, 3.6, 2.0, 1.9])
+# edge-of-stability's gd-12 (η·λ rounded, its checkpoint times)
+CATAPULT_GD = ([0, 12, 24, 36, 48, 60, 96, 132, 192, 252, 324, 384, 480],
+               [2.41, 2.42, 2.37, 2.4, 2.35, 2.37, 2.26, 2.09, 1.88, 1.85, 1.85, 1.86, 1.87])
+
+
+@pytest.mark.parametrize("t, el, named", [
+    # hovering about 2/η to the end, its last checkpoint in a dip (η·λ = 1.9): at the edge of
+    # stability (as central-mlp's GD), not a catapult
+    (*EDGE_GD, "crossed 2/η at t = 3 and stayed at the edge of stability, back at or above it until t = 9 of 10"),
+    # above the limit through t = 132, then below it to t = 480: a catapult, though most of
+    # its checkpoints from the crossing on are above the limit
+    (*CATAPULT_GD, "crossed 2/η at t = 0 and came back below it after t = 132, to the end at t = 480: a catapult")])
+def test_a_gd_that_crossed_is_named_by_how_it_went_on(t, el, named):
+    """A last checkpoint at or above 2/η in the later half of the time from the crossing to
+    the end names the run at the edge of stability, whatever its last checkpoint; an earlier
+    one, a catapult. The share of checkpoints above the limit (numpy's) cannot tell them apart."""
+    eta = 0.1
+    t, el = np.asarray(t, float), np.asarray(el)
+    s = compare._stability(types.SimpleNamespace(name="r"), _Sharp(t, el / eta),
+                           DescentPreset(name="gd", kind="gd", learning_rate=eta))
+    cross = int(np.flatnonzero(el >= 2)[0])
+    share = np.mean(el[cross:] >= 2)
+    assert s.verdict == "crossed" and s.t_judged == t[-1] and s.over_share == pytest.approx(share, rel=1e-15)
+    assert share > 0.5
+    text = s.text()
+    assert f"{named} (η·sharpness ≥ 2 at {100 * share:.0f} % of the checkpoints from the crossing on)" in text
+    assert s.at_edge == ("catapult" not in text)

@@ -37,7 +37,12 @@ members and members whose max gap is unresolved are left out of the fit, with th
 Stability. For each discrete solver with `sharpness` (else `gn_sharpness`) recorded —
 rate·λ_max, see flowsim/stability.py — the verdict is whether η·λ stayed below 2 (for
 heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diverged`),
-judged at the recorded checkpoints only (a coarser grid can miss a crossing).
+judged at the recorded checkpoints only (a coarser grid can miss a crossing). A run that
+crossed is named by how it went on: at the edge of stability while it keeps coming back to
+the limit, i.e. its last checkpoint at or above the limit lies in the later half of the time
+from the crossing to its last checkpoint (GD hovering about 2/η dips below it between
+returns, and its last checkpoint may be one of the dips); else a catapult: back below the
+limit early and below it to the end.
 
 Central flow. Each `gd` solver beside the central flow of its η is scored by
 `flowsim.analysis.central` (onset, distances against the noise floor, predicted loss, costs):
@@ -140,6 +145,9 @@ class Stability:
     t_cross: float = math.nan
     final_eta_lambda: float = math.nan
     judged: int = 0                  # recorded checkpoints with a finite η·λ: the verdict sees only these
+    t_last_over: float = math.nan    # the last of them at or above the limit
+    t_judged: float = math.nan       # the last of them
+    over_share: float = math.nan     # the share of them at or above the limit, from the crossing on
     t: np.ndarray | None = None
     sharp: np.ndarray | None = None  # λ (rate·λ_max) per checkpoint
 
@@ -158,9 +166,21 @@ class Stability:
         if self.verdict == "below":
             return (f"stayed below {lim} {at}: max η·{what} = {self.max_eta_lambda:.3g} < {self.limit:.3g} "
                     "(between checkpoints unknown)")
-        back = " (back below the limit: a catapult)" if self.final_eta_lambda < self.limit else ""
-        return (f"crossed {lim} at t = {self.t_cross:.4g}, judged {at}: max η·{what} = "
-                f"{self.max_eta_lambda:.3g}, final {self.final_eta_lambda:.3g}{back}")
+        over = f"η·{what} ≥ {self.limit:.3g} at {100 * self.over_share:.0f} % of the checkpoints from the crossing on"
+        if self.at_edge:
+            how = (f" and stayed at the edge of stability, back at or above it until t = {self.t_last_over:.4g} "
+                   f"of {self.t_judged:.4g} ({over})")
+        else:
+            how = (f" and came back below it after t = {self.t_last_over:.4g}, to the end at t = "
+                   f"{self.t_judged:.4g}: a catapult ({over})")
+        return (f"crossed {lim} at t = {self.t_cross:.4g}{how}, judged {at}: max η·{what} = "
+                f"{self.max_eta_lambda:.3g}, final {self.final_eta_lambda:.3g}")
+
+    @property
+    def at_edge(self) -> bool:
+        """Crossed and came back to the limit in the later half of the time since (see the
+        module's docstring)."""
+        return self.t_last_over - self.t_cross >= 0.5 * (self.t_judged - self.t_cross)
 
 
 @dataclass
@@ -279,8 +299,10 @@ def _stability(run, view, preset: DescentPreset) -> Stability:
             out.max_eta_lambda = float(np.max(el[fin]))
             out.final_eta_lambda = float(el[fin][-1])
             over = np.flatnonzero(fin & (el >= limit))
+            out.t_judged = float(t[fin][-1])
             if over.size:
-                out.t_cross = float(t[over[0]])
+                out.t_cross, out.t_last_over = float(t[over[0]]), float(t[over[-1]])
+                out.over_share = over.size / int(fin[over[0]:].sum())
             out.verdict = "crossed" if over.size else "below"
     if view.status == "diverged":
         out.verdict = "diverged"

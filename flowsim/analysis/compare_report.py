@@ -90,15 +90,22 @@ def _track_text(tr: CentralTrack) -> list[str]:
     flow = f"flow {tr.flow}" if tr.flow else "no flow"
     twin = f"twin {tr.twin} (perturbation {tr.twin_perturbation:g})" if tr.twin else "no twin"
     out = [f"run {tr.run}{label}: {tr.gd} vs {tr.central} (η = {tr.eta:g}), {flow}, {twin}"]
+    if tr.conventions:
+        out.append(f"  conventions of {tr.central} (its archive attribute `conventions`):")
+        out += [f"    {x}" for x in tr.conventions.splitlines()]
+    else:
+        out.append(f"  conventions: {tr.central} has no `conventions` attribute (an archive written before them)")
     limit = f"2/η = {2 / tr.eta:.4g}"
     if tr.onset is not None:
         after = int(tr.after.sum())
         out.append(f"  onset: t = {tr.t[tr.onset]:.4g} (step {int(tr.step[tr.onset])}), the first matched time where "
                    f"{tr.gd}'s sharpness ≥ {limit}; {after} matched times from it on")
-        out.append(f"  mean from the onset on: ‖GD − central‖ {_mean(tr, tr.d_central)}, ‖GD − flow‖ "
-                   f"{_mean(tr, tr.d_flow)}, noise floor ‖GD − twin‖ {_mean(tr, tr.floor)}; "
-                   f"ratio ‖GD − central‖ / ‖GD − flow‖ {_mean(tr, tr.ratio)}; predicted loss vs GD's "
-                   f"smoothed loss: relative error {_pct(tr.mean_after(tr.loss_error))}")
+        ratios = (f"their ratio {_g(tr.ratio_of_means)}, the median of the per-row ratios {_g(tr.median_ratio)}"
+                  if tr.ratio is not None else "no ratio")
+        out.append(f"  from the onset on: mean ‖GD − central‖ {_mean(tr, tr.d_central)}, mean ‖GD − flow‖ "
+                   f"{_mean(tr, tr.d_flow)}, {ratios}; beside them the noise floor, mean ‖GD − twin‖ "
+                   f"{_mean(tr, tr.floor)}; predicted loss vs GD's smoothed loss: mean relative error "
+                   f"{_pct(tr.mean_after(tr.loss_error))}")
     elif tr.sharp_gd is not None:
         out.append(f"  onset: never: {tr.gd}'s sharpness stays below {limit} at its {tr.t.size} matched times "
                    f"(max {_g(np.nanmax(tr.sharp_gd)) if tr.t.size else '—'}); no means after it")
@@ -172,7 +179,8 @@ def write_csv(rep: Report, path) -> Path:
 
 CENTRAL_CSV_COLUMNS = ("run", "label", "seed", "gd", "central", "flow", "twin", "eta", "t", "step", "after_onset",
                        "d_central", "d_flow", "floor", "ratio", "loss_gd", "loss_smoothed", "predicted_loss",
-                       "loss_rel_error", "sharpness_gd", "sharpness_central", "sharpness_flow")
+                       "loss_rel_error", "sharpness_gd", "sharpness_central", "sharpness_flow",
+                       "ratio_of_means", "median_ratio")
 
 
 def central_csv_path(path) -> Path:
@@ -183,7 +191,9 @@ def central_csv_path(path) -> Path:
 
 def write_central_csv(rep: Report, path) -> Path:
     """One row per GD / central-flow pair and matched time (`flowsim.analysis.central`'s
-    numbers) into `central_csv_path(path)`; empty cells where a series is not recorded."""
+    numbers) into `central_csv_path(path)`; empty cells where a series is not recorded. The
+    last two columns are the pair's headline, from the onset on (the same on each of its rows):
+    the ratio of the mean distances and the median of the per-row ratios."""
     target = central_csv_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="") as fh:
@@ -193,8 +203,9 @@ def write_central_csv(rep: Report, path) -> Path:
             after = tr.after
             columns = (tr.d_central, tr.d_flow, tr.floor, tr.ratio, tr.loss_gd, tr.loss_smoothed, tr.predicted,
                        tr.loss_error, tr.sharp_gd, tr.sharp_central, tr.sharp_flow)
+            headline = ["" if tr.ratio is None else repr(x) for x in (tr.ratio_of_means, tr.median_ratio)]
             for i in range(tr.t.size):
                 w.writerow([tr.run, tr.label, tr.seed, tr.gd, tr.central, tr.flow, tr.twin, repr(tr.eta),
                             repr(float(tr.t[i])), int(tr.step[i]), int(after[i]),
-                            *("" if a is None else repr(float(a[i])) for a in columns)])
+                            *("" if a is None else repr(float(a[i])) for a in columns), *headline])
     return target

@@ -121,7 +121,7 @@ def write_root_attrs(f: h5py.File, scenario_text: str, resolved: dict, provenanc
             f.attrs[key] = value
 
 
-def init_solver_attrs(g: h5py.Group, preset: dict, spec: dict, discrete: bool) -> None:
+def init_solver_attrs(g: h5py.Group, preset: dict, spec: dict, discrete: bool, conventions: str = "") -> None:
     g.attrs["preset"] = dumps(preset)
     g.attrs["status"] = "running"
     g.attrs["stats"] = "{}"
@@ -130,6 +130,8 @@ def init_solver_attrs(g: h5py.Group, preset: dict, spec: dict, discrete: bool) -
     g.attrs["message"] = ""
     g.attrs["discrete"] = bool(discrete)
     g.attrs["series_spec"] = dumps(spec)
+    if conventions:
+        g.attrs["conventions"] = conventions
 
 
 def iter_solvers(f: h5py.File) -> Iterator[h5py.Group]:

@@ -154,6 +154,8 @@ class SolverView:
         self.status_time = float(g.attrs.get("status_time", float("nan")))
         self.message = attr_str(g.attrs.get("message", ""))
         self.discrete = bool(g.attrs.get("discrete", False))
+        # what the series mean where codes differ ("" for most kinds, and in older archives)
+        self.conventions = attr_str(g.attrs.get("conventions", ""))
         self.n_checkpoints = n_committed(g)
         self._spec = series_spec(g)
 

@@ -330,8 +330,9 @@ class ArchiveWriter:
             write_arrays(g.create_group("init", track_order=True), init)
 
     def create_solver(self, run: str, solver: str, *, preset: dict, series: dict,
-                      discrete: bool) -> None:
-        """Create the solver group, its empty series and dimension scales (no-op if exists)."""
+                      discrete: bool, conventions: str = "") -> None:
+        """Create the solver group, its empty series and dimension scales (no-op if exists);
+        `conventions`: what its series mean where codes differ (an attribute, if any)."""
         with self._reading() as f:
             if f"runs/{run}" not in f:
                 raise ArchiveError(f"{self.path}: no run {run!r} (create_run first)")
@@ -341,7 +342,7 @@ class ArchiveWriter:
         with self._structure() as f:
             g = f[f"runs/{run}"].create_group(solver, track_order=True)
             try:
-                init_solver_attrs(g, preset, spec, discrete)
+                init_solver_attrs(g, preset, spec, discrete, conventions)
                 build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, self.path)
             except BaseException:
                 del f[f"runs/{run}"][solver]

@@ -63,6 +63,12 @@ class AbstractIntegrator(eqx.Module):
     def certificate(self, problem: Problem, state: State) -> dict[str, jax.Array]:
         """The `certificate_series` at `state`."""
 
+    @property
+    def conventions(self) -> str:
+        """What its series mean where other codes write them differently, written as the
+        solver group's attribute `conventions` ("": none, nothing written)."""
+        return ""
+
     @abc.abstractmethod
     def out_of_steps(self, steps: int) -> bool:
         """Whether a member that has taken `steps` steps in all has spent its step budget

@@ -95,6 +95,13 @@ DENSE = 5
 EVENT_TOL = 1e-6
 # An eigenvalue of X above this share of X's largest (and above ZERO_X) counts as held.
 RANK_SHARE = 1e-8
+# A held direction has arrived at the edge (series `central_held`) once |ηλ/2 − 1| ≤ this.
+# The relaxation (κ = 1/η) holds a direction while its margin would close within a GD step,
+# so X turns positive before the eigenvalue reaches 2/η, and the margin then shrinks by e per
+# GD step. On central-mlp (rows every GD step): X > 0 from step 194 (margin 2.9e-3), GD's
+# sharpness at 2/η from step 197, the margin 1.5e-4 at step 197 and 5.5e-5 at step 198 (the
+# arrival), then within the integration's 8e-7 of 2/η from step 203 on (rtol 1e-5).
+ARRIVAL_TOL = 1e-4
 # ROCK4: ρ, the spectral radius of the field's Jacobian, is this factor times its bound from
 # the last accepted point (`spectral_bound`), as rock4's own power-iteration estimate is.
 RHO_SAFETY = 1.2
@@ -433,10 +440,41 @@ def _cost(evals, point: CentralPoint) -> jax.Array:
 def certificate_names(k: int) -> tuple[str, ...]:
     """The series a central flow records beside the observables: the tracked eigenvalues of
     ∇²L̃ (raw and as ηλ/2, 1 at the edge of stability), Σ's eigenvalues (descending), the
-    predicted time-averaged loss, the held set's size, the events, and the cost since t = 0."""
+    predicted time-averaged loss, the held directions that have arrived at the edge
+    (`arrived`), the events (changes of the held set, X's rank: where the hold starts, before
+    the arrival), and the cost since t = 0."""
     per = [f"{name}{i + 1}" for name in ("central_eig", "central_edge", "central_sigma") for i in range(k)]
     return (*per, "predicted_loss", "central_held", "central_events",
             "central_evals", "central_hvps", "central_thirds")
+
+
+def conventions(eta: float) -> str:
+    """The conventions of a central flow of GD at step η where codes differ (from the JAX
+    central-flow package's, github alex-damian/central_flows_jax), one per line: the archive
+    writes them as the central leg's attribute `conventions`, `flowsim inspect` and
+    `flowsim compare` print them."""
+    return "\n".join((
+        f"time: t = kη after k GD steps of η = {eta:g} (the JAX central-flow package's time is k)",
+        "sharpness: λ_i, the eigenvalues of ∇²(rate·L), the Hessian of the loss GD's step η applies to; "
+        "GD's `sharpness` at its iterate θ_k, the row at t = kη before the step (the package's `discrete`: at "
+        "θ_k, or at the midpoint (θ_k + θ_{k+1})/2 with midpoint=True); the central flow's central_eig<i> at θ(t)",
+        f"edge of stability: λ = 2/η = {2 / eta:.6g}; central_edge<i> = ηλ_i/2 is 1 there (the package's "
+        "effective eigenvalue ηλ is 2 there)",
+        "Σ: dθ/dt = −∇(rate·L) − ½∇⟨∇²(rate·L), Σ⟩, Σ = U X Uᵀ on the tracked eigenvectors U; central_sigma<i> "
+        "are Σ's eigenvalues; the package's X is Σ/η (its tr X = Σ_i central_sigma<i>/η)",
+        "predicted_loss: L + ½⟨∇²L, Σ⟩, the package's L + ½⟨UᵀHU, X⟩ (L + tr X where rate = 1 and every "
+        "held eigenvalue is at 2/η)",
+        f"central_held: the held directions (Σ > 0 on them) whose eigenvalue has arrived at the edge, "
+        f"|ηλ_i/2 − 1| ≤ {ARRIVAL_TOL:g}; the hold starts a few GD steps earlier (central_events counts its "
+        "starts and ends), while the margin still closes",
+    ))
+
+
+def arrived(point: CentralPoint, eta) -> jax.Array:
+    """How many held directions have arrived at the edge: X's rank, at most the tracked
+    eigenvalues within ARRIVAL_TOL of 2/η (`ARRIVAL_TOL` says why the rank alone is early)."""
+    at_edge = jnp.sum(jnp.abs(eta * point.lam / 2 - 1) <= ARRIVAL_TOL)
+    return jnp.minimum(point.held, at_edge)
 
 
 def certificate(solver: CentralSolver, problem: Problem, y: Params, state: CentralState) -> dict[str, jax.Array]:
@@ -446,5 +484,5 @@ def certificate(solver: CentralSolver, problem: Problem, y: Params, state: Centr
     sigma = jnp.linalg.eigvalsh(point.X)[::-1]
     k = solver.field.k
     values = [*point.lam, *(eta * point.lam / 2), *sigma, predicted_loss(problem, y, point),
-              point.held, state.events, *state.spent]
+              arrived(point, eta), state.events, *state.spent]
     return {name: jnp.asarray(v, dtype) for name, v in zip(certificate_names(k), values)}

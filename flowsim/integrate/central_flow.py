@@ -6,7 +6,7 @@ import diffrax as dfx
 import jax
 
 from ..problem import Problem
-from .central import CentralField, CentralSolver, CentralState, certificate, certificate_names
+from .central import CentralField, CentralSolver, CentralState, certificate, certificate_names, conventions
 from .flow import FlowIntegrator, ProposingPID, stiffness_probe
 from .registry import CENTRAL_METHODS, FLOW_METHODS
 from .rock4 import Rock4
@@ -21,6 +21,10 @@ class CentralIntegrator(FlowIntegrator):
 
     def certificate(self, problem: Problem, state) -> dict[str, jax.Array]:
         return certificate(self.solver, problem, self.params(state), state.solver_state)
+
+    @property
+    def conventions(self) -> str:
+        return conventions(float(self.solver.field.eta))
 
     @property
     def init_evals(self) -> int:

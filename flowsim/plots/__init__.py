@@ -8,8 +8,9 @@
 - ``<name>-sharpness.<fmt>`` when ``sharpness`` is recorded: loss and sharpness with each
   GD's stability limit 2/η (Cohen et al. 2021);
 - ``<name>-central.<fmt>`` when a ``central-flow`` leg runs beside GD at its η: GD's loss
-  (raw and smoothed), the central flow's predicted loss and the gradient flow's, and the
-  three sharpnesses with 2/η (`central.py`, from `flowsim.analysis.central`'s numbers);
+  (raw and smoothed), the central flow's predicted loss and the gradient flow's, the three
+  sharpnesses with 2/η, and GD's distances to the central flow, the flow and its twin
+  (`central.py`, from `flowsim.analysis.central`'s numbers);
 - Caron et al.'s pruning, transfer, PCA, accuracy and learning-rate figures where the
   archive holds them (`caron.py`); a scenario with ``[plot] figure = "chen-exp…"`` gets
   Chen et al.'s layouts instead (`chen.py`).

@@ -1,8 +1,9 @@
 """GD beside its central flow (Cohen et al. 2025): for each GD / central-flow pair of the same
-η, the loss (GD raw and smoothed, the central flow's predicted loss, the gradient flow) and the
+η, the loss (GD raw and smoothed, the central flow's predicted loss, the gradient flow), the
 sharpness (GD, the central flow's tracked top eigenvalue, the gradient flow) with the line
-2/η; the numbers are `flowsim.analysis.central`'s, so the figure shows what `flowsim compare`
-reports."""
+2/η, and GD's distances to the central flow, to the gradient flow and to its twin (the noise
+floor) over time; the numbers are `flowsim.analysis.central`'s, so the figure shows what
+`flowsim compare` reports."""
 
 from __future__ import annotations
 
@@ -59,21 +60,46 @@ def panel_sharpness(ax: Axes, tr: CentralTrack) -> None:
     ax.set_ylabel(r"rate $\cdot\ \lambda_{\max}(\nabla^2 L)$")
 
 
+def panel_distances(ax: Axes, tr: CentralTrack) -> None:
+    """‖GD − central‖, ‖GD − flow‖ and the noise floor ‖GD − twin‖ at the matched times, with
+    compare's headline (the ratio of the mean distances and the median per-row ratio from the
+    onset on) in the legend. t = 0, where every distance is 0, is left off the log scale."""
+    later = tr.t > 0
+    drawn = False
+    for values, colour, ls, label in ((tr.d_central, CENTRAL, "-", f"‖{tr.gd} − {tr.central}‖"),
+                                      (tr.d_flow, FLOW, ":", f"‖{tr.gd} − {tr.flow}‖ (gradient flow)"),
+                                      (tr.floor, "0.6", "-", f"‖{tr.gd} − {tr.twin}‖ (noise floor)")):
+        if values is not None:
+            ax.plot(tr.t[later], values[later], color=colour, ls=ls, lw=1.4, label=label)
+            drawn = True
+    _onset(ax, tr)
+    if drawn:
+        ax.set_yscale("log")
+        if tr.onset is not None and tr.d_flow is not None:
+            # an invisible line carries the headline into the legend
+            ax.plot([], [], " ", label=f"from the onset on: ratio of the means {tr.ratio_of_means:.3g}, "
+                                       f"median ratio {tr.median_ratio:.3g}")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_ylabel(r"$\|\theta_{GD} - \theta\|$")
+
+
 def figure_central(tracks: list[CentralTrack], name: str) -> Figure | None:
-    """One row (loss, sharpness) per GD / central-flow pair, at most MAX_ROWS; None without
-    a pair. A dotted vertical line marks the onset (GD's sharpness first at 2/η)."""
+    """One row (loss, sharpness, distances) per GD / central-flow pair, at most MAX_ROWS; None
+    without a pair. A dotted vertical line marks the onset (GD's sharpness first at 2/η)."""
     if not tracks:
         return None
     shown = tracks[:MAX_ROWS]
-    fig = Figure(figsize=(12, 4.4 * len(shown) + 0.6), layout="constrained", dpi=110)
-    grid = fig.subplots(len(shown), 2, squeeze=False)
-    for (ax_l, ax_s), tr in zip(grid, shown):
+    fig = Figure(figsize=(18, 4.4 * len(shown) + 0.6), layout="constrained", dpi=110)
+    grid = fig.subplots(len(shown), 3, squeeze=False)
+    for (ax_l, ax_s, ax_d), tr in zip(grid, shown):
         head = f"{tr.run}: {tr.gd} beside {tr.central} (η = {tr.eta:g})"
         panel_loss(ax_l, tr)
         panel_sharpness(ax_s, tr)
+        panel_distances(ax_d, tr)
         ax_l.set_title(f"{head}: loss", loc="left", fontsize=10)
         ax_s.set_title(f"{head}: sharpness", loc="left", fontsize=10)
-        for ax in (ax_l, ax_s):
+        ax_d.set_title(f"{head}: distances in weights", loc="left", fontsize=10)
+        for ax in (ax_l, ax_s, ax_d):
             ax.set_xlabel("flow time t = kη")
             ax.grid(True, which="major", alpha=0.3)
     more = f"   ({len(tracks) - len(shown)} more pair(s) not drawn)" if len(tracks) > len(shown) else ""
