@@ -2,7 +2,7 @@
 needs to know of them: no JAX, so that validating a scenario or reading an archive does not
 import it.
 
-`flowsim.activations`, `flowsim.losses` and `flowsim.observe` attach an implementation to
+`flowsim.nn.activations`, `flowsim.nn.losses` and `flowsim.observe.observables` attach an implementation to
 each name here, in this order (the order of every "allowed: ..." text); a name without one
 fails `tests/test_registries.py`.
 """
@@ -28,7 +28,7 @@ ACTIVATIONS: dict[str, ActivationKind] = {a.name: a for a in (
     ActivationKind("leaky-relu", smooth=False, low_slope=LEAKY_RELU_SLOPE),
     *(ActivationKind(name, smooth=True) for name in ("swish", "tanh", "sigmoid", "softplus", "gelu", "identity")),
 )}
-# The names whose κ_n needs quadrature (flowsim.theory picks its method by this set).
+# The names whose κ_n needs quadrature (flowsim.nn.theory picks its method by this set).
 SMOOTH = frozenset(name for name, a in ACTIVATIONS.items() if a.smooth)
 # The piecewise-linear ones, with σ' on the negative side (flowsim.integrate.filippov).
 PIECEWISE_LINEAR = {name: a.low_slope for name, a in ACTIVATIONS.items() if a.low_slope is not None}

@@ -65,13 +65,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_graph_has_no_circle():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert len(graph) > 40 and graph["flowsim.driver"] >= {"flowsim.batch", "flowsim.config"}
+    assert len(graph) > 40 and graph["flowsim.run.driver"] >= {"flowsim.run.batch", "flowsim.config"}
     assert _cycles(graph) == []
 
 
 def _packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph between flowsim's packages and top-level modules (`flowsim.config`,
-    `flowsim.integrate`, `flowsim.driver` ...): each module stands for the one it lies in."""
+    `flowsim.integrate`, `flowsim.run.driver` ...): each module stands for the one it lies in."""
     def unit(name: str) -> str:
         return ".".join(name.split(".")[:2])
 

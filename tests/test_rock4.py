@@ -19,7 +19,7 @@ from test_engine import make_flow_integrator
 from flowsim.status import Status
 from flowsim.integrate.rock4 import MAX_H_RHO, TABLES, Rock4, power_iteration, stability_bound
 from flowsim.models.module import ModuleNet
-from flowsim.problem import Problem
+from flowsim.nn.problem import Problem
 
 RAW = json.loads(resources.files("flowsim.integrate").joinpath("rock4.json").read_text())
 STARTS = np.concatenate([[0], np.cumsum(2 * np.asarray(RAW["ms"]) - 1)[:-1]])

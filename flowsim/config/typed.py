@@ -529,7 +529,7 @@ def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
 
 def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
     """A central flow is stepped by an explicit method, Runge–Kutta or rock4 (its eigenvectors
-    ride in the method's state: flowsim.integrate.central), and has no reference flow of its own."""
+    ride in the method's state: flowsim.integrate.central_field), and has no reference flow of its own."""
     if t["kind"] != "central-flow":
         return
     if t["method"] not in CENTRAL_METHODS:

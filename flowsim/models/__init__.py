@@ -1,6 +1,6 @@
 """Model kinds, declared once: `MODELS` maps a scenario's `model.kind` to the builder that
 turns a run config and its data into a `Network`: the network (an `AbstractNet`), its
-initial weights and the init record the archive keeps. `flowsim.build.build_run`
+initial weights and the init record the archive keeps. `flowsim.run.build.build_run`
 assembles the run's `Problem` from it.
 
 - ``shallow``: Caron et al.'s one-hidden-layer network with node scaling (`shallow.py`);

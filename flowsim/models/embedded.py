@@ -51,12 +51,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import theory
-from ..activations import activation as _activation
-from ..activations import derivative as _derivative
+from ..nn import theory
+from ..nn.activations import activation as _activation
+from ..nn.activations import derivative as _derivative
 from ..config.typed import Config
 from ..data import Dataset, quadratic_features
-from ..scaling import OutputScale
+from ..nn.scaling import OutputScale
 from .base import Network, dtype_of
 from .shallow import ShallowNet, init_shallow
 

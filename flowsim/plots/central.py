@@ -1,7 +1,7 @@
 """GD beside its central flow (Cohen et al. 2025): for each GD / central-flow pair of the same
 η, the loss (GD raw and smoothed, the central flow's predicted loss, the gradient flow) and the
 sharpness (GD, the central flow's tracked top eigenvalue, the gradient flow) with the line
-2/η; the numbers are `flowsim.analysis.central`'s, so the figure shows what `flowsim compare`
+2/η; the numbers are `flowsim.analysis.compare_central`'s, so the figure shows what `flowsim compare`
 reports."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from flowsim.analysis.central import SMOOTH_STEPS, CentralTrack
+from flowsim.analysis.compare_central import SMOOTH_STEPS, CentralTrack
 
 MAX_ROWS = 6      # pairs drawn (one row each); the title says how many more the archive holds
 GD, SMOOTHED, CENTRAL, FLOW = "tab:orange", "tab:red", "tab:blue", "0.2"

@@ -19,7 +19,7 @@ import h5py
 import jax
 import numpy as np
 
-from .version import __version__
+from ..version import __version__
 
 _PACKAGE = Path(__file__).resolve().parent
 

@@ -4,10 +4,10 @@ before anything is built, with the estimate and the limit in the message."""
 import jax
 
 from .build import _dataset, data_seed   # (the run's data loader, with its messages)
-from .config.typed import Config, FlowPreset, MlpModel, PythonModel, ShallowModel
-from .integrate.registry import state_copies
-from .models import BuildError
-from .observe import OBSERVABLES
+from ..config.typed import Config, FlowPreset, MlpModel, PythonModel, ShallowModel
+from ..integrate.registry import state_copies
+from ..models import BuildError
+from ..observe.observables import OBSERVABLES
 
 _GIB = float(1 << 30)
 _SYNTHETIC_SHAPE = ("n", "d")     # data kinds that state their size in the scenario
