@@ -62,3 +62,28 @@ OBSERVABLES: dict[str, ObservableKind] = {o.name: o for o in (
     *map(ObservableKind, ("weights", "sharpness", "gn_sharpness")),
     ObservableKind("hidden", family="shallow"),
 )}
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    name: str
+    # "shallow": one hidden layer, a `ShallowNet` (per-node series, the shallow-family
+    # observables, the Filippov flow of a ReLU net, the NTG in closed form); "module": an
+    # Equinox module run through `ModuleNet` (per-leaf series, the NTG by autodiff).
+    family: str
+    size_key: str            # the scenario key that sets the network's size
+    in_files: bool = True    # a scenario may name it (`module`: flowsim.simulate's own)
+    sized: bool = True       # its size is known before it is built (`python`: once its factory ran)
+
+
+MODELS: dict[str, ModelKind] = {m.name: m for m in (
+    ModelKind("shallow", family="shallow", size_key="model.width"),
+    ModelKind("embedded", family="shallow", size_key="model.width"),
+    ModelKind("mlp", family="module", size_key="model.widths"),
+    ModelKind("python", family="module", size_key="model.factory", sized=False),
+    ModelKind("module", family="module", size_key="model", in_files=False),
+)}
+# The one-hidden-layer networks (ShallowNet), in the registry's order (every message's order).
+SHALLOW_KINDS = tuple(name for name, m in MODELS.items() if m.family == "shallow")
+# The models whose `weight_change` is per trainable leaf (ModuleNet), not per node.
+PER_LEAF_MODELS = tuple(name for name, m in MODELS.items() if m.family == "module")
