@@ -10,6 +10,9 @@ assembles the run's `Problem` from it.
   through `ModuleNet` (`module.py`), like a user's model given to `flowsim.simulate`;
 - ``python``: the user's own Equinox network, built by a factory named by import path
   (`flowsim.plugins`), also through `ModuleNet`.
+
+What every builder takes and returns (`Model`, `Network`, `Built`, `BuildError`) is `base.py`'s;
+the kinds' names and what validation knows of them are declared in `flowsim.kinds.MODELS`.
 """
 
 from .base import BuildError as BuildError

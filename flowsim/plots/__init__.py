@@ -20,12 +20,13 @@ numbers).
 Styling (`style.py`): one colour per sweep point, one line style per solver (flow solid,
 discrete dashed, modified flow dotted), mean over seeds with a min–max band over seeds, a
 ``×`` where a run ended early or is unfinished (any status but done, `interrupted`
-included: `traces.EARLY_END`; the status is noted in the solver legend).
+included: `traces.EARLY_END`; the status is noted in the solver legend); the legend's text
+(sweep-point labels, node scalings, solvers) is `labels.py`'s.
 
-The pieces are small and public for reuse and tests: :func:`gather` reads an archive
+The pieces are small and public for reuse and tests: :func:`gather` (`traces.py`) reads an archive
 into :class:`Trace` objects (one per sweep point and solver, seeds stacked) through the
 archive's one series reader (`flowsim.archive.dataset.blocks`, also under `to_xarray`),
-:func:`figure_fig1` / :func:`figure_test` build ``matplotlib.figure.Figure`` objects,
+:func:`figure_fig1` / :func:`figure_test` (`fig1.py`) build ``matplotlib.figure.Figure`` objects,
 one ``panel_*`` function draws each panel.  No pyplot: figures are plain ``Figure``
 objects rendered by the Agg canvas, so nothing global is touched.
 """
