@@ -72,7 +72,7 @@ job = session.prepare(sys.argv[1], sys.argv[2:-1], output=sys.argv[-1] + ".h5", 
 mark("prepare: data, kappa_n, build the runs")
 writer = session.open_archive(job)
 mark("create the archive")
-from flowsim import driver
+from flowsim.run import driver
 real = driver.Driver._chunk
 def first(self, *a, **k):
     out = real(self, *a, **k)
