@@ -37,10 +37,10 @@ import numpy as np
 from scipy.ndimage import gaussian_filter1d
 
 from bench_core import ROOT, Table, fmt, publish, ready  # noqa: E402
-from flowsim.build import build_run
+from flowsim.run.build import build_run
 from flowsim.config import Preset, from_dict, load_scenario, load_solver
-from flowsim.integrate.central import central_point, initial_vectors, spectral_bound
-from flowsim.presets import central_integrator, flow_integrator
+from flowsim.integrate.central_field import central_point, initial_vectors, spectral_bound
+from flowsim.run.integrators import central_integrator, flow_integrator
 
 EVERY = 10            # GD steps between matched times
 OWN_ERROR_STEP = 600    # the own error: max |Δθ| there against the central flow at REFERENCE_RTOL

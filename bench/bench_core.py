@@ -35,12 +35,12 @@ import numpy as np
 
 from flowsim.status import Status
 from flowsim.data import make_dataset
-from flowsim.presets import descent_integrator, flow_integrator
+from flowsim.run.integrators import descent_integrator, flow_integrator
 from flowsim.models import init_shallow
-from flowsim.ntg import jacobian_ntg
-from flowsim.precision import enable_x64
-from flowsim.problem import Problem
-from flowsim.scaling import output_scale
+from flowsim.nn.ntg import jacobian_ntg
+from flowsim.run.precision import enable_x64
+from flowsim.nn.problem import Problem
+from flowsim.nn.scaling import output_scale
 from flowsim.config import DescentPreset, Preset, SphereSineData, from_dict, load_solver
 
 enable_x64()   # the benchmarks build Problems directly, not through build_run

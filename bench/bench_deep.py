@@ -5,9 +5,9 @@
 
 [1] NTG of a 3-layer MLP (two hidden layers of width 512, n = 100 points, d = 64, one
 output), two ways, timed interleaved in one process (best of `rounds`):
-  - jacrev: reverse-mode Jacobian J (p × P), then J Jᵀ (`flowsim.ntg.jacobian_ntg`, the oracle);
+  - jacrev: reverse-mode Jacobian J (p × P), then J Jᵀ (`flowsim.nn.ntg.jacobian_ntg`, the oracle);
   - ntk-vp: Θ·e_i = J (Jᵀ e_i) column by column (a VJP then a JVP per point, no J stored;
-    the "NTK-vector products" strategy of neural-tangents): `flowsim.ntg.vector_product_ntg`,
+    the "NTK-vector products" strategy of neural-tangents): `flowsim.nn.ntg.vector_product_ntg`,
     which `ModuleNet` uses since this measurement (it was jacrev before).
 Forward mode (jacfwd) is left out: it takes P = 300 000 JVPs where reverse mode takes p = 100
 VJPs, and vmapped it would hold P × n × width activations (over 100 GiB).
@@ -35,13 +35,13 @@ import numpy as np
 
 from bench_core import ROOT, Table, fmt, interleaved_best, publish, ready  # noqa: E402
 from flowsim.status import Status
-from flowsim.build import build_run
+from flowsim.run.build import build_run
 from flowsim.config import load_scenario, solver_preset
-from flowsim.presets import make_integrator
+from flowsim.run.integrators import make_integrator
 from flowsim.models.mlp import init_mlp
 from flowsim.models.module import ModuleNet
-from flowsim.ntg import jacobian_ntg, vector_product_ntg
-from flowsim.precision import enable_x64
+from flowsim.nn.ntg import jacobian_ntg, vector_product_ntg
+from flowsim.run.precision import enable_x64
 
 
 def ntg_strategies(n: int, d: int, width: int):

@@ -63,16 +63,16 @@ t0 = time.perf_counter()
 marks = []
 def mark(name):
     marks.append((name, time.perf_counter()))
-import flowsim.cli
-flowsim.cli.load_engine()    # as `flowsim run` imports, and freezes what it imported
-flowsim.cli.compilation_cache()
+import flowsim.cli.command
+flowsim.cli.command.load_engine()    # as `flowsim run` imports, and freezes what it imported
+flowsim.cli.command.compilation_cache()
 mark("import flowsim, JAX, Diffrax")
 from flowsim import session
 job = session.prepare(sys.argv[1], sys.argv[2:-1], output=sys.argv[-1] + ".h5", overwrite=True)
 mark("prepare: data, kappa_n, build the runs")
 writer = session.open_archive(job)
 mark("create the archive")
-from flowsim import driver
+from flowsim.run import driver
 real = driver.Driver._chunk
 def first(self, *a, **k):
     out = real(self, *a, **k)

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench_core import ROOT, Table, flow_run, fmt, gd_run, preset, publish  # noqa: E402
-from flowsim.build import build_run
+from flowsim.run.build import build_run
 from flowsim.config import load_scenario
 
 

@@ -20,8 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench_core import Table, build, fmt, gd_preset, interleaved_best, pct, preset, ready, timed, publish  # noqa: E402
-from flowsim import batch
-from flowsim.presets import descent_integrator, flow_integrator
+from flowsim.run import batch
+from flowsim.run.integrators import descent_integrator, flow_integrator
 from flowsim.status import Status
 from flowsim.config import checkpoint_times
 

@@ -40,12 +40,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench_core import ROOT, Table, flow_run, fmt, gd_preset, gd_run, interleaved_best, preset, publish, ready, timed  # noqa: E402,E501
-from flowsim.presets import descent_integrator, flow_integrator
-from flowsim.build import build_run
+from flowsim.run.integrators import descent_integrator, flow_integrator
+from flowsim.run.build import build_run
 from flowsim.config import load_scenario
 from flowsim.models.module import ModuleNet
-from flowsim.precision import enable_x64
-from flowsim.problem import Problem
+from flowsim.run.precision import enable_x64
+from flowsim.nn.problem import Problem
 
 GD_ETA = 0.9
 

@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from bench_core import Table, build, gd_preset, preset, ready, publish  # noqa: E402
-from flowsim import batch
-from flowsim.presets import descent_integrator, flow_integrator
+from flowsim.run import batch
+from flowsim.run.integrators import descent_integrator, flow_integrator
 
 
 def torch_run(X, y, W0, coef, t_end, ckpts, threads):

@@ -11,7 +11,7 @@ What a user calls is here, flat (`flowsim.__all__`):
     flowsim.AbstractNet                            # what a network offers (subclass it)
 
 Importing flowsim imports no JAX and changes no JAX setting: each name loads its module when
-first used (a run turns float64 on itself: flowsim.precision), and the names that load the
+first used (a run turns float64 on itself: flowsim.run.precision), and the names that load the
 engine set its environment default first (flowsim.engine_env). Importing it does set one
 environment default, below: an XLA:CPU scheduler flag."""
 
@@ -34,7 +34,7 @@ from .version import __version__ as __version__  # noqa: E402
 
 if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__` loads the same
     from .archive import Archive, ArchiveError, open  # noqa: A004
-    from .build import build_run
+    from .run.build import build_run
     from .config import RunSpec, Scenario, ScenarioError, load_scenario, loads_scenario, solver_preset
     from .config import (
         Config, Data, Model, Scaling, Checkpoints, Preset, SphereSineData, SingleReluData,
@@ -48,9 +48,9 @@ if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__`
     )
     from .data import DataError
     from .models import BuildError
-    from .net import AbstractNet
-    from .presets import make_integrator
-    from .problem import Problem
+    from .nn.net import AbstractNet
+    from .run.integrators import make_integrator
+    from .nn.problem import Problem
     from .session import InputError, run_scenario
     from .simulation import simulate
 
@@ -77,9 +77,9 @@ _EXPORTS: dict[str, str] = {
     "DataError": "flowsim.data",
     "simulate": "flowsim.simulation",
     "run_scenario": "flowsim.session", "InputError": "flowsim.session",
-    "build_run": "flowsim.build", "BuildError": "flowsim.models",
-    "Problem": "flowsim.problem", "AbstractNet": "flowsim.net",
-    "make_integrator": "flowsim.presets",
+    "build_run": "flowsim.run.build", "BuildError": "flowsim.models",
+    "Problem": "flowsim.nn.problem", "AbstractNet": "flowsim.nn.net",
+    "make_integrator": "flowsim.run.integrators",
 }
 _READERS = frozenset({"flowsim.archive", "flowsim.config", "flowsim.data"})   # they import no JAX
 

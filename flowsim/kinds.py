@@ -2,7 +2,7 @@
 needs to know of them: no JAX, so that validating a scenario or reading an archive does not
 import it.
 
-`flowsim.activations`, `flowsim.losses` and `flowsim.observe` attach an implementation to
+`flowsim.nn.activations`, `flowsim.nn.losses` and `flowsim.observe.observables` attach an implementation to
 each name here, in this order (the order of every "allowed: ..." text); a name without one
 fails `tests/test_registries.py`.
 """
@@ -28,7 +28,7 @@ ACTIVATIONS: dict[str, ActivationKind] = {a.name: a for a in (
     ActivationKind("leaky-relu", smooth=False, low_slope=LEAKY_RELU_SLOPE),
     *(ActivationKind(name, smooth=True) for name in ("swish", "tanh", "sigmoid", "softplus", "gelu", "identity")),
 )}
-# The names whose κ_n needs quadrature (flowsim.theory picks its method by this set).
+# The names whose κ_n needs quadrature (flowsim.nn.theory picks its method by this set).
 SMOOTH = frozenset(name for name, a in ACTIVATIONS.items() if a.smooth)
 # The piecewise-linear ones, with σ' on the negative side (flowsim.integrate.filippov).
 PIECEWISE_LINEAR = {name: a.low_slope for name, a in ACTIVATIONS.items() if a.low_slope is not None}
@@ -63,3 +63,28 @@ OBSERVABLES: dict[str, ObservableKind] = {o.name: o for o in (
     *map(ObservableKind, ("weights", "sharpness", "gn_sharpness")),
     ObservableKind("hidden", family="shallow"),
 )}
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    name: str
+    # "shallow": one hidden layer, a `ShallowNet` (per-node series, the shallow-family
+    # observables, the Filippov flow of a ReLU net, the NTG in closed form); "module": an
+    # Equinox module run through `ModuleNet` (per-leaf series, the NTG by autodiff).
+    family: str
+    size_key: str            # the scenario key that sets the network's size
+    in_files: bool = True    # a scenario may name it (`module`: flowsim.simulate's own)
+    sized: bool = True       # its size is known before it is built (`python`: once its factory ran)
+
+
+MODELS: dict[str, ModelKind] = {m.name: m for m in (
+    ModelKind("shallow", family="shallow", size_key="model.width"),
+    ModelKind("embedded", family="shallow", size_key="model.width"),
+    ModelKind("mlp", family="module", size_key="model.widths"),
+    ModelKind("python", family="module", size_key="model.factory", sized=False),
+    ModelKind("module", family="module", size_key="model", in_files=False),
+)}
+# The one-hidden-layer networks (ShallowNet), in the registry's order (every message's order).
+SHALLOW_KINDS = tuple(name for name, m in MODELS.items() if m.family == "shallow")
+# The models whose `weight_change` is per trainable leaf (ModuleNet), not per node.
+PER_LEAF_MODELS = tuple(name for name, m in MODELS.items() if m.family == "module")

@@ -7,7 +7,7 @@
 
 or all at once, `run_scenario("quickstart")`. Bad input raises `InputError` or the loader's
 own errors (`ScenarioError`, `DataError`, `BuildError`, `ArchiveError`); a stop request
-honoured after a committed checkpoint raises `flowsim.driver.Interrupted`.
+honoured after a committed checkpoint raises `flowsim.run.driver.Interrupted`.
 
 The heavy modules are imported inside the functions, so that the command line's other
 commands (and `flowsim run --distributed`, which must start `jax.distributed` first) do
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from .build import Built
+    from .run.build import Built
     from .config import RunSpec, Scenario
-    from .progress import Progress
+    from .run.progress import Progress
 
 
 class InputError(Exception):
@@ -57,10 +57,10 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
     import jax
 
-    from .build import build_run, program_signature, start_problem
-    from .resources import check_resources
+    from .run.build import build_run, program_signature, start_problem
+    from .run.resources import check_resources
     from .models import BuildError
-    from .devices import is_primary, on_primary
+    from .run.devices import is_primary, on_primary
     from .config import find_scenario, load_scenario
 
     if overwrite and resume:
@@ -192,7 +192,7 @@ def _refuse_other_scenario(job: Job) -> bool:
 
 def _open(job: Job):
     from .archive import ArchiveWriter
-    from .provenance import provenance, warn_on_device_change
+    from .run.provenance import provenance, warn_on_device_change
 
     sc = job.scenario
     if not job.resume:
@@ -211,7 +211,7 @@ def open_archive(job: Job, *, distributed: bool = False):
     """Create the job's archive (or resume it, after checking that the same scenario and
     overrides wrote it). An archive that cannot be written raises the OSError. With
     `distributed`, process 0 holds the file and every process gets a writer that asks it."""
-    from .devices import SharedWriter, on_primary
+    from .run.devices import SharedWriter, on_primary
 
     writer = on_primary(lambda: _open(job))
     return SharedWriter(writer) if distributed else writer
@@ -226,7 +226,7 @@ def drive(job: Job, writer, *, progress: Progress | bool | None = None,
     `should_stop` is asked after each checkpoint, `stop_now` also while a segment computes
     (see `Driver`)."""
     from .analysis.caron import analyze_runs
-    from .driver import Driver
+    from .run.driver import Driver
 
     with writer:
         return Driver(job.scenario, writer, progress=progress, report=report, should_stop=should_stop,

@@ -28,9 +28,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .losses import LOSSES
-from .observe import OBSERVABLES
-from .precision import users_precision, users_precision_name
+from .nn.losses import LOSSES
+from .observe.observables import OBSERVABLES
+from .run.precision import users_precision, users_precision_name
 
 _SOURCE = "flowsim.simulate"
 
@@ -289,13 +289,13 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     uninterrupted run would have.
     """
     from .archive import open as open_archive_file
-    from .build import assemble, start_problem
+    from .run.build import assemble, start_problem
     from .config import (ArraysData, Config, Loss, ModuleModel, Run, RunSpec, Scenario, ScenarioError, from_dict,
                          to_dict, to_toml)
     from .config.load import kink_warnings, refuse_filippov_misfits
     from .data import Dataset
     from .models.module import leaf_paths, module_network
-    from .precision import enable_x64
+    from .run.precision import enable_x64
     from .session import InputError, Job, open_archive
 
     enable_x64(for_run=True)
@@ -394,7 +394,7 @@ def _drive_stoppable(job, writer, **kwargs) -> None:
     thread of the caller's) the caller's own signal handling applies."""
     import threading
 
-    from .lifecycle import StopRequest
+    from .cli.lifecycle import StopRequest
     from .session import drive
 
     stop = StopRequest()

@@ -21,9 +21,9 @@ import numpy as np
 import pytest
 
 from flowsim.models import init_shallow
-from flowsim.precision import enable_x64
-from flowsim.problem import Problem
-from flowsim.scaling import output_scale
+from flowsim.run.precision import enable_x64
+from flowsim.nn.problem import Problem
+from flowsim.nn.scaling import output_scale
 
 enable_x64()
 
@@ -60,11 +60,11 @@ def make_problem(*, n=20, d=5, m=50, activation="swish", scaling="asymmetric", g
 
 
 def resumed_beside_uninterrupted(integ, pairs):
-    """Two seeds' problems and weights (`pairs`) through `flowsim.batch` to t = 1; seed 1's
+    """Two seeds' problems and weights (`pairs`) through `flowsim.run.batch` to t = 1; seed 1's
     state stored as named arrays, restored into a fresh batch, and both batches advanced to
     t = 2 (horizon 3: a flow holds the step that passes t = 1 and t = 2, its scratch).
     Returns the uninterrupted state, the resumed one and each one's statistics."""
-    from flowsim import batch, state_arrays
+    from flowsim.run import batch, state_arrays
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
     keys = batch.stack([jax.random.PRNGKey(s) for s in range(len(pairs))])
     horizon = jnp.asarray(3.0)

@@ -4,7 +4,7 @@ import contextlib
 import io
 from typing import NamedTuple
 
-from flowsim import cli
+from flowsim.cli import command as cli
 
 
 class Result(NamedTuple):

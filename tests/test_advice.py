@@ -1,4 +1,4 @@
-"""The solver advisor (flowsim.advice): from a flow's statistics, a word on its preset; in
+"""The solver advisor (flowsim.run.advice): from a flow's statistics, a word on its preset; in
 the run's report as soon as the statistics show it, in its summary, its JSON log and
 `flowsim inspect`."""
 
@@ -9,7 +9,7 @@ from helpers import call_cli, run_cli
 
 import diffrax as dfx
 
-from flowsim.advice import MIN_STEPS, advise
+from flowsim.run.advice import MIN_STEPS, advise
 from flowsim.integrate.flow import stiffness_probe
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import flowsim.archive as archive
-from flowsim.activations import activation
+from flowsim.nn.activations import activation
 from flowsim.analysis import pca, prune, transfer
 from flowsim.analysis.compare import match_times
 from flowsim.config import ScenarioError, loads_scenario

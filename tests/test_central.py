@@ -1,4 +1,4 @@
-"""The central flow (flowsim/integrate/central.py) and its complementarity solver
+"""The central flow (flowsim/integrate/central_field.py) and its complementarity solver
 (flowsim/integrate/sdcp.py) against oracles: planted and CVXPY solutions of the k×k problem,
 a valley whose central flow has a closed form, the exact gradient flow below the edge of
 stability, and plain Euler on the same field."""
@@ -13,11 +13,11 @@ from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 from flowsim.config import Preset, from_dict, load_solver
 from flowsim.config.spec import ScenarioError
 from flowsim.integrate import sdcp
-from flowsim.integrate.central import ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors
-from flowsim.presets import central_integrator, flow_integrator
-from flowsim.net import AbstractNet
-from flowsim.ntg import vector_product_ntg
-from flowsim.problem import Problem
+from flowsim.integrate.central_field import ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors
+from flowsim.run.integrators import central_integrator, flow_integrator
+from flowsim.nn.net import AbstractNet
+from flowsim.nn.ntg import vector_product_ntg
+from flowsim.nn.problem import Problem
 
 
 def typed(preset) -> Preset:
@@ -296,7 +296,7 @@ def test_tracking_follows_the_top_eigenvalues_beneath_the_edge(method):
     eigenvalue rises from 4 to 10.6, far beneath the edge, so no column is a candidate; the
     tracked eigenvalues must still be the Hessian's top five (measured within 1e-4 × λ1; a
     tracker that converged only the candidates was 32 % off by t = 10)."""
-    from flowsim.build import build_run
+    from flowsim.run.build import build_run
     from flowsim.config import load_scenario
     sc = load_scenario("scenarios/central-mlp.toml")
     b = build_run(sc.runs[0].settings, sc.runs[0].seed)
@@ -345,7 +345,7 @@ def test_rock4_rho_covers_the_valley_jacobian_on_the_flow():
     κ = 2 and u's curvature a gains ½X∇²λ1 = X b²/a = 0.20 from the eigenvector's rotation,
     which the bound leaves to the safety factor: radius 4.15 against bound 3.95; before the
     onset the bound is the floor 2·0.9/η = 3.6)."""
-    from flowsim.integrate.central import RHO_SAFETY, spectral_bound
+    from flowsim.integrate.central_field import RHO_SAFETY, spectral_bound
     problem, _ = _valley()
     U = jnp.asarray([[0.0], [1.0], [0.0]])
     for x, radius_expected in ((2.0, A0 + B * 2.0), (5.9, A0 + B * 5.9 + 0.2026)):

@@ -11,11 +11,11 @@ import pytest
 
 from flowsim import archive
 from flowsim.plots import chen as plots_chen
-from flowsim.activations import activation as act
-from flowsim.build import build_run
+from flowsim.nn.activations import activation as act
+from flowsim.run.build import build_run
 from flowsim.config import ScenarioError, load_scenario, loads_scenario
 from flowsim.models.embedded import embed
-from flowsim.ntg import jacobian_ntg
+from flowsim.nn.ntg import jacobian_ntg
 from flowsim.config import scenarios_dir
 from tests.helpers import run_cli
 

@@ -15,7 +15,7 @@ import pytest
 
 from flowsim import archive
 from flowsim.archive import ArchiveWriter
-from flowsim.cli import main
+from flowsim.cli.command import main
 from flowsim.session import InputError, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

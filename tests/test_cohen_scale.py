@@ -11,7 +11,7 @@ import pytest
 import flowsim
 from flowsim.cli import main
 from flowsim.config import find_scenario, load_scenario
-from flowsim.resources import point_estimates
+from flowsim.run.resources import point_estimates
 
 
 def mlp_parameters(sizes):

@@ -17,12 +17,12 @@ from test_engine import linear_closed_form
 
 from flowsim import archive
 from flowsim.analysis import compare, compare_report
-from flowsim.build import build_run
+from flowsim.run.build import build_run
 from flowsim.config import Config, DescentPreset, Preset, from_dict, load_solver
-from flowsim.cli import main
-from flowsim.losses import loss_fn
-from flowsim.observe import OBSERVABLES, observe
-from flowsim.stability import gn_sharpness, lanczos_top, sharpness
+from flowsim.cli.command import main
+from flowsim.nn.losses import loss_fn
+from flowsim.observe.observables import OBSERVABLES, observe
+from flowsim.observe.stability import gn_sharpness, lanczos_top, sharpness
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,5 +1,5 @@
 """GD beside its central flow in `flowsim compare` and `flowsim plot`
-(flowsim/analysis/central.py, flowsim/plots/central.py), and GD's `perturbation`, whose twin
+(flowsim/analysis/compare_central.py, flowsim/plots/central.py), and GD's `perturbation`, whose twin
 gives the noise floor: the report's numbers against numpy computed from the archive, the
 smoothing against scipy's gaussian_filter1d, the twin's start against its stated draw, and
 its resume bit for bit."""
@@ -19,11 +19,12 @@ from jax.flatten_util import ravel_pytree
 from scipy.ndimage import gaussian_filter1d
 
 from flowsim import archive
-from flowsim.analysis import central, compare, compare_report
-from flowsim.build import build_run
-from flowsim.cli import main
+from flowsim.analysis import compare, compare_report
+from flowsim.analysis import compare_central as central
+from flowsim.run.build import build_run
+from flowsim.cli.command import main
 from flowsim.config import Config, Preset, ScenarioError, from_dict, load_scenario
-from flowsim.integrate.central import ARRIVAL_TOL, conventions
+from flowsim.integrate.central_field import ARRIVAL_TOL, conventions
 from flowsim.integrate.descent import PERTURBATION_STREAM
 from flowsim.plots import plot_archive
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import flowsim
-from flowsim.precision import enable_x64
+from flowsim.run.precision import enable_x64
 
 from tests.helpers import call_cli, run_cli
 
@@ -105,7 +105,7 @@ def ended_at_zero(tmp_path_factory, request):
     solver ended at t = 0 (the flow `nonfinite`, GD `diverged`)."""
     out = tmp_path_factory.mktemp("t0") / "t0.h5"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("flowsim.build.start_problem", lambda built: None)
+        mp.setattr("flowsim.run.build.start_problem", lambda built: None)
         flowsim.simulate(_nan_bias(), data=_data(), solvers=["tsit5", "gd-lr0.1"], t_end=2.0,
                          observe=["loss", "ntg_eig", "weight_change", "weights", "sharpness"], output=out,
                          progress=False).close()

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 
-from flowsim import batch
-from flowsim.presets import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
+from flowsim.run import batch
+from flowsim.run.integrators import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
 from flowsim.status import Status
-from flowsim.integrate.reference import ReferencePair
+from flowsim.integrate.reference_pair import ReferencePair
 from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
-from flowsim.ntg import jacobian_ntg
+from flowsim.nn.ntg import jacobian_ntg
 from flowsim.config import CheckpointCount, Preset, Run, from_dict, load_solver
 
 ACTIVATIONS = ["relu", "leaky-relu", "swish", "tanh", "sigmoid", "softplus", "gelu", "identity"]
@@ -410,7 +410,7 @@ def _kind_preset(kind, method=None):
 @pytest.mark.parametrize("kind, method", [(k, None) for k in SOLVER_KINDS]
                          + [("flow", m) for m in SMOOTH_METHODS if m != "tsit5" and not FLOW_METHODS[m].implicit])
 def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind, method):
-    """Two seeds through `flowsim.batch`; seed 1's state stored as named arrays after t = 1
+    """Two seeds through `flowsim.run.batch`; seed 1's state stored as named arrays after t = 1
     and restored into a fresh batch goes on to t = 2 exactly as the uninterrupted batch
     (every kind with its default method, and every flow method: rock4's ρ, its vector and
     its refresh count included)."""

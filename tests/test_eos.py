@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import flowsim
-from flowsim.cli import main
+from flowsim.cli.command import main
 
 pytestmark = pytest.mark.slow
 

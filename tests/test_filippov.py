@@ -15,17 +15,17 @@ import optimistix as optx
 import pytest
 from conftest import make_problem, rel_err
 
-from flowsim import batch, state_arrays
+from flowsim.run import batch, state_arrays
 from flowsim.status import Status
 from flowsim.archive import ArchiveError
-from flowsim.activations import PIECEWISE_LINEAR
-from flowsim.build import build_run
+from flowsim.nn.activations import PIECEWISE_LINEAR
+from flowsim.run.build import build_run
 from flowsim.config import ScenarioError, load_scenario, load_solver
 from flowsim.integrate.filippov import FilippovIntegrator
 from flowsim.integrate.filippov.modes import (
     initial_mode, low_slope, preactivations, projected_ntg, response, sliding_mask, velocity_and_control,
 )
-from flowsim.presets import descent_integrator, flow_integrator
+from flowsim.run.integrators import descent_integrator, flow_integrator
 from flowsim.config import Preset, from_dict
 
 from pathlib import Path

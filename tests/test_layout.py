@@ -1,7 +1,9 @@
 """The package's shape: no module imports one above it, and no package either (the import
-graphs of modules and of packages have no circle)."""
+graphs of modules and of packages have no circle); the root holds at most 12 modules; each
+package's index (its `__init__` docstring) and docs/architecture.md name its files."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "flowsim"
@@ -65,13 +67,13 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_the_import_graph_has_no_circle():
     modules = _modules()
     graph = {name: _imports(name, path, modules) for name, path in modules.items()}
-    assert len(graph) > 40 and graph["flowsim.driver"] >= {"flowsim.batch", "flowsim.config"}
+    assert len(graph) > 40 and graph["flowsim.run.driver"] >= {"flowsim.run.batch", "flowsim.config"}
     assert _cycles(graph) == []
 
 
 def _packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     """The graph between flowsim's packages and top-level modules (`flowsim.config`,
-    `flowsim.integrate`, `flowsim.driver` ...): each module stands for the one it lies in."""
+    `flowsim.integrate`, `flowsim.run.driver` ...): each module stands for the one it lies in."""
     def unit(name: str) -> str:
         return ".".join(name.split(".")[:2])
 
@@ -97,3 +99,100 @@ def test_the_package_graph_finds_a_circle_between_packages():
 
 def test_the_cycle_finder_finds_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# ------------------------------------------------------------------ the indexes that stay true
+
+DOCS = PACKAGE.parent / "docs" / "architecture.md"
+# `name.py` or `name/` standing alone (not the tail of a path such as tests/test_x.py)
+_TOKEN = re.compile(r"(?<![\w/.])(\w+)(\.py\b|/)")
+
+
+def _packages_on_disk() -> dict[Path, tuple[set[str], set[str]]]:
+    """Each package under flowsim/ (the root included): its modules (`x.py`, __init__ aside)
+    and its subpackages (`x/`)."""
+    out = {}
+    for init in PACKAGE.rglob("__init__.py"):
+        folder = init.parent
+        out[folder] = ({p.name for p in folder.glob("*.py") if p.name != "__init__.py"},
+                       {p.name + "/" for p in folder.iterdir() if (p / "__init__.py").is_file()})
+    return out
+
+
+def _named(text: str) -> tuple[set[str], set[str]]:
+    tokens = {a + b for a, b in _TOKEN.findall(text)}
+    return {t for t in tokens if t.endswith(".py")}, {t for t in tokens if t.endswith("/")}
+
+
+def _holds(what: str, text: str, folder: Path, disk: dict) -> None:
+    """`text` names every module and subpackage of `folder`, and no module that is not one of
+    its own or of its subpackages."""
+    modules, subs = disk[folder]
+    below = set().union(*(disk[folder / s.rstrip("/")][0] for s in subs)) if subs else set()
+    named, dirs = _named(text)
+    assert sorted(modules - named) == [], f"{what} does not name these modules of {folder.name}/"
+    assert sorted(named - modules - below) == [], f"{what} names modules {folder.name}/ lacks"
+    assert sorted(subs - dirs) == [], f"{what} does not name these subpackages of {folder.name}/"
+
+
+def test_the_root_holds_the_two_front_doors_and_a_few_leaves():
+    modules, subs = _packages_on_disk()[PACKAGE]
+    assert len(modules) + 1 <= 12, sorted(modules)     # + __init__.py
+    assert {"simulation.py", "cli/", "__init__.py"} <= modules | subs | {"__init__.py"}
+
+
+def test_every_package_index_names_its_modules():
+    """Each subpackage's `__init__` docstring is its index: it names each of its modules
+    (and subpackages), and no module it lacks."""
+    disk = _packages_on_disk()
+    for folder in disk:
+        if folder != PACKAGE:
+            doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+            _holds(f"{folder.relative_to(PACKAGE.parent)}/__init__.py's docstring", doc, folder, disk)
+
+
+def _architecture() -> dict[str, str]:
+    """docs/architecture.md's tree of flowsim/: each entry (`x.py` or `x/`, indented six) and
+    its text (continuation lines indented deeper)."""
+    lines = DOCS.read_text(encoding="utf-8").splitlines()
+    start = lines.index("    flowsim/") + 1
+    entries: dict[str, str] = {}
+    current = None
+    for line in lines[start:]:
+        indent = len(line) - len(line.lstrip(" "))
+        if line.strip() and indent <= 4:
+            break
+        if indent == 6:
+            m = _TOKEN.match(line.strip())
+            assert m, f"docs/architecture.md: an entry of flowsim/ that names no file: {line!r}"
+            current = m.group(1) + m.group(2)
+            entries[current] = line.strip()[m.end():]
+        elif current is not None:
+            entries[current] += " " + line.strip()
+    return entries
+
+
+def test_the_architecture_page_maps_the_files():
+    disk = _packages_on_disk()
+    entries = _architecture()
+    modules, subs = disk[PACKAGE]
+    assert sorted(entries) == sorted(modules | subs | {"__init__.py"})
+    for name, text in entries.items():
+        if name.endswith("/"):
+            _holds(f"docs/architecture.md's {name}", text, PACKAGE / name.rstrip("/"), disk)
+
+
+def test_the_index_check_finds_a_missing_and_a_stale_module(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    for f in ("pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/sub/__init__.py", "pkg/sub/c.py"):
+        (tmp_path / f).write_text("")
+    disk = {tmp_path / "pkg": ({"a.py", "b.py"}, {"sub/"}), tmp_path / "pkg" / "sub": ({"c.py"}, set())}
+    _holds("ok", "a.py, b.py, sub/ (c.py)", tmp_path / "pkg", disk)
+    for text, says in (("a.py, sub/", "does not name these modules"), ("a.py, b.py, d.py, sub/", "lacks"),
+                       ("a.py, b.py", "subpackages"), ("a.py, b.py, tests/d.py, sub/", None)):
+        try:
+            _holds("index", text, tmp_path / "pkg", disk)
+        except AssertionError as err:
+            assert says is not None and says in str(err)
+        else:
+            assert says is None

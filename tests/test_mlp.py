@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 import flowsim
-from flowsim.activations import activation
-from flowsim.build import build_run
+from flowsim.nn.activations import activation
+from flowsim.run.build import build_run
 from flowsim.config import ScenarioError, loads_scenario
 from flowsim.models.mlp import MLP, init_mlp
 from flowsim.models.module import ModuleNet
-from flowsim.precision import enable_x64
+from flowsim.run.precision import enable_x64
 from tests.conftest import make_problem
 
 enable_x64()

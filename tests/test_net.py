@@ -1,4 +1,4 @@
-"""The network protocol (`flowsim.net.AbstractNet`): every shipped model kind and a user's
+"""The network protocol (`flowsim.nn.net.AbstractNet`): every shipped model kind and a user's
 plug-in network satisfy it, its measures are the quantities they claim to be, and a network
 that leaves part of it out is refused by name."""
 
@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 
-from flowsim.build import build_run
+from flowsim.run.build import build_run
 from flowsim.config import load_scenario, scenarios_dir
 from flowsim.models import ModuleNet, ShallowNet
-from flowsim.net import NET_SERIES, AbstractNet
-from flowsim.observe import observe, reference, series_axes
-from flowsim.problem import Problem
+from flowsim.nn.net import NET_SERIES, AbstractNet
+from flowsim.observe.observables import observe, reference, series_axes
+from flowsim.nn.problem import Problem
 
 QUICKSTART = scenarios_dir() / "quickstart.toml"
 TOY = ["data.n=6", "data.d=3", "data.n_test=4", "seeds=[0]", "run.t_end=0.5", "run.checkpoints={count=2}",
@@ -143,7 +143,7 @@ def test_a_problem_refuses_what_is_not_a_network_naming_what_it_needs():
 
     X = jnp.ones((2, 2))
     with pytest.raises(TypeError, match=r"Problem.net: a .*Duck is not a network; allowed: a subclass of "
-                                        r"flowsim.net.AbstractNet, with the methods __call__, ntg, unit_change, "
+                                        r"flowsim.nn.net.AbstractNet, with the methods __call__, ntg, unit_change, "
                                         r"weight_change, weights and the class attribute series_axes"):
         Problem(net=Duck(), X=X, y=X, X_test=X, y_test=X, rate=1.0, loss_kind="half-sse", ntg_points=2)
 

@@ -20,7 +20,7 @@ SCRIPT = r'''
 import json, sys
 from flowsim.cli import main
 from flowsim.config import ScenarioError, load_scenario
-from flowsim.config.reference import markdown
+from flowsim.config.scenario_keys import markdown
 
 out = {"doc": [line for line in markdown().splitlines() if "`run.note`" in line]}
 try:

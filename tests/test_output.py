@@ -156,7 +156,7 @@ def test_log_and_inspect_tell_observation_from_integration(tmp_path):
     import numpy as np
 
     import flowsim
-    from flowsim.progress import Progress
+    from flowsim.run.progress import Progress
 
     X = np.random.default_rng(0).normal(size=(10, 3))
     model = eqx.nn.MLP(3, 1, 6, 1, activation=jnp.tanh, key=jax.random.PRNGKey(0))

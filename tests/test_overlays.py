@@ -1,4 +1,4 @@
-"""The theory lines on the figures are `flowsim.theory`'s values, to 1e-12 relative:
+"""The theory lines on the figures are `flowsim.nn.theory`'s values, to 1e-12 relative:
 Caron's γκ_n/4 and L_0 exp(−γκ_n t/2) on Fig. 1, Chen's L_0 exp(−r ĉ² λ_min(G) t) on exp. 1."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from test_plots import make_archive
 
-from flowsim import archive, theory
+from flowsim import archive
+from flowsim.nn import theory
 from flowsim.plots import chen, figure_fig1, gather
 from flowsim.config import scenarios_dir
 
@@ -46,7 +47,7 @@ def test_caron_overlays_are_the_theory_bounds(tmp_path):
 
 @pytest.mark.slow
 def test_chen_overlay_is_the_theory_rate(tmp_path, capsys, monkeypatch):
-    from flowsim import cli
+    from flowsim.cli import command as cli
 
     monkeypatch.setenv("FLOWSIM_CACHE_DIR", "")   # leave this process's JAX config alone
     out = tmp_path / "exp1.h5"

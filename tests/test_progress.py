@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from flowsim import archive
-from flowsim.driver import Driver, Interrupted
-from flowsim.progress import Progress
+from flowsim.run.driver import Driver, Interrupted
+from flowsim.run.progress import Progress
 from flowsim.session import open_archive, prepare, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flowsim.provenance import git_state, provenance
+from flowsim.run.provenance import git_state, provenance
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def test_a_copy_inside_another_repository_records_no_commit(tmp_path):
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "vendored")
     env = dict(os.environ, PYTHONPATH=str(site), JAX_PLATFORMS="cpu")
-    code = (f"import flowsim.provenance as p; assert p.__file__.startswith({str(site)!r}), p.__file__; "
+    code = (f"import flowsim.run.provenance as p; assert p.__file__.startswith({str(site)!r}), p.__file__; "
             "r = p.provenance(); print(repr((r['git_commit'], r['git_dirty'])))")
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=300, check=False)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from flowsim.config import loads_scenario
 from flowsim.config.spec import ABSENT, toml_value
-from flowsim.config.reference import MEANING, markdown, scenario_rows, solver_rows
+from flowsim.config.scenario_keys import MEANING, markdown, scenario_rows, solver_rows
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "scenario-keys.md"
 
@@ -18,7 +18,7 @@ def test_every_key_has_a_meaning_and_every_meaning_a_key():
 
 def test_the_checked_in_reference_is_the_generated_one():
     assert DOC.read_text() == markdown() + "\n", \
-        "regenerate: python -m flowsim.config.reference > docs/scenario-keys.md"
+        "regenerate: python -m flowsim.config.scenario_keys > docs/scenario-keys.md"
 
 
 def test_the_documented_defaults_are_what_validation_fills_in(tmp_path):

@@ -12,16 +12,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flowsim import archive, plots, theory
-from flowsim.activations import ACTIVATIONS
-from flowsim.build import build_run
-from flowsim.resources import estimate_resources
+from flowsim import archive, plots
+from flowsim.nn import theory
+from flowsim.nn.activations import ACTIVATIONS
+from flowsim.run.build import build_run
+from flowsim.run.resources import estimate_resources
 from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS, state_copies
-from flowsim.losses import LOSSES
+from flowsim.nn.losses import LOSSES
 from flowsim.models import MODELS, ShallowNet, init_shallow
-from flowsim.observe import NET_AXES, OBSERVABLES, observe, reference, series_axes
-from flowsim.problem import Problem
-from flowsim.scaling import output_scale
+from flowsim.observe.observables import NET_AXES, OBSERVABLES, observe, reference, series_axes
+from flowsim.nn.problem import Problem
+from flowsim.nn.scaling import output_scale
 from flowsim.config import Config, load_scenario, loads_scenario
 from flowsim.config import scenarios_dir
 
@@ -140,7 +141,7 @@ def test_every_observable_validates_is_estimated_and_observed(name):
 def test_every_observable_is_stored_and_plotted(tmp_path, capsys, monkeypatch):
     """One in-process run observing everything: each series is in the archive with its
     declared axes, and the figures draw."""
-    from flowsim import cli
+    from flowsim.cli import command as cli
 
     monkeypatch.setenv("FLOWSIM_CACHE_DIR", "")   # leave this process's JAX config alone
     out = tmp_path / "all.h5"
@@ -208,7 +209,7 @@ def test_the_configuration_imports_no_jax():
     import subprocess
     import sys
 
-    code = ("import sys, flowsim.config, flowsim.config.reference\n"
+    code = ("import sys, flowsim.config, flowsim.config.scenario_keys\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('jax', 'jaxlib', 'equinox')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

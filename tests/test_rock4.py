@@ -22,7 +22,7 @@ from flowsim.config import load_solver
 from flowsim.integrate.rock4 import (MAX_H_RHO, TABLES, Rock4, advance, power_iteration, roundoff_bound,
                                      stability_bound)
 from flowsim.models.module import ModuleNet
-from flowsim.problem import Problem
+from flowsim.nn.problem import Problem
 
 RAW = json.loads(resources.files("flowsim.integrate").joinpath("rock4.json").read_text())
 STARTS = np.concatenate([[0], np.cumsum(2 * np.asarray(RAW["ms"]) - 1)[:-1]])

@@ -16,8 +16,8 @@ import pytest
 
 from flowsim import archive
 from flowsim.archive import ArchiveWriter
-from flowsim.build import build_run
-from flowsim.driver import STAT_KEYS, Driver, Interrupted
+from flowsim.run.build import build_run
+from flowsim.run.driver import STAT_KEYS, Driver, Interrupted
 from flowsim.integrate.registry import FLOW_METHODS
 from flowsim.config import load_scenario
 from helpers import call_cli as _cli
@@ -121,10 +121,10 @@ _SHARDED = textwrap.dedent("""
     import jax, numpy as np
     import flowsim
     from flowsim.archive import ArchiveWriter
-    from flowsim.build import build_run
-    from flowsim.devices import shard
-    from flowsim.batch import stack
-    from flowsim.driver import Driver
+    from flowsim.run.build import build_run
+    from flowsim.run.devices import shard
+    from flowsim.run.batch import stack
+    from flowsim.run.driver import Driver
     from flowsim.config import load_scenario
 
     out, = sys.argv[1:]

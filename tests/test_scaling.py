@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from flowsim.scaling import node_scalings, output_scale, zipf_weights
+from flowsim.nn.scaling import node_scalings, output_scale, zipf_weights
 
 M = 500
 

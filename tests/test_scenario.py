@@ -313,7 +313,7 @@ def test_find_scenario(tmp_path):
 
 
 def test_activation_names_match_the_activation_module():
-    from flowsim.activations import ACTIVATIONS
+    from flowsim.nn.activations import ACTIVATIONS
 
     assert set(sc.ACTIVATIONS) == set(ACTIVATIONS)
 
@@ -575,8 +575,8 @@ def test_typed_classes_have_the_schema_keys():
 
 def test_kinds_are_read_from_the_registries():
     from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
-    from flowsim.losses import LOSSES
-    from flowsim.observe import OBSERVABLES
+    from flowsim.nn.losses import LOSSES
+    from flowsim.observe.observables import OBSERVABLES
 
     assert sc.SOLVER_KINDS == tuple(SOLVER_KINDS) == tuple(sc.SOLVER_FILE.variants)
     assert sc.FLOW_METHODS == tuple(FLOW_METHODS) and sc.LOSSES == tuple(LOSSES)

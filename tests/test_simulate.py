@@ -18,7 +18,7 @@ from jax.flatten_util import ravel_pytree
 import flowsim
 import flowsim.archive
 from flowsim.models.module import leaf_paths
-from flowsim.precision import enable_x64
+from flowsim.run.precision import enable_x64
 
 from tests.helpers import run_cli
 
@@ -245,7 +245,7 @@ _INTERRUPTIBLE = """
 import sys
 import equinox as eqx, jax, jax.numpy as jnp, numpy as np
 import flowsim
-from flowsim.progress import Progress
+from flowsim.run.progress import Progress
 
 out, resume, log, count = sys.argv[1], sys.argv[2] == "resume", sys.argv[3], int(sys.argv[4])
 rng = np.random.default_rng(0)

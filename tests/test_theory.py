@@ -1,4 +1,4 @@
-"""flowsim.theory: mean NTG (closed forms, quadrature, Monte Carlo, wide nets), κ_n, ζ, bounds."""
+"""flowsim.nn.theory: mean NTG (closed forms, quadrature, Monte Carlo, wide nets), κ_n, ζ, bounds."""
 
 import math
 
@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flowsim import theory
-from flowsim.activations import LEAKY_RELU_SLOPE, SMOOTH, derivative
+from flowsim.nn import theory
+from flowsim.nn.activations import LEAKY_RELU_SLOPE, SMOOTH, derivative
 
 # Inputs of unequal norms and assorted angles, so every entry tests a different covariance;
 # pre-activation variances |x|²/d from 0.3 to 1.5, the range of sphere and standardised data.
@@ -200,7 +200,7 @@ def test_chen_gram_and_bound():
 def test_kappa_n_is_computed_once_per_data_and_activation(monkeypatch):
     """The runs of a sweep point share their data: κ_n (a quadrature before the first step)
     is computed for the first and read back for the others, and equals theory.kappa_n."""
-    from flowsim.build import build_run
+    from flowsim.run.build import build_run
     from flowsim.config import load_scenario, scenarios_dir
     from flowsim.models import shallow
 

@@ -9,7 +9,7 @@ import pytest
 from flowsim import archive
 from flowsim.config import ScenarioError, load_scenario, loads_scenario
 from flowsim.config.files import display
-from flowsim.driver import Interrupted
+from flowsim.run.driver import Interrupted
 from flowsim.session import prepare, run_scenario
 from flowsim.status import Status
 from helpers import call_cli
@@ -157,8 +157,8 @@ def test_analyze_refuses_an_archive_that_is_not_a_caron_experiment(interrupted, 
 # ---- flowsim show ------------------------------------------------------------------------------
 
 def test_show_gives_every_key_with_its_origin_the_runs_grids_and_estimate(tmp_path):
-    from flowsim.resources import point_estimates
-    from flowsim.show import _unused, leaves
+    from flowsim.run.resources import point_estimates
+    from flowsim.cli.show import _unused, leaves
 
     rc, out, err = call_cli("show", TINY, "--set", "model.width=7", "--set", "run.t_end=12.0", cwd=tmp_path)
     assert rc == 0, err
@@ -252,7 +252,7 @@ def test_the_resume_disk_check_counts_only_the_rows_still_to_come(tmp_path, monk
     those, not for a whole new archive, is enough to resume on."""
     import shutil
 
-    from flowsim.resources import ResourceError, point_estimates
+    from flowsim.run.resources import ResourceError, point_estimates
 
     out = tmp_path / "a.h5"
     sets = ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]']

@@ -8,7 +8,7 @@ A scenario asks for them in an ``[analysis]`` table (see `flowsim.config.Analysi
     pca = true
     solvers = []          # which solvers' final weights to analyse; [] = all
 
-:func:`analyze_runs` is a driver hook (`flowsim.driver.Hook`): `flowsim run` registers it,
+:func:`analyze_runs` is a driver hook (`flowsim.run.driver.Hook`): `flowsim run` registers it,
 and the driver calls it once a solver has finished a batch of seeds, with the batch's
 initial and final weights. The command ``flowsim analyze OUT.h5`` recomputes them from an
 existing archive (final weights restored from each solver's checkpoint). Results go to
@@ -126,9 +126,9 @@ def final_params_from_archive(config: Config, seed: int, preset: Preset, stored)
     (built, final params)."""
     import jax
 
-    from .. import batch, state_arrays
-    from ..build import build_run
-    from ..presets import make_integrator
+    from ..run import batch, state_arrays
+    from ..run.build import build_run
+    from ..run.integrators import make_integrator
 
     built = build_run(config, seed)
     integ = make_integrator(preset, config.run)

@@ -35,7 +35,7 @@ squares; the order p is printed with its standard error from the regression. Div
 members and members whose max gap is unresolved are left out of the fit, with the reason.
 
 Stability. For each discrete solver with `sharpness` (else `gn_sharpness`) recorded —
-rate·λ_max, see flowsim/stability.py — the verdict is whether η·λ stayed below 2 (for
+rate·λ_max, see flowsim/observe/stability.py — the verdict is whether η·λ stayed below 2 (for
 heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diverged`),
 judged at the recorded checkpoints only (a coarser grid can miss a crossing). A run that
 crossed is named by how it went on: at the edge of stability while it keeps coming back to
@@ -45,7 +45,7 @@ returns, and its last checkpoint may be one of the dips); else a catapult: back 
 limit early and below it to the end.
 
 Central flow. Each `gd` solver beside the central flow of its η is scored by
-`flowsim.analysis.central` (onset, distances against the noise floor, predicted loss, costs):
+`flowsim.analysis.compare_central` (onset, distances against the noise floor, predicted loss, costs):
 `Report.central`, empty for an archive without a central flow.
 """
 
@@ -66,7 +66,7 @@ from flowsim.config.typed import DescentPreset, FlowPreset, Preset
 from flowsim.integrate.registry import GD_FLOW_KINDS, SOLVER_KINDS
 from flowsim.toml_text import is_number, sweep_axes, toml_value, value_at
 
-from .central import CentralTrack, central_tracks
+from .compare_central import CentralTrack, central_tracks
 from .matching import match_times, per_row, row_norms, same_eta, series_of
 
 CERTIFICATE_FACTOR = 2.0

@@ -11,7 +11,7 @@ import numpy as np
 
 from flowsim.integrate.registry import SOLVER_KINDS
 
-from .central import SMOOTH_STEPS, TRUNCATE, CentralTrack
+from .compare_central import SMOOTH_STEPS, TRUNCATE, CentralTrack
 from .compare import CSV_COLUMNS, GAPS, SUMMARY_GAPS, Ladder, Report, SweepCell, cell_text, sweep_summary
 
 
@@ -74,7 +74,7 @@ def format_report(rep: Report) -> str:
 
 
 def central_text(rep: Report) -> list[str]:
-    """The section on GD beside its central flow (`flowsim.analysis.central`): per run and
+    """The section on GD beside its central flow (`flowsim.analysis.compare_central`): per run and
     pair, the onset, the means after it, the distances at a few times beside the noise
     floor, the sharpness at the end and the costs."""
     lines = [f"GD beside its central flow at the same η, at matched times (GD's loss smoothed by a Gaussian "
@@ -190,7 +190,7 @@ def central_csv_path(path) -> Path:
 
 
 def write_central_csv(rep: Report, path) -> Path:
-    """One row per GD / central-flow pair and matched time (`flowsim.analysis.central`'s
+    """One row per GD / central-flow pair and matched time (`flowsim.analysis.compare_central`'s
     numbers) into `central_csv_path(path)`; empty cells where a series is not recorded. The
     last two columns are the pair's headline, from the onset on (the same on each of its rows):
     the ratio of the mean distances and the median of the per-row ratios."""

@@ -1,6 +1,6 @@
 """Rows of two solvers of a run at the same time: flowsim compares legs only where both
 have a checkpoint at t (DESIGN.md §1), never by interpolating or taking the nearest row.
-Shared by `compare` (GD against its flows) and `central` (GD against its central flow),
+Shared by `compare` (GD against its flows) and `compare_central` (GD against its central flow),
 with the other rules both apply to matched rows."""
 
 from __future__ import annotations

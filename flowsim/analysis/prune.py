@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..activations import activation
+from ..nn.activations import activation
 
 IMPORTANCES = ("weight", "lambda")
 

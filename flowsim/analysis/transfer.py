@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from flowsim import losses
+from flowsim.nn import losses
 
 from .prune import accuracy, risk
 

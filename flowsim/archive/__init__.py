@@ -11,6 +11,8 @@ reading an archive needs neither JAX nor a device.
     lock.py        one writer per archive (flock on <path>.lock)
     writer.py      ArchiveWriter, and why it is crash-safe
     reader.py      open, Archive, RunView, SolverView
+    swmr.py        a SWMR reader that gives up on a torn metadata block instead of hanging
+    dataset.py     an archive's time series as arrays (the figures' and `to_xarray`'s one reader)
     merge.py       job arrays: --shard parts and their external-link merge
 """
 

@@ -1,15 +1,16 @@
 """Scenario and solver files: schema and messages, ``--set`` and [sweep], typed configs.
 
-    spec       declarative validators and `ScenarioError` (the message contract)
-    declare    how a table is declared: `setting`, `table`, the derived specs, `from_dict` / `to_dict`
-    typed      every table, declared once: frozen typed classes whose fields carry their rules
-    schema     the scenario and solver-preset spec trees the classes give
-    overrides  ``--set KEY=VALUE``
-    sweep      expansion of a [sweep] into `RunSpec`s; `shard_runs` (a job array's part)
-    times      checkpoint times of a [run] table
-    files      TOML in (with messages) and out
-    load       `load_scenario`, `loads_scenario`, `load_solver`, `solver_preset`, `differences`
-    catalog    the shipped scenarios, solver presets and datasets (package data)
+    spec.py       declarative validators and `ScenarioError` (the message contract)
+    declare.py    how a table is declared: `setting`, `table`, the derived specs, `from_dict` / `to_dict`
+    typed.py      every table, declared once: frozen typed classes whose fields carry their rules
+    schema.py     the scenario and solver-preset spec trees the classes give
+    overrides.py  ``--set KEY=VALUE``
+    sweep.py      expansion of a [sweep] into `RunSpec`s; `shard_runs` (a job array's part)
+    times.py      checkpoint times of a [run] table
+    files.py      TOML in (with messages) and out
+    load.py       `load_scenario`, `loads_scenario`, `load_solver`, `solver_preset`, `differences`
+    catalog.py    the shipped scenarios, solver presets and datasets (package data)
+    scenario_keys.py  the reference of every key (docs/scenario-keys.md), generated from the schema
 """
 
 from .catalog import data_dir as data_dir

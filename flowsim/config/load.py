@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import plugins
-from ..kinds import PIECEWISE_LINEAR, SMOOTH
+from ..kinds import PIECEWISE_LINEAR, SHALLOW_KINDS, SMOOTH
 from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
 from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
@@ -23,7 +23,7 @@ from ..integrate.registry import FLOW_METHODS
 from .spec import ABSENT, Ctx, ScenarioError, join, toml_value
 from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
 from .declare import from_dict, to_dict
-from .typed import SHALLOW_KINDS, Config, FlowPreset, Preset
+from .typed import Config, FlowPreset, Preset
 
 
 KINK_RTOL = 1e-4   # the rtol of the `bosh3-relu` preset, measured to pass ReLU kinks

@@ -48,6 +48,7 @@ from ..integrate.registry import steps
 from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..kinds import LOSSES as _LOSS_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
+from ..kinds import SHALLOW_KINDS as SHALLOW_KINDS
 from ..toml_text import sweep_axes
 from .catalog import solvers_dir
 from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
@@ -74,7 +75,6 @@ MNIST_IMAGES = 5000   # data/mnist_5k.npz: 500 images of each digit (flowsim/dat
 EMBEDDINGS = ("identity", "quadratic", "random-features")
 CHEN_SCALINGS = ("theirs", "ntk", "mean-field")
 MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field", "mup")   # flowsim/models/mlp.py
-SHALLOW_KINDS = ("shallow", "embedded")     # the one-hidden-layer networks (ShallowNet)
 SWEEP_MODES = ("product", "zip")
 # `flowsim plot` layout: "default" (Caron Fig. 1 panels) or a paper figure (flowsim/plots/chen.py).
 PLOT_FIGURES = ("default", "chen-exp1", "chen-exp2", "chen-exp3")
@@ -474,6 +474,17 @@ class ShallowModel(_ModelBase):
                                "all equal; asymmetric: a Zipf part; single, finite, custom; mean-field, standard: "
                                "1/m, 1)")
 
+    def hidden(self) -> int:
+        return self.width
+
+    def inputs(self, d: int) -> int:
+        """What each hidden node's weight vector sees: the data's d inputs."""
+        return d
+
+    def size(self, d: int, k: int) -> int:
+        """Trainable parameters on d inputs and k outputs: W (m × d), and a (m × k) when trained."""
+        return self.width * d + (self.width * k if self.output == "trained" else 0)
+
 
 def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
     """`features` is D of the random-features embedding only (default D = width, as in
@@ -509,6 +520,17 @@ class EmbeddedModel(_ModelBase):
     features: int | None = setting(Int(lo=1, default=ABSENT),
                                    "number D of random features (random-features embedding only)")
 
+    def hidden(self) -> int:
+        return self.width
+
+    def inputs(self, d: int) -> int:
+        """D, the number of features φ(x) the hidden layer sees on d inputs."""
+        return {"identity": d, "quadratic": d * d}.get(self.embedding, self.features or 0)
+
+    def size(self, d: int, k: int) -> int:
+        """Trainable parameters: W (m × D); the output weights c_i are fixed."""
+        return self.width * self.inputs(d)
+
 
 def _train_within_layers(t: dict, key: str, ctx: Ctx) -> None:
     layers = len(t["widths"]) + 1
@@ -537,6 +559,16 @@ class MlpModel:
         "\"all\", or the indices of the layers that train (0 = the input layer); the others stay at their "
         "initial values")
 
+    def hidden(self) -> int:
+        return sum(self.widths)
+
+    def size(self, d: int, k: int) -> int:
+        """Trainable parameters on d inputs and k outputs: the weights (and biases) of the layers
+        that train."""
+        sizes = [d, *self.widths, k]
+        layers = range(len(sizes) - 1) if self.train == "all" else self.train
+        return sum(sizes[i] * sizes[i + 1] + (sizes[i + 1] if self.bias else 0) for i in layers)
+
 
 # The user's own network: factory(key, d, k) -> an Equinox module mapping one input (d,) to
 # outputs (k,); every floating array trains (flowsim/models/module.py).
@@ -547,6 +579,10 @@ class PythonModel:
         Plugin(what="a function (key, d, k) -> an Equinox module", probe=_callable),
         "\"package.module:function\" called as factory(key, d, k), returning an Equinox module that maps one "
         "input (d,) to outputs (k,)")
+
+    def size(self, d: int, k: int) -> None:
+        """Unknown until the factory has built the network."""
+        return None
 
 
 @table
@@ -562,6 +598,9 @@ class ModuleModel:
     parameters: int   # trainable parameters
     leaves: tuple[str, ...]   # the trainable leaves' paths (the `weight_change` axis)
     digest: str
+
+    def size(self, d: int, k: int) -> int:
+        return self.parameters
 
 
 Model = Union[ShallowModel, EmbeddedModel, MlpModel, PythonModel, ModuleModel]
@@ -589,7 +628,7 @@ def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
 
 def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
     """A central flow is stepped by an explicit method, Runge–Kutta or rock4 (its eigenvectors
-    ride in the method's state: flowsim.integrate.central), and has no reference flow of its own."""
+    ride in the method's state: flowsim.integrate.central_field), and has no reference flow of its own."""
     if t["kind"] != "central-flow":
         return
     if t["method"] not in CENTRAL_METHODS:

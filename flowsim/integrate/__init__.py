@@ -5,9 +5,14 @@
     flow.py        FlowIntegrator: Diffrax, segment by segment, resumable bit for bit
     filippov/      FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
                    (modes.py the mode algebra, events.py the events, integrator.py the stepping)
+    rock4.py       ROCK4: the stabilised explicit Runge–Kutta method for stiff flows (rock4.json
+                   its coefficient tables)
+    central_field.py  the central flow of GD at step η (Cohen et al. 2025): its field and solver
+    sdcp.py        the small semidefinite complementarity problem the central flow solves
+    central_flow.py   CentralIntegrator: a flow stepping the central field
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
-    reference.py   ReferencePair: a flow beside a tighter reference (its error certificate)
+    reference_pair.py  ReferencePair: a flow beside a tighter reference (its error certificate)
 
 Nothing is imported here, so that reading the registry does not import JAX. The integrators
-take plain fields: `flowsim.presets` builds them from a solver preset.
+take plain fields: `flowsim.run.integrators` builds them from a solver preset.
 """

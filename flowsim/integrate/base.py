@@ -6,8 +6,8 @@ from typing import Any
 import equinox as eqx
 import jax
 
-from ..problem import Params
-from ..problem import Problem
+from ..nn.problem import Params
+from ..nn.problem import Problem
 
 State = Any     # an integrator's own state: an Equinox module of arrays
 
@@ -15,7 +15,7 @@ State = Any     # an integrator's own state: an Equinox module of arrays
 class Scratch(eqx.Module):
     """A part of an integrator's state that the integrator can compute again from the rest:
     it lives on the device between checkpoints but is not stored in the archive
-    (`flowsim.state_arrays`), and a state restored from a checkpoint has it as `init` made it."""
+    (`flowsim.run.state_arrays`), and a state restored from a checkpoint has it as `init` made it."""
 
 
 class AbstractIntegrator(eqx.Module):
@@ -23,7 +23,7 @@ class AbstractIntegrator(eqx.Module):
 
     The integrator holds its configuration; its state holds everything that moves, so that a
     state stored at a checkpoint and restored later resumes the same computation bit for bit.
-    Integrators know nothing of batches or files: `flowsim.batch` maps them over seeds and
+    Integrators know nothing of batches or files: `flowsim.run.batch` maps them over seeds and
     the driver loops over checkpoints.
 
     A member's position is its `time`: the flow time, or for a discrete method step × η (the

@@ -1,12 +1,12 @@
 """The integrator of a `central-flow` preset: `FlowIntegrator` stepping `CentralSolver`
-(`flowsim.integrate.central`), with the central flow's series as its certificate and its
+(`flowsim.integrate.central_field`), with the central flow's series as its certificate and its
 eigen-tracking and third-derivative products in the statistics."""
 
 import diffrax as dfx
 import jax
 
-from ..problem import Problem
-from .central import CentralField, CentralSolver, CentralState, certificate, certificate_names, conventions
+from ..nn.problem import Problem
+from .central_field import CentralField, CentralSolver, CentralState, certificate, certificate_names, conventions
 from .flow import FlowIntegrator, ProposingPID, stiffness_probe
 from .registry import CENTRAL_METHODS, FLOW_METHODS
 from .rock4 import Rock4

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
 from ..status import Status
-from ..problem import Params
-from ..problem import Problem
+from ..nn.problem import Params
+from ..nn.problem import Problem
 from .base import AbstractIntegrator
 from .registry import steps
 

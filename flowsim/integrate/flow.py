@@ -28,8 +28,8 @@ import numpy as np
 import optimistix as optx
 
 from ..status import Status
-from ..problem import Params
-from ..problem import Problem, hessian_vector_product
+from ..nn.problem import Params
+from ..nn.problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
 from .filippov import FilippovIntegrator
 from .registry import FLOW_METHODS

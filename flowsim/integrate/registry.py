@@ -47,7 +47,7 @@ class FlowMethod:
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("flow", discrete=False, label="flow", state_copies=0),
     SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0, of_gd=True),
-    # GD's central flow at the edge of stability (flowsim.integrate.central)
+    # GD's central flow at the edge of stability (flowsim.integrate.central_field)
     SolverKind("central-flow", discrete=False, label="central flow", state_copies=0, of_gd=True),
     SolverKind("gd", discrete=True, label="GD", state_copies=4),
     SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
@@ -73,7 +73,7 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
 )}
 
 # The methods that can step a central flow: the explicit ones, Runge–Kutta and ROCK4 (its
-# eigenvectors ride in the method's state: flowsim.integrate.central)
+# eigenvectors ride in the method's state: flowsim.integrate.central_field)
 CENTRAL_METHODS = tuple(m for m, s in FLOW_METHODS.items() if s.central and not (s.implicit or s.filippov))
 DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)
 FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if not v.discrete)

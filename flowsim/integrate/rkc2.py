@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..problem import Params
+from ..nn.problem import Params
 from .rock4 import AbstractStabilised
 
 DAMPING = 2.0 / 13.0

@@ -26,7 +26,7 @@ is the same computation. That machinery is `AbstractStabilised`, which `flowsim.
 steps with too.
 
 The step's arithmetic is `advance`, given f(y0) and ρ: a solver that knows ρ otherwise (the
-central flow: `flowsim.integrate.central`) steps with it directly; each stage hands the field
+central flow: `flowsim.integrate.central_field`) steps with it directly; each stage hands the field
 its abscissa (the recurrence applied to dt/dt = 1), for fields that warm-start an inner solve
 from a time, and the evaluations' costs are summed.
 
@@ -62,7 +62,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..problem import Params
+from ..nn.problem import Params
 
 # Power iterations at t = 0 from f(y0): enough for a first estimate within the safety factor
 # on the clustered spectra measured (1.72, 1.57, 1.50 at t = 0 on cohen-eos-quick).

@@ -1,6 +1,6 @@
 """Model kinds, declared once: `MODELS` maps a scenario's `model.kind` to the builder that
 turns a run config and its data into a `Network`: the network (an `AbstractNet`), its
-initial weights and the init record the archive keeps. `flowsim.build.build_run`
+initial weights and the init record the archive keeps. `flowsim.run.build.build_run`
 assembles the run's `Problem` from it.
 
 - ``shallow``: Caron et al.'s one-hidden-layer network with node scaling (`shallow.py`);
@@ -10,6 +10,9 @@ assembles the run's `Problem` from it.
   through `ModuleNet` (`module.py`), like a user's model given to `flowsim.simulate`;
 - ``python``: the user's own Equinox network, built by a factory named by import path
   (`flowsim.plugins`), also through `ModuleNet`.
+
+What every builder takes and returns (`Model`, `Network`, `Built`, `BuildError`) is `base.py`'s;
+the kinds' names and what validation knows of them are declared in `flowsim.kinds.MODELS`.
 """
 
 from .base import BuildError as BuildError

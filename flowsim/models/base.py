@@ -1,5 +1,5 @@
 """What every model builder takes and returns (`flowsim.models.MODELS` names the builders):
-a builder makes the `Network` of a run, and `flowsim.build.build_run` assembles the run's
+a builder makes the `Network` of a run, and `flowsim.run.build.build_run` assembles the run's
 `Problem` from it, the same way for every kind."""
 
 from collections.abc import Callable
@@ -11,8 +11,8 @@ import numpy as np
 
 from ..config.typed import Config
 from ..data import Dataset
-from ..net import AbstractNet
-from ..problem import Params, Problem
+from ..nn.net import AbstractNet
+from ..nn.problem import Params, Problem
 
 
 class BuildError(ValueError):

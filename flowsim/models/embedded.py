@@ -51,12 +51,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import theory
-from ..activations import activation as _activation
-from ..activations import derivative as _derivative
+from ..nn import theory
+from ..nn.activations import activation as _activation
+from ..nn.activations import derivative as _derivative
 from ..config.typed import Config
 from ..data import Dataset, quadratic_features
-from ..scaling import OutputScale
+from ..nn.scaling import OutputScale
 from .base import Network, dtype_of
 from .shallow import ShallowNet, init_shallow
 
@@ -94,10 +94,6 @@ def feature_weights(seed: int, D: int, d: int) -> np.ndarray:
     return np.random.default_rng([int(seed), _FEATURE_SALT]).standard_normal((D, d))
 
 
-def embedding_dim(kind: str, d: int, features: int | None = None) -> int:
-    return {"identity": d, "quadratic": d * d}.get(kind, features or 0)
-
-
 def embed(kind: str, X: np.ndarray, *, z: np.ndarray | None = None, activation: str = "relu") -> np.ndarray:
     """φ(X) row by row (float64 numpy): identity, vec(x xᵀ), or σ(X zᵀ/√d)."""
     X = np.asarray(X, dtype=np.float64)
@@ -133,7 +129,7 @@ def build_embedded(config: Config, ds: Dataset, seed: int) -> Network:
     m = model.width
     kind = model.embedding
     z = feature_weights(seed, model.features, d) if kind == "random-features" else None
-    D = embedding_dim(kind, d, model.features)
+    D = model.inputs(d)   # (the config answers its own size: flowsim.config.typed)
     sc = chen_scale(model.chen_scaling, m, D, model.c_hat)
     phi = embed(kind, ds.X_train, z=z, activation=model.activation)
     phi_test = embed(kind, ds.X_test, z=z, activation=model.activation)

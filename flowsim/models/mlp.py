@@ -29,7 +29,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..activations import activation
+from ..nn.activations import activation
 from ..config.typed import Config, MlpModel
 from ..data import Dataset
 from .base import Network, dtype_of

@@ -4,7 +4,7 @@
 The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it by the
 user's `trainable` filter: the trainable leaves are the `Params` (the ODE state, GD's state,
 the checkpoint), the rest stays inside `ModuleNet` and never moves. The NTG is J Jᵀ by
-autodiff (`flowsim.ntg`); the weight measures are per trainable leaf, named by their
+autodiff (`flowsim.nn.ntg`); the weight measures are per trainable leaf, named by their
 pytree paths (`leaf_paths`).
 """
 
@@ -19,9 +19,9 @@ from jax.flatten_util import ravel_pytree
 from .. import plugins
 from ..config.typed import Config
 from ..data import Dataset
-from ..net import AbstractNet
-from ..ntg import vector_product_ntg
-from ..problem import Params
+from ..nn.net import AbstractNet
+from ..nn.ntg import vector_product_ntg
+from ..nn.problem import Params
 from .base import BuildError, Network, dtype_of
 
 

@@ -19,13 +19,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import theory
-from ..activations import activation, derivative
+from ..nn import theory
+from ..nn.activations import activation, derivative
 from ..config.typed import Config, CustomScaling, Scaling, ShallowModel
 from ..data import Dataset
-from ..net import AbstractNet
-from ..problem import Params
-from ..scaling import OutputScale, output_scale
+from ..nn.net import AbstractNet
+from ..nn.problem import Params
+from ..nn.scaling import OutputScale, output_scale
 from .base import BuildError, Network, dtype_of
 
 

@@ -10,7 +10,7 @@
 - ``<name>-central.<fmt>`` when a ``central-flow`` leg runs beside GD at its η: GD's loss
   (raw and smoothed), the central flow's predicted loss and the gradient flow's, the three
   sharpnesses with 2/η, and GD's distances to the central flow, the flow and its twin
-  (`central.py`, from `flowsim.analysis.central`'s numbers);
+  (`central.py`, from `flowsim.analysis.compare_central`'s numbers);
 - Caron et al.'s pruning, transfer, PCA, accuracy and learning-rate figures where the
   archive holds them (`caron.py`); a scenario with ``[plot] figure = "chen-exp…"`` gets
   Chen et al.'s layouts instead (`chen.py`).
@@ -21,12 +21,13 @@ numbers).
 Styling (`style.py`): one colour per sweep point, one line style per solver (flow solid,
 discrete dashed, modified flow dotted), mean over seeds with a min–max band over seeds, a
 ``×`` where a run ended early or is unfinished (any status but done, `interrupted`
-included: `reader.EARLY_END`; the status is noted in the solver legend).
+included: `traces.EARLY_END`; the status is noted in the solver legend); the legend's text
+(sweep-point labels, node scalings, solvers) is `labels.py`'s.
 
-The pieces are small and public for reuse and tests: :func:`gather` reads an archive
+The pieces are small and public for reuse and tests: :func:`gather` (`traces.py`) reads an archive
 into :class:`Trace` objects (one per sweep point and solver, seeds stacked) through the
 archive's one series reader (`flowsim.archive.dataset.blocks`, also under `to_xarray`),
-:func:`figure_fig1` / :func:`figure_test` build ``matplotlib.figure.Figure`` objects,
+:func:`figure_fig1` / :func:`figure_test` (`fig1.py`) build ``matplotlib.figure.Figure`` objects,
 one ``panel_*`` function draws each panel.  No pyplot: figures are plain ``Figure``
 objects rendered by the Agg canvas, so nothing global is touched.
 """
@@ -36,7 +37,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from flowsim import archive as _archive
-from flowsim.analysis.central import archive_tracks
+from flowsim.analysis.compare_central import archive_tracks
 
 from . import chen
 from .central import figure_central
@@ -51,7 +52,7 @@ from .fig1 import (
     panel_weight_change,
 )
 from .labels import short_label
-from .reader import TOP_NODES, Trace, gather, safe_name, scenario_name
+from .traces import TOP_NODES, Trace, gather, safe_name, scenario_name
 
 __all__ = ["plot_archive", "short_label", "gather", "Trace", "figure_fig1", "figure_test", "figure_sharpness",
            "panel_loss", "panel_weight_change", "panel_ntg_change", "panel_eig_min",

@@ -29,7 +29,7 @@ from flowsim.config.declare import from_dict
 from flowsim.config.typed import Config, DescentPreset, Preset
 
 from .labels import scaling_label, short_label
-from .reader import gather, run_config, scenario_config
+from .traces import gather, run_config, scenario_config
 from .style import PALETTE, Style, draw, legends, mean_band
 
 _IMP_STYLE = {"weight": "-", "lambda": "--"}

@@ -2,7 +2,7 @@
 η, the loss (GD raw and smoothed, the central flow's predicted loss, the gradient flow), the
 sharpness (GD, the central flow's tracked top eigenvalue, the gradient flow) with the line
 2/η, and GD's distances to the central flow, to the gradient flow and to its twin (the noise
-floor) over time; the numbers are `flowsim.analysis.central`'s, so the figure shows what
+floor) over time; the numbers are `flowsim.analysis.compare_central`'s, so the figure shows what
 `flowsim compare` reports."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from flowsim.analysis.central import SMOOTH_STEPS, CentralTrack
+from flowsim.analysis.compare_central import SMOOTH_STEPS, CentralTrack
 
 MAX_ROWS = 6      # pairs drawn (one row each); the title says how many more the archive holds
 GD, SMOOTHED, CENTRAL, FLOW = "tab:orange", "tab:red", "tab:blue", "0.2"

@@ -29,9 +29,9 @@ from flowsim.archive.dataset import blocks
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Config, Preset
 from flowsim.integrate.registry import DISCRETE_KINDS
-from flowsim.theory import chen_loss_bound
+from flowsim.nn.theory import chen_loss_bound
 
-from .reader import safe_name, scenario_config
+from .traces import safe_name, scenario_config
 from .style import PALETTE, mean_band
 
 __all__ = ["figure_kind", "plot_archive", "read_runs", "fitted_rate", "exp1_summary",

@@ -2,7 +2,7 @@
 
 - ``fig1``: the four panels -- (a) training loss, (b) ``‖w_tj − w_0j‖`` of the largest
   movers, (c) ``‖Θ̂_t − Θ̂_0‖₂``, (d) ``eig_min Θ̂_t`` -- with the theory overlays of
-  Caron Thm 4.1/5.1 (`flowsim.theory.caron_eig_bound` on (d), `caron_loss_bound` on (a));
+  Caron Thm 4.1/5.1 (`flowsim.nn.theory.caron_eig_bound` on (d), `caron_loss_bound` on (a));
 - ``test``: train and test loss, when ``test_loss`` is recorded.
 
 One ``panel_*`` function draws each panel; the figures are plain ``Figure`` objects.
@@ -16,11 +16,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from flowsim import theory
+from flowsim.nn import theory
 from flowsim.config.typed import Config, ShallowModel
 from flowsim.integrate.registry import DISCRETE_KINDS
 
-from .reader import PER_LEAF_MODELS, TOP_NODES, Trace
+from .traces import PER_LEAF_MODELS, TOP_NODES, Trace
 from .style import (
     Style,
     draw,

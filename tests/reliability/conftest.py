@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from flowsim import archive as A
-from flowsim import cli
+from flowsim.cli import command as cli
 from flowsim.archive.checkpoint import n_committed, read_checkpoint
 
 HERE = Path(__file__).resolve().parent

@@ -11,7 +11,7 @@ import h5py
 import pytest
 
 from flowsim import archive as A
-from flowsim.provenance import device, device_change
+from flowsim.run.provenance import device, device_change
 from flowsim.config import load_scenario
 
 from .conftest import FAULT, GD_ONLY, assert_same_archive, set_args, snapshot

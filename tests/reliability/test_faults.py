@@ -80,7 +80,7 @@ def test_a_finished_command_line_run_ignores_late_stops(tmp_path, monkeypatch):
     import gc
     import warnings
 
-    from flowsim import cli
+    from flowsim.cli import command as cli
 
     left = []
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flowsim import driver as driver_module
+from flowsim.run import driver as driver_module
 
 from .conftest import FAULT, GD_ONLY, flowsim_cmd, env_for, set_args
 
@@ -275,7 +275,7 @@ BAD = ["text.h5", "empty.h5", "foreign.h5", "truncated.h5", "header-only.h5", "f
 
 
 def _commands() -> list[str]:
-    from flowsim.cli import parser
+    from flowsim.cli.command import parser
 
     sub = next(a for a in parser()._actions if a.dest == "command")
     return [c for c in ("inspect", "plot", "compare") if c in sub.choices] + ["resume"]

@@ -58,7 +58,7 @@ def result(numerical):
     """Run once through the command (in this process); (exit status, stderr, archive)."""
     import signal
 
-    from flowsim import cli
+    from flowsim.cli import command as cli
 
     out = numerical / "numerical.h5"
     saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}

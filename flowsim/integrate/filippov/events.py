@@ -9,7 +9,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from ...problem import Problem
+from ...nn.problem import Problem
 from .modes import Mode, loss_grad, output_layer, slopes, whole
 
 SAMPLES = 16        # points of a step at which every pair's s_ji is looked at

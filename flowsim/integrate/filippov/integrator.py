@@ -11,7 +11,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ...problem import Params, Problem
+from ...nn.problem import Params, Problem
 from ...status import Status
 from ..base import AbstractIntegrator
 from .events import crossed, first_crossing, first_exit, first_pole, horner

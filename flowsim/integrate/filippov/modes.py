@@ -13,8 +13,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ...activations import PIECEWISE_LINEAR
-from ...problem import Params, Problem
+from ...nn.activations import PIECEWISE_LINEAR
+from ...nn.problem import Params, Problem
 
 # An exit is an event once a control is this far outside [low, 1]: far above the round-off
 # in which the event's two computations of δ (on the step, and in `resolve` after the

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from . import plugins
-from .kinds import LOSSES as _KINDS
+from .. import plugins
+from ..kinds import LOSSES as _KINDS
 
 LossFn = Callable[[jax.Array, jax.Array], jax.Array]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from flowsim import archive as _archive
+from flowsim.kinds import PER_LEAF_MODELS as PER_LEAF_MODELS   # (fig1 reads it from here)
 from flowsim.status import LABELS, Status
 from flowsim.archive.dataset import blocks
 from flowsim.archive.reader import INTERRUPTED
@@ -67,8 +68,6 @@ FIGURE_SERIES = ("loss", "test_loss", "accuracy", "test_accuracy", "sharpness", 
                  "ntg_change_spectral", "ntg_eig")
 
 
-# Models whose `weight_change` is per trainable leaf (flowsim.models.ModuleNet), not per node
-PER_LEAF_MODELS = ("module", "mlp", "python")
 
 
 def _derived(arrays: dict[str, np.ndarray], per_leaf: bool) -> dict[str, np.ndarray]:

@@ -9,13 +9,13 @@ import dataclasses
 
 import numpy as np
 
-from .config.typed import DescentPreset, FlowPreset, Preset, Run
-from .integrate.base import AbstractIntegrator
-from .integrate.central_flow import make_central_integrator
-from .integrate.descent import DescentIntegrator, make_descent_integrator
-from .integrate.flow import make_flow_integrator
-from .integrate.reference import ReferencePair
-from .integrate.registry import steps
+from ..config.typed import DescentPreset, FlowPreset, Preset, Run
+from ..integrate.base import AbstractIntegrator
+from ..integrate.central_flow import make_central_integrator
+from ..integrate.descent import DescentIntegrator, make_descent_integrator
+from ..integrate.flow import make_flow_integrator
+from ..integrate.reference_pair import ReferencePair
+from ..integrate.registry import steps
 
 
 def flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:

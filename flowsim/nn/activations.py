@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 
-from . import plugins
-from .kinds import ACTIVATIONS as _KINDS
-from .kinds import LEAKY_RELU_SLOPE as LEAKY_RELU_SLOPE
-from .kinds import PIECEWISE_LINEAR as PIECEWISE_LINEAR
-from .kinds import SMOOTH as SMOOTH
+from .. import plugins
+from ..kinds import ACTIVATIONS as _KINDS
+from ..kinds import LEAKY_RELU_SLOPE as LEAKY_RELU_SLOPE
+from ..kinds import PIECEWISE_LINEAR as PIECEWISE_LINEAR
+from ..kinds import SMOOTH as SMOOTH
 
 Elementwise = Callable[[jax.Array], jax.Array]
 

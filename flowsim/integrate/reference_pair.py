@@ -8,8 +8,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from ..problem import Params
-from ..problem import Problem
+from ..nn.problem import Params
+from ..nn.problem import Problem
 from .base import AbstractIntegrator
 from .flow import FlowIntegrator, FlowState
 

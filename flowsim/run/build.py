@@ -1,5 +1,5 @@
 """From a typed run config (`RunSpec.settings`: one sweep point, one seed) to a ready `Problem`
-(the estimate of a run's memory and disk is `flowsim.resources`).
+(the estimate of a run's memory and disk is `flowsim.run.resources`).
 
 Everything that can fail on bad input (files, shapes, incompatible choices) fails here,
 before any archive is touched or any integration starts, with a `BuildError` that names the
@@ -11,13 +11,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .config.typed import Config
-from .data import DataError, Dataset, make_dataset
-from .models import MODELS, BuildError, Built, Network
-from .models.base import dtype_of
-from .models.module import leaf_paths
+from ..config.typed import Config
+from ..data import DataError, Dataset, make_dataset
+from ..models import MODELS, BuildError, Built, Network
+from ..models.base import dtype_of
+from ..models.module import leaf_paths
 from .precision import enable_x64
-from .problem import Params, Problem
+from ..nn.problem import Params, Problem
 
 
 def data_seed(config: Config, seed: int) -> int:

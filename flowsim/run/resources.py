@@ -4,10 +4,11 @@ before anything is built, with the estimate and the limit in the message."""
 import jax
 
 from .build import _dataset, data_seed   # (the run's data loader, with its messages)
-from .config.typed import Config, FlowPreset, MlpModel, PythonModel, ShallowModel
-from .integrate.registry import state_copies
-from .models import BuildError
-from .observe import OBSERVABLES
+from ..config.typed import Config, FlowPreset
+from ..integrate.registry import state_copies
+from ..kinds import MODELS as MODEL_KINDS
+from ..models import BuildError
+from ..observe.observables import OBSERVABLES
 
 _GIB = float(1 << 30)
 _SYNTHETIC_SHAPE = ("n", "d")     # data kinds that state their size in the scenario
@@ -65,8 +66,9 @@ def memory_limit() -> tuple[float, str]:
 
 
 def _data_shape(cfg: Config, seed: int, cache: dict) -> tuple[int, int, int, int]:
-    """(n, n_test, d, outputs) of a run's data: from the scenario when it says (those kinds have
-    one target), else by loading it (file-backed data are bounded by their file)."""
+    """(n, n_test, d, k) of a run's data: from the scenario when it says (the synthetic kinds,
+    one target column each: flowsim.data.synthetic), else by loading it (file-backed data are
+    bounded by their file)."""
     data = cfg.data
     if all(hasattr(data, k) for k in _SYNTHETIC_SHAPE):
         return int(data.n), int(data.n_test), int(data.d), 1
@@ -77,10 +79,10 @@ def _data_shape(cfg: Config, seed: int, cache: dict) -> tuple[int, int, int, int
     return cache[key]
 
 
-def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int, outputs: int = 1) -> dict[str, float]:
+def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int, k: int = 1) -> dict[str, float]:
     """Rough bytes of one sweep point's batch of `seeds` runs: memory and archive size.
 
-    Memory: per seed, the solver's copies of the parameters (m·d; an MLP's P), the
+    Memory: per seed, the solver's copies of the P parameters (the model config's `size(d, k)`), the
     forward/backward intermediates (≈ 4·n·m; m the sum of an MLP's widths), the NTG work
     (2·p·m + 3·p²; an MLP's Jacobian p·P) and the data (stacked twice).
     Disk: every checkpoint row of every observed series plus the double-buffered
@@ -90,15 +92,11 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int, 
     item = 4 if config.dtype == "float32" else 8
     model = config.model
     p = min(int(config.run.ntg_points), n)
-    if isinstance(model, MlpModel):
-        sizes = [d, *model.widths, outputs]   # outputs: the data's target columns (1 when not known)
-        params = sum(a * b + (b if model.bias else 0) for a, b in zip(sizes, sizes[1:]))
-        m, ntg_work, row_m, row_d = sum(model.widths), p * params, params, 1   # J (p × P) for the NTG
-    else:
-        m = int(model.width)
-        trained = isinstance(model, ShallowModel) and model.output == "trained"
-        params = m * d + (m if trained else 0)
-        ntg_work, row_m, row_d = 2 * p * m, m, d
+    params, m = model.size(d, k), model.hidden()
+    if MODEL_KINDS[model.kind].family == "module":
+        ntg_work, row_m, row_d = p * params, params, 1   # J (p × P) for the NTG; per-leaf rows
+    else:   # a ShallowNet: the NTG in closed form, per-node rows of its inputs
+        ntg_work, row_m, row_d = 2 * p * m, m, model.inputs(d)
     solvers = config.run.solvers
     copies = stored = 0
     for s in solvers:
@@ -117,7 +115,7 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int, 
 
 def point_estimates(scenario) -> list[tuple[list, dict[str, float] | None]]:
     """Each sweep point's runs with `estimate_resources` of their batch (plus the data's
-    `n` and `d`); None for a plug-in model, whose size is known only once it is built."""
+    `n` and `d`); None for a model whose size is known only once it is built (a plug-in)."""
     cache: dict = {}
     points: dict[int, list] = {}
     for r in scenario.runs:
@@ -125,7 +123,7 @@ def point_estimates(scenario) -> list[tuple[list, dict[str, float] | None]]:
     out = []
     for runs in points.values():
         cfg = runs[0].settings
-        if isinstance(cfg.model, PythonModel):
+        if not MODEL_KINDS[cfg.model.kind].sized:
             out.append((runs, None))
             continue
         n, n_test, d, k = _data_shape(cfg, runs[0].seed, cache)
@@ -168,7 +166,7 @@ def check_resources(scenario, out_dir=None, written: dict[str, dict[str, int]] |
         if est["memory"] > limit:
             where = f" (sweep point {runs[0].label})" if runs[0].label else ""
             size, key = (f"`model.widths` = {list(cfg.model.widths)}: {int(est['params'])} parameters",
-                         "model.widths") if isinstance(cfg.model, MlpModel) else \
+                         "model.widths") if MODEL_KINDS[cfg.model.kind].family == "module" else \
                 (f"`model.width` = {cfg.model.width} × d = {d} parameters", "model.width")
             raise ResourceError(
                 f"{file}: this scenario needs an estimated {est['memory'] / _GIB:.3g} GiB of memory{where}: "

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 
-from .problem import Params, Problem, hessian_vector_product
+from ..nn.problem import Params, Problem, hessian_vector_product
 
 LANCZOS_STEPS = 32
 

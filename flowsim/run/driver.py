@@ -1,6 +1,6 @@
 """The driver: the only loop over checkpoints.
 
-For each sweep point, the runs of its seeds are one batch (`flowsim.batch`), compiled once
+For each sweep point, the runs of its seeds are one batch (`flowsim.run.batch`), compiled once
 per solver. At each checkpoint time the batch is advanced, observed and appended to the
 archive with its full resumable state; a member that ends with a numerical status
 (diverged, max_steps, nonfinite, stopped) is recorded and then held still while the others
@@ -21,16 +21,16 @@ import numpy as np
 
 from . import batch, state_arrays
 from .advice import advise
-from .archive import ArchiveWriter
+from ..archive import ArchiveWriter
 from .build import Built, data_seed, dataset_arrays, program_signature
-from .config import Data, Preset, RunSpec, Scenario, to_dict
+from ..config import Data, Preset, RunSpec, Scenario, to_dict
 from .devices import is_primary, shard, to_host
-from .integrate.base import AbstractIntegrator
-from .presets import checkpoint_grid, make_integrator
-from .problem import Params
+from ..integrate.base import AbstractIntegrator
+from .integrators import checkpoint_grid, make_integrator
+from ..nn.problem import Params
 from .progress import BatchProgress, Progress
-from .observe import observe, reference, series_axes
-from .status import Status
+from ..observe.observables import observe, reference, series_axes
+from ..status import Status
 
 STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals")
 POLL = 0.25     # seconds between looks at a stop request while a segment computes

@@ -6,7 +6,7 @@ import signal
 import sys
 from pathlib import Path
 
-from .engine_env import set_engine_defaults
+from ..engine_env import set_engine_defaults
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_NOTHING = 1     # the command found nothing to do (compare: no discrete/flow pair)
@@ -105,8 +105,8 @@ def load_engine() -> None:
     set_engine_defaults()
     gc.disable()
     try:
-        from . import build, driver, provenance  # noqa: F401  (what a run imports later)
-        from .analysis import caron  # noqa: F401
+        from ..run import build, driver, provenance  # noqa: F401  (what a run imports later)
+        from ..analysis import caron  # noqa: F401
     finally:
         gc.freeze()
         gc.enable()

@@ -128,7 +128,7 @@ def gauss_hermite_expectation(C: np.ndarray, sigma_prime, quad_points: int = 48)
 @functools.lru_cache
 def _sigma_prime(name: str):
     # One callable per name, so the jitted quadrature (σ' is a static argument) compiles once.
-    from flowsim import activations
+    from flowsim.nn import activations
 
     return activations.derivative(name)
 
@@ -145,7 +145,7 @@ def mean_ntg(X, activation: str, *, quad_points: int = 48) -> np.ndarray:
     for unit-sphere inputs, see `gauss_hermite_expectation` for larger |x|²/d). Rows with
     x = 0 give zero rows and columns, never NaN.
     """
-    from flowsim import activations
+    from flowsim.nn import activations
 
     activations.activation(activation)  # a ValueError listing the names if unknown
     C = input_covariance(X)

@@ -56,6 +56,6 @@ def refuse_non_net(net: object, where: str) -> None:
     if not isinstance(net, AbstractNet):
         methods = ", ".join(sorted(AbstractNet.__abstractmethods__))
         raise TypeError(f"{where}: a {type(net).__module__}.{type(net).__qualname__} is not a network; allowed: "
-                        f"a subclass of flowsim.net.AbstractNet, with the methods {methods} and the class "
+                        f"a subclass of flowsim.nn.net.AbstractNet, with the methods {methods} and the class "
                         f"attribute series_axes (the axes of {', '.join(NET_SERIES)}); a user's Equinox "
                         "model (one input to its outputs) goes through flowsim.models.ModuleNet")

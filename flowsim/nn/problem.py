@@ -4,7 +4,7 @@ Its trainable state `Params` is a pytree of arrays: the ODE state, the GD state 
 checkpoint alike. For the built-in networks it is a plain dict (`{"W": (m, d)}`, plus `"a"`
 when the output layer is trained; `flowsim.models.ShallowNet`, with a closed-form NTG); for
 a user's Equinox model it is the model's trainable leaves (`flowsim.models.ModuleNet`). The
-network is an `AbstractNet` (`flowsim.net`), called as `net(params, X)`. A Problem is an
+network is an `AbstractNet` (`flowsim.nn.net`), called as `net(params, X)`. A Problem is an
 Equinox module of arrays, so a batch of them (one per seed) is a pytree with a leading axis
 and `eqx.filter_vmap` maps the whole simulation over seeds.
 """
@@ -27,7 +27,7 @@ class Problem(eqx.Module):
     X_test: jax.Array         # (n_test, d)
     y_test: jax.Array         # (n_test, k)
     rate: float = eqx.field(static=True)       # dW/dt = −rate ∇L
-    loss_kind: str = eqx.field(static=True)    # a `flowsim.losses.LOSSES` name, or "callable"
+    loss_kind: str = eqx.field(static=True)    # a `flowsim.nn.losses.LOSSES` name, or "callable"
     ntg_points: int = eqx.field(static=True)   # NTG on the first p training points
     # The user's loss (pred (n, k), y (n, k)) -> scalar when `loss_kind` is "callable"
     # (flowsim.simulate); static, so a run's programs are compiled for that function.

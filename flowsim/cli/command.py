@@ -1,8 +1,8 @@
 """The `flowsim` command: run | merge | list | show | inspect | plot | compare | analyze.
 
 Argument parsing, messages and exit codes only: the work is done by library calls
-(`flowsim.session` for `run`, `flowsim.inspection` for `inspect`); the process's stop
-requests, start-up and exit are `flowsim.lifecycle`'s.
+(`flowsim.session` for `run`, `flowsim.cli.inspection` for `inspect`); the process's stop
+requests, start-up and exit are `flowsim.cli.lifecycle`'s.
 
 Exit status: 0 when every run finished (numerical statuses such as `diverged` included),
 2 for bad input (scenario, data, archive refused), 1 for an internal failure, 130 when
@@ -14,10 +14,10 @@ import shutil
 import sys
 from pathlib import Path
 
-from .engine_env import set_engine_defaults
+from ..engine_env import set_engine_defaults
 from .lifecycle import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, StopRequest,
                         compilation_cache, leave, load_engine, quiet_hdf5_unraisable, write_failure)
-from .session import InputError
+from ..session import InputError
 
 
 def _err(msg: str) -> None:
@@ -29,9 +29,9 @@ def _input_errors() -> tuple:
     when an exception is matched, it names `BuildError` only where its module (which loads
     JAX) was imported: a command that never imported it (inspect, plot and compare read an
     archive without JAX) cannot have raised one."""
-    from .archive import ArchiveError
-    from .config import ScenarioError
-    from .data import DataError
+    from ..archive import ArchiveError
+    from ..config import ScenarioError
+    from ..data import DataError
 
     models = sys.modules.get("flowsim.models.base")
     return (ScenarioError, DataError, ArchiveError, InputError) + ((models.BuildError,) if models else ())
@@ -39,7 +39,7 @@ def _input_errors() -> tuple:
 
 def cmd_run(args) -> int:
     if args.distributed:   # before anything starts JAX's backends
-        from .devices import DistributedError, initialize
+        from ..run.devices import DistributedError, initialize
 
         try:
             initialize()
@@ -48,8 +48,8 @@ def cmd_run(args) -> int:
         # JAX's preemption notifier took SIGTERM; take it back: a stop reaching any process
         # is then honoured by all after the same checkpoint (Driver.should_stop below).
         _STOP.install()
-    from . import session
-    from .devices import any_process, is_primary
+    from .. import session
+    from ..run.devices import any_process, is_primary
 
     _STOP.at_once = not args.distributed      # several processes stop after the same checkpoint
     prepare = lambda: session.prepare(args.scenario, args.set, output=args.output,  # noqa: E731
@@ -70,7 +70,7 @@ def cmd_run(args) -> int:
         return EXIT_INTERRUPTED
     primary = is_primary()
     speak = primary and not args.quiet    # -q: errors (and the scenario's warnings) only
-    from .progress import Progress
+    from ..run.progress import Progress
 
     try:
         progress = Progress(None if speak else False,
@@ -141,8 +141,8 @@ def _rehearse(args, work) -> None:
     import os
     import tomllib
 
-    from . import plugins
-    from .config import find_scenario
+    from .. import plugins
+    from ..config import find_scenario
 
     if not _COMMAND_LINE or getattr(args, "distributed", False) or not hasattr(os, "fork"):
         return
@@ -159,7 +159,7 @@ def _rehearse(args, work) -> None:
 
 
 def cmd_merge(args) -> int:
-    from .archive.merge import ShardError, merge
+    from ..archive.merge import ShardError, merge
 
     try:
         summary = merge(args.output, args.parts, overwrite=args.overwrite)
@@ -174,7 +174,7 @@ def cmd_merge(args) -> int:
 def cmd_list(args) -> int:
     import textwrap
 
-    from .config import list_scenarios, list_solvers
+    from ..config import list_scenarios, list_solvers
 
     width = max(shutil.get_terminal_size((120, 24)).columns, 60)
 
@@ -193,7 +193,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from .config import find_scenario, load_scenario
+    from ..config import find_scenario, load_scenario
     from .show import show
 
     load = lambda: load_scenario(find_scenario(args.scenario), args.set)  # noqa: E731
@@ -210,7 +210,7 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from .plots import plot_archive
+    from ..plots import plot_archive
 
     out = Path(args.output or Path(args.archive).with_suffix(""))
     for path in plot_archive(args.archive, out):
@@ -219,8 +219,8 @@ def cmd_plot(args) -> int:
 
 
 def cmd_compare(args) -> int:
-    from .analysis.compare import compare_archive
-    from .analysis.compare_report import format_report, write_central_csv, write_csv
+    from ..analysis.compare import compare_archive
+    from ..analysis.compare_report import format_report, write_central_csv, write_csv
 
     if not args.factor > 0:
         raise InputError(f"--factor {args.factor}: must be a positive number")
@@ -234,7 +234,7 @@ def cmd_compare(args) -> int:
         if rep.central:
             print(f"flowsim: wrote {write_central_csv(rep, args.csv)}", file=sys.stderr)
     if args.output:
-        from .plots.compare import write_figures   # (matplotlib: only when figures are asked for)
+        from ..plots.compare import write_figures   # (matplotlib: only when figures are asked for)
 
         for path in write_figures(rep, args.output, formats=tuple(args.format.split(","))):
             print(f"flowsim: wrote {path}", file=sys.stderr)
@@ -242,7 +242,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from .analysis.caron import NotCaron, analyze_archive
+    from ..analysis.caron import NotCaron, analyze_archive
 
     only = [x for x in (args.only or "").split(",") if x]
     bad = sorted(set(only) - {"prune", "transfer", "pca"})
@@ -266,7 +266,7 @@ def parser() -> argparse.ArgumentParser:
                "  flowsim.simulate(model, data=(X, y), solvers=[\"tsit5\", \"gd-lr0.1\"], t_end=100.0,\n"
                "                   output=\"runs/mine.h5\")\n"
                "  help(flowsim.simulate) for its arguments; flowsim.open(path) reads an archive")
-    from .version import __version__
+    from ..version import __version__
 
     p.add_argument("--version", action="version", version=f"flowsim {__version__}")
     sub = p.add_subparsers(dest="command", required=True)

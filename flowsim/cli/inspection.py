@@ -12,8 +12,8 @@ def inspect_archive(path) -> None:
     """Print what `flowsim inspect PATH` prints."""
     import numpy as np
 
-    from . import archive, plugins
-    from .advice import advise
+    from .. import archive, plugins
+    from ..run.advice import advise
 
     with archive.open(path) as a:
         attrs = a.attrs

@@ -6,7 +6,7 @@ registry, so adding an observable is one entry here. `Reference` holds what the
 feature-learning measures compare against (the initial weights and NTG), computed once
 per run.
 
-The weight measures ask the network (`flowsim.net.AbstractNet`): a shallow network reports
+The weight measures ask the network (`flowsim.nn.net.AbstractNet`): a shallow network reports
 per hidden node (its weights as (node, feature)), a user's Equinox model
 (`flowsim.models.ModuleNet`) per trainable leaf (its weights as one flat vector); the
 network's `series_axes` names their axes. Observables of one model family (`family`)
@@ -21,9 +21,9 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .kinds import OBSERVABLES as KINDS
-from .net import AbstractNet
-from .problem import Params, Problem
+from ..kinds import OBSERVABLES as KINDS
+from ..nn.net import AbstractNet
+from ..nn.problem import Params, Problem
 from .stability import gn_sharpness, sharpness
 
 
@@ -125,7 +125,7 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("weights", {"weights": NET_AXES}, lambda m, p, d: m * d,
                lambda s: {"weights": s.problem.net.weights(s.params)}),
     # rate·λ_max of the loss Hessian (Lanczos) and of its Gauss–Newton part: GD with step η
-    # is linearly stable iff η·sharpness < 2 (flowsim/stability.py)
+    # is linearly stable iff η·sharpness < 2 (flowsim/observe/stability.py)
     Observable("sharpness", {"sharpness": (), "sharpness_residual": ()}, _scalar_row, _sharpness),
     Observable("gn_sharpness", {"gn_sharpness": ()}, _scalar_row,
                lambda s: {"gn_sharpness": gn_sharpness(s.problem, s.params)}),

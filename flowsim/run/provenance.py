@@ -19,9 +19,9 @@ import h5py
 import jax
 import numpy as np
 
-from .version import __version__
+from ..version import __version__
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parent.parent     # the flowsim folder (this module is in run/)
 
 
 def _git(*args: str) -> str | None:

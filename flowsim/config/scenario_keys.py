@@ -4,7 +4,7 @@ Type, allowed values and default come from the specs that validate the files, th
 of meaning per key from the same settings (`flowsim.config.typed`). `tests/test_reference.py`
 checks that every schema key has a meaning, that no meaning names a key the schema lacks,
 and that docs/scenario-keys.md equals `markdown()` (regenerate it with
-`python -m flowsim.config.reference > docs/scenario-keys.md`).
+`python -m flowsim.config.scenario_keys > docs/scenario-keys.md`).
 """
 
 from collections.abc import Iterator
@@ -99,7 +99,7 @@ def _table(title: str, intro: str, found: list[Row], prefix: str) -> list[str]:
 
 def markdown() -> str:
     lines = ["# Scenario and solver-preset keys", "",
-             "Generated from flowsim's schema by `python -m flowsim.config.reference`; "
+             "Generated from flowsim's schema by `python -m flowsim.config.scenario_keys`; "
              "`tests/test_reference.py` fails when this file and the schema disagree. "
              "`flowsim show SCENARIO` prints a scenario's resolved value of every key and where it "
              "came from. \"for\" names the `kind`s of the enclosing table that take the key.", ""]

@@ -13,12 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .status import Status
-from .integrate.base import AbstractIntegrator, State
-from .problem import Params
-from .observe import Reference, reference
-from .observe import observe as observe_member
-from .problem import Problem
+from ..status import Status
+from ..integrate.base import AbstractIntegrator, State
+from ..nn.problem import Params
+from ..observe.observables import Reference, reference
+from ..observe.observables import observe as observe_member
+from ..nn.problem import Problem
 
 
 def over_members(fn, in_axes, out_axes=0):
@@ -155,7 +155,7 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
 
 @eqx.filter_jit
 def observe(problems: Problems, params: Params, refs: Reference | None, names: tuple[str, ...]) -> dict[str, jax.Array]:
-    """The observables `names` of every member (see `flowsim.observe`)."""
+    """The observables `names` of every member (see `flowsim.observe.observables`)."""
     return over_members(lambda p, y, r: observe_member(p, y, r, names),
                         in_axes=(problems.axes, 0, 0))(problems.tree, params, refs)
 

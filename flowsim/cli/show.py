@@ -8,13 +8,13 @@ memory and disk estimate that `run` checks. Nothing is built or run.
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from .resources import point_estimates
-from .config import FlowPreset, Scenario
-from .config.files import parse_toml
-from .config.schema import sweep_axes, sweep_key
-from .config.spec import ABSENT, toml_value
-from .presets import checkpoint_grid
-from .integrate.registry import FLOW_METHODS, FlowMethod
+from ..run.resources import point_estimates
+from ..config import FlowPreset, Scenario
+from ..config.files import parse_toml
+from ..config.schema import sweep_axes, sweep_key
+from ..config.spec import ABSENT, toml_value
+from ..run.integrators import checkpoint_grid
+from ..integrate.registry import FLOW_METHODS, FlowMethod
 
 _MIB = 2**20
 

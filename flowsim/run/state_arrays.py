@@ -7,8 +7,8 @@ import equinox as eqx
 import jax
 import numpy as np
 
-from .archive import ArchiveError
-from .integrate.base import Scratch
+from ..archive import ArchiveError
+from ..integrate.base import Scratch
 
 
 def _is_scratch(x) -> bool:

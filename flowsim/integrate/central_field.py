@@ -61,7 +61,7 @@ import jax.numpy as jnp
 from jax.experimental.sparse.linalg import lobpcg_standard
 from jax.flatten_util import ravel_pytree
 
-from ..problem import Params, Problem
+from ..nn.problem import Params, Problem
 from . import rock4, sdcp
 
 # A held margin relaxes onto 2/η over this many GD steps (κ = 1/(RELAX_STEPS·η)).
