@@ -103,7 +103,7 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int, 
         paired = isinstance(s, FlowPreset) and s.reference is not None
         copies = max(copies, state_copies(s) * (2 if paired else 1))
         stored = max(stored, 2 * (2 if paired else 1))
-    data = (n + n_test) * (d + outputs)
+    data = (n + n_test) * (d + k)   # inputs and targets
     memory = item * seeds * (copies * params + 4 * n * m + ntg_work + 3 * p * p + 2 * data)
     rows = len(config.run.checkpoint_times()) + 1
     row = 0
