@@ -145,7 +145,7 @@ def _names(names: tuple[str, ...]) -> str:
 def data(sc: Scenario) -> list[str]:
     """Each split's shape, and its columns where the file names them, as the first seed of
     each distinct `[data]` table makes it (a seed draws other rows, not other shapes)."""
-    from .data import make_dataset
+    from ..data import make_dataset
 
     out = ["data (as `run` reads it; X: inputs, y: targets):"]
     seen = set()
