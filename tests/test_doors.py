@@ -119,6 +119,8 @@ def test_every_door_answers_bad_input_with_one_message_and_exit_2(tmp_path, arch
     assert len(errors) == 1, proc.stderr          # one message, nothing else
     assert says in errors[0], errors[0]
     assert "allowed" in errors[0] or "did you mean" in errors[0], errors[0]   # and what would do
+    if argv is None:     # simulate names its own argument, never the command's options
+        assert "-o " not in errors[0] and "--overwrite" not in errors[0] and "`output`" in errors[0], errors[0]
     assert checksums(folder) == before            # a refusal touches no byte
     assert not (folder / "merged.h5").exists() and not (folder / "figures").exists()
 

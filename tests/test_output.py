@@ -202,3 +202,30 @@ def test_gd_at_any_step_a_twin_left_out_of_the_pairs_and_the_ntg_gap_on_its_scal
     expected = [norm(ntg_gd[k] - ntg_flow[j]) / norm(ntg_flow[j]) for k, j in zip(pair.step, rows)]
     np.testing.assert_allclose(pair.gaps["ntg_gap_rel"], expected, rtol=1e-10)
     assert "rel ‖ΔΘ̂‖" in run_cli("compare", out)
+
+
+def test_a_preset_guess_gets_the_inline_form_never_another_number():
+    rc, _, err = call_cli("show", "quickstart", "--set", 'run.solvers=["tsit5", "gd-lr0.x"]')
+    assert rc == 2 and "did you mean" not in err, err                # not "gd-lr0.1": another step size
+    assert 'gd-lr<η> for any step η > 0 (e.g. "gd-lr0.5")' in err
+    assert '{ name = "gd-0.5", kind = "gd", learning_rate = 0.5 }' in err
+    rc, _, err = call_cli("show", "quickstart", "--set", 'run.solvers=["tsit"]')
+    assert rc == 2 and 'did you mean "tsit5"?' in err, err          # a spelling is still helped
+
+
+def test_the_top_level_help_names_simulate():
+    rc, out, _ = call_cli("--help")
+    assert rc == 0
+    assert "flowsim.simulate(model, data=(X, y)" in out and "flowsim.open(path)" in out, out
+
+
+def test_accuracy_is_stored_in_the_runs_dtype():
+    import jax.numpy as jnp
+
+    from flowsim.observe.observables import _accuracy
+
+    for dtype in (jnp.float32, jnp.float64):
+        pred = jnp.asarray([[0.2, 0.9], [0.7, 0.1], [0.4, 0.6]], dtype=dtype)
+        y = jnp.asarray([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]], dtype=dtype)
+        acc = _accuracy(pred, y)
+        assert acc.dtype == dtype and float(acc) == pytest.approx(2 / 3, rel=1e-6)
