@@ -43,9 +43,8 @@ from bench_core import ROOT, Table, flow_run, fmt, gd_preset, gd_run, interleave
 from flowsim.run.integrators import descent_integrator, flow_integrator
 from flowsim.run.build import build_run
 from flowsim.config import load_scenario
-from flowsim.models.module import ModuleNet
+from flowsim.models.quadratic import log_spaced_quadratic, quadratic
 from flowsim.run.precision import enable_x64
-from flowsim.nn.problem import Problem
 
 GD_ETA = 0.9
 
@@ -179,27 +178,6 @@ def case_tolerance(problem, p0, ref, t_end, quick, tables, summary):
     summary.add("rock4: worst error / rtol over rtol 1e-5 … 1e-9", fmt(worst), "≤ 10", _met(worst <= 10))
 
 
-class Linear(eqx.Module):
-    w: jax.Array
-
-    def __call__(self, x):
-        return jnp.atleast_1d(x @ self.w)
-
-
-def quadratic(lam_max: float, p: int = 64):
-    """A linear model on diagonal data X = diag(√λ): L = ½ Σ (√λ_i w_i − y_i)², Hessian diag(λ)."""
-    lam = np.concatenate([np.logspace(-2, 0, p - 1), [lam_max]])
-    rng = np.random.default_rng(0)
-    X, y = np.diag(np.sqrt(lam)), rng.normal(size=(p, 1))
-    w0 = rng.normal(size=p)
-    params, frozen = eqx.partition(Linear(jnp.asarray(w0)), eqx.is_inexact_array)
-    problem = Problem(net=ModuleNet(frozen=frozen), X=jnp.asarray(X), y=jnp.asarray(y), X_test=jnp.asarray(X[:1]),
-                      y_test=jnp.asarray(y[:1]), rate=1.0, loss_kind="half-sse", ntg_points=1)
-    star = y[:, 0] / np.sqrt(lam)
-    exact = lambda t: star + np.exp(-lam * t) * (w0 - star)  # noqa: E731
-    return problem, params, exact
-
-
 def case_quadratic(quick, tables, summary):
     print("[3] quadratic, λ_max = 1e2 … 1e4", flush=True)
     t_end, lams = 20.0, [1e2, 1e3, 1e4]
@@ -207,7 +185,7 @@ def case_quadratic(quick, tables, summary):
               f"exact flow in closed form", ["λ_max", "method", "steps (rejected)", "evals + HVPs", "error", "last stages"])
     costs = {"rock4": [], "tsit5": []}
     for lam in lams:
-        problem, p0, exact = quadratic(lam)
+        problem, p0, exact = quadratic(lam, p=64)
         ref = exact(t_end)
         for method in ("rock4", "tsit5"):
             r = solve(problem, p0, variant(method, method, 1e-6), t_end)
@@ -223,21 +201,6 @@ def case_quadratic(quick, tables, summary):
                     _met(slope <= 0.6) if method == "rock4" else "")
 
 
-def log_spaced_quadratic(lam_max: float, d: int = 40):
-    """½‖Xθ − y‖², X = diag(√λ) Qᵀ, λ log-spaced on [1e-2, λ_max], Q random orthogonal (seed 0);
-    the exact flow θ* + Q e^{−tΛ} Qᵀ (θ0 − θ*) (tests/test_rock4.py's problem)."""
-    rng = np.random.default_rng(0)
-    lam = np.logspace(-2, np.log10(lam_max), d)
-    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    X = np.sqrt(lam)[:, None] * Q.T
-    y, w0 = rng.normal(size=(d, 1)), rng.normal(size=d)
-    params, frozen = eqx.partition(Linear(jnp.asarray(w0)), eqx.is_inexact_array)
-    problem = Problem(net=ModuleNet(frozen=frozen), X=jnp.asarray(X), y=jnp.asarray(y), X_test=jnp.asarray(X[:1]),
-                      y_test=jnp.asarray(y[:1]), rate=1.0, loss_kind="half-sse", ntg_points=1)
-    star = np.linalg.solve(X, y[:, 0])
-    return problem, params, lambda t: star + Q @ (np.exp(-lam * t) * (Q.T @ (w0 - star)))
-
-
 def case_log_quadratic(tables, summary):
     print("[5] log-spaced quadratic, λ_max = 1e2 … 1e4", flush=True)
     t_end, lams = 100.0, [1e2, 1e3, 1e4]
@@ -247,7 +210,7 @@ def case_log_quadratic(tables, summary):
                                              "error / rtol"])
     costs = {}
     for lam in lams:
-        problem, p0, exact = log_spaced_quadratic(lam)
+        problem, p0, exact, _ = log_spaced_quadratic(lam)
         ref = exact(t_end)
         for spec in specs:
             r = solve(problem, p0, spec, t_end)

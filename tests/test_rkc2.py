@@ -11,9 +11,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import make_problem
+from helpers import pendulum_convergence_rates
 from test_engine import flow_to, make_flow_integrator, tight
-from test_rock4 import log_spaced_quadratic
 
+from flowsim.models.quadratic import log_spaced_quadratic
 from flowsim.integrate.rkc2 import MAX_H_RHO, MAX_STAGES, Rkc2, beta, coefficients, stages
 from flowsim.status import Status
 
@@ -45,14 +46,8 @@ def test_a_step_on_a_linear_ode_is_the_stability_polynomial_within_its_interval(
 
 def test_fixed_steps_converge_at_order_two():
     """The pendulum with constant steps h, h/2, h/4: the error falls 4× per halving."""
-    term = dfx.ODETerm(lambda t, y, args: jnp.stack([y[1], -jnp.sin(y[0])]))
-    y0 = jnp.asarray([1.0, 0.0])
-    ref = dfx.diffeqsolve(term, dfx.Dopri8(), 0.0, 2.0, None, y0,
-                          stepsize_controller=dfx.PIDController(rtol=1e-13, atol=1e-15)).ys[-1]
-    errs = [float(jnp.max(jnp.abs(dfx.diffeqsolve(term, Rkc2(), 0.0, 2.0, 2.0 / n, y0).ys[-1] - ref)))
-            for n in (20, 40, 80)]
-    rates = np.log2(np.asarray(errs[:-1]) / np.asarray(errs[1:]))
-    assert np.all((rates > 1.9) & (rates < 2.2)), errs
+    rates = pendulum_convergence_rates(Rkc2(), (20, 40, 80))
+    assert all(1.9 < r < 2.2 for r in rates), rates
 
 
 @pytest.mark.slow

@@ -11,18 +11,18 @@ from importlib import resources
 
 import diffrax as dfx
 import equinox as eqx
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_engine import make_flow_integrator
+from conftest import make_problem
+from helpers import pendulum_convergence_rates
+from test_engine import flow_to, make_flow_integrator, tight
 
 from flowsim.status import Status
 from flowsim.config import load_solver
 from flowsim.integrate.rock4 import (MAX_H_RHO, TABLES, Rock4, advance, power_iteration, roundoff_bound,
                                      stability_bound)
-from flowsim.models.module import ModuleNet
-from flowsim.nn.problem import Problem
+from flowsim.models.quadratic import log_spaced_quadratic, quadratic
 
 RAW = json.loads(resources.files("flowsim.integrate").joinpath("rock4.json").read_text())
 STARTS = np.concatenate([[0], np.cumsum(2 * np.asarray(RAW["ms"]) - 1)[:-1]])
@@ -123,37 +123,11 @@ def test_a_step_on_a_linear_ode_is_the_stability_polynomial_of_its_degree(h_rho)
 
 def test_fixed_steps_converge_at_order_four():
     """The pendulum with constant steps h, h/2, h/4: the error falls 16× per halving."""
-    term = dfx.ODETerm(lambda t, y, args: jnp.stack([y[1], -jnp.sin(y[0])]))
-    y0 = jnp.asarray([1.0, 0.0])
-    ref = dfx.diffeqsolve(term, dfx.Dopri8(), 0.0, 2.0, None, y0,
-                          stepsize_controller=dfx.PIDController(rtol=1e-13, atol=1e-15)).ys[-1]
-    errs = [float(jnp.max(jnp.abs(dfx.diffeqsolve(term, Rock4(), 0.0, 2.0, 2.0 / n, y0).ys[-1] - ref)))
-            for n in (10, 20, 40)]
-    rates = np.log2(np.asarray(errs[:-1]) / np.asarray(errs[1:]))
-    assert np.all((rates > 3.8) & (rates < 4.3)), errs
+    rates = pendulum_convergence_rates(Rock4(), (10, 20, 40))
+    assert all(3.8 < r < 4.3 for r in rates), rates
 
 
 # ---------------------------------------------------------------- flows
-
-class _Linear(eqx.Module):
-    w: jax.Array
-
-    def __call__(self, x):
-        return jnp.atleast_1d(x @ self.w)
-
-
-def quadratic(lam_max: float, p: int = 16):
-    """L = ½ Σ (√λ_i w_i − y_i)²: Hessian diag(λ), slow λ in [1e-2, 1] and one λ_max; the
-    exact flow w(t) = w* + e^{−λt}(w0 − w*)."""
-    lam = np.concatenate([np.logspace(-2, 0, p - 1), [lam_max]])
-    rng = np.random.default_rng(0)
-    X, y, w0 = np.diag(np.sqrt(lam)), rng.normal(size=(p, 1)), rng.normal(size=p)
-    params, frozen = eqx.partition(_Linear(jnp.asarray(w0)), eqx.is_inexact_array)
-    problem = Problem(net=ModuleNet(frozen=frozen), X=jnp.asarray(X), y=jnp.asarray(y), X_test=jnp.asarray(X[:1]),
-                      y_test=jnp.asarray(y[:1]), rate=1.0, loss_kind="half-sse", ntg_points=1)
-    star = y[:, 0] / np.sqrt(lam)
-    return problem, params, lambda t: star + np.exp(-lam * t) * (w0 - star)
-
 
 def test_a_stiff_quadratic_costs_rock4_a_fraction_of_tsit5_at_the_same_accuracy():
     """λ_max = 1e3 over t = 20: tsit5 is held to h ≲ 3.5/λ_max (≈ 6 000 steps); ROCK4's
@@ -207,22 +181,6 @@ def test_the_longest_step_keeps_the_highest_usable_degree_stable():
 
 
 # ---------------------------------------------------------------- round-off, and a spectrum without a gap
-
-def log_spaced_quadratic(lam_max: float, d: int = 40):
-    """L = ½‖Xθ − y‖², X = diag(√λ) Qᵀ: Hessian Q diag(λ) Qᵀ, λ log-spaced on [1e-2, λ_max] (no
-    gap, like a network's bulk), Q a random orthogonal basis (seed 0). The exact flow is
-    θ(t) = θ* + Q e^{−tΛ} Qᵀ (θ0 − θ*). Returns the problem, θ0, the exact flow and θ*."""
-    rng = np.random.default_rng(0)
-    lam = np.logspace(-2, np.log10(lam_max), d)
-    Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
-    X = np.sqrt(lam)[:, None] * Q.T
-    y, w0 = rng.normal(size=(d, 1)), rng.normal(size=d)
-    params, frozen = eqx.partition(_Linear(jnp.asarray(w0)), eqx.is_inexact_array)
-    problem = Problem(net=ModuleNet(frozen=frozen), X=jnp.asarray(X), y=jnp.asarray(y), X_test=jnp.asarray(X[:1]),
-                      y_test=jnp.asarray(y[:1]), rate=1.0, loss_kind="half-sse", ntg_points=1)
-    star = np.linalg.solve(X, y[:, 0])
-    return problem, params, lambda t: star + Q @ (np.exp(-lam * t) * (Q.T @ (w0 - star))), star
-
 
 @pytest.mark.parametrize("rtol", [1e-4, 1e-6, 1e-8])
 def test_a_step_from_rest_at_the_round_off_ceiling_errs_by_a_fraction_of_rtol(rtol):
@@ -292,3 +250,61 @@ def test_a_rejection_re_estimates_rho_from_the_error_where_the_old_vector_is_bli
     retry = solver.rejected(fooled, tried)
     *_, after, _ = solver.step(term, t0, t0 + 1e-3, p0, None, retry, False)
     assert 1e3 <= float(after.rho) <= 1.2e3 * (1 + 1e-9) and 2 <= int(after.hvps) <= 20
+
+
+# ---------------------------------------------------------------- checkpoints inside a step (rock4 and rkc2)
+
+def _observed(problem, p0, preset, times, horizon):
+    """A flow advanced through `times` toward `horizon` (steps independent of the times): at each,
+    whether it lies inside a step, the weights read there and the committed step end (t, θ);
+    and the statistics summed."""
+    integ = make_flow_integrator(preset)
+    advance = eqx.filter_jit(integ.advance)
+    state, rows, evals = integ.init(problem, p0), [], 0
+    for t in times:
+        state, stats = advance(problem, state, jnp.asarray(t), jnp.asarray(horizon))
+        assert int(stats["status"]) == Status.DONE
+        evals += int(stats["vf_evals"])
+        rows.append((float(state.t) < t, integ.params(state), float(state.t), state.y))
+    return rows, evals
+
+
+def _pi(method, rtol):
+    return {"kind": "flow", "method": method, "rtol": rtol, "atol": rtol * 1e-2, "pcoeff": 0.3, "icoeff": 0.3}
+
+
+@pytest.mark.parametrize("method, rtol", [("rock4", 1e-6), ("rock4", 1e-8), ("rkc2", 1e-3), ("rkc2", 1e-4)])
+def test_a_checkpoint_inside_a_step_is_as_accurate_as_a_step_end(method, rtol):
+    """The log-spaced quadratic (λ_max = 1e3, stiff: h·ρ up to the hundreds) to T = 20 under PI
+    control, observed at 30 checkpoints: against the closed form, relative to the displacement,
+    each row read inside a step lies within 10× rtol and within 1.2× the worst committed step
+    end, where reading is a shorter step from the step's start (`AbstractStabilised.read`), its
+    evaluations counted (at least one a row). Measured, worst inside / worst step end (× rtol): rock4
+    1e-6 0.078 / 0.080, 1e-8 0.048 / 0.051; rkc2 1e-3 0.019 / 0.019, 1e-4 0.028 / 0.028. The
+    cubic Hermite interpolant of the step's ends read rock4's rows 1.24 and 0.79 × rtol
+    (h·f(y0) carries the stiff components' error times h·λ)."""
+    problem, p0, exact, _ = log_spaced_quadratic(1e3)
+    times = np.geomspace(0.05, 20.0, 30)
+    rows, evals = _observed(problem, p0, _pi(method, rtol), times, 20.0)
+    (_, alone_evals) = _observed(problem, p0, _pi(method, rtol), [20.0], 20.0)
+    w0 = np.asarray(p0.w)
+    err = lambda w, t: np.linalg.norm(np.asarray(w.w) - exact(t)) / np.linalg.norm(exact(t) - w0)  # noqa: E731
+    inside = [err(w, t) / rtol for t, (within, w, _, _) in zip(times, rows) if within]
+    ends = [err(y, t1) / rtol for _, _, t1, y in rows if t1 > 0]
+    assert len(inside) >= 25 and evals - alone_evals >= len(inside), (len(inside), evals, alone_evals)
+    assert max(inside) <= min(10.0, 1.2 * max(ends)), (inside, ends)
+
+
+@pytest.mark.slow
+def test_checkpoints_inside_steps_lie_within_ten_rtol_of_dopri8_on_a_tanh_network():
+    """A tanh network (m = 50, n = 20, d = 5) to t = 10, observed at 10 checkpoints, against Dopri8
+    at rtol 1e-12 ending a step on each: rock4 at rtol 1e-6 and 1e-8, rkc2 at 1e-3 and 1e-4 (PI
+    control), every row inside a step within 10× rtol relative to the displacement."""
+    problem, p0 = make_problem(activation="tanh", m=50, n=20, d=5)
+    times = np.linspace(1.0, 10.0, 10)
+    refs = flow_to(problem, p0, times, tight())
+    for method, rtol in [("rock4", 1e-6), ("rock4", 1e-8), ("rkc2", 1e-3), ("rkc2", 1e-4)]:
+        rows, _ = _observed(problem, p0, _pi(method, rtol), times, 10.0)
+        inside = [float(jnp.linalg.norm(w["W"] - ref.y["W"]) / jnp.linalg.norm(ref.y["W"] - p0["W"]))
+                  for (within, w, _, _), ref in zip(rows, refs) if within]
+        assert len(inside) >= 5 and max(inside) <= 10 * rtol, (method, rtol, inside)

@@ -11,6 +11,9 @@ assembles the run's `Problem` from it.
 - ``python``: the user's own Equinox network, built by a factory named by import path
   (`flowsim.plugins`), also through `ModuleNet`.
 
+`quadratic.py` is no kind: linear models under quadratic losses whose flows are known in
+closed form, for the tests and benchmarks of the stiff flow methods.
+
 What every builder takes and returns (`Model`, `Network`, `Built`, `BuildError`) is `base.py`'s;
 the kinds' names and what validation knows of them are declared in `flowsim.kinds.MODELS`.
 """
