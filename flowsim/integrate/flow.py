@@ -4,10 +4,10 @@ from one checkpoint time to the next by a loop over the solver's steps.
 The steps do not depend on the checkpoints: a checkpoint inside a step is read from the
 step's dense output (the solver's interpolant, as Diffrax's `SaveAt(ts=...)` does), or by the
 solver's own `read` where it has one (a stabilised method: a shorter step from the step's
-start, its evaluations counted), and only the run's horizon ends a step on a given time. So the checkpoint count costs
-observations, not steps (ending a step on each of 60 log-spaced checkpoints took 83 steps
-where 38 reach t = 20 000 on the Fig. 1 problem), and where the chunks of the driver end
-changes nothing. The step that passes a checkpoint is held in the state, uncommitted
+start, its evaluations counted), and only the run's horizon ends a step on a given time. So
+the checkpoint count costs observations, not steps (ending a step on each of 60 log-spaced
+checkpoints took 83 steps where 38 reach t = 20 000 on the Fig. 1 problem), and where the
+chunks of the driver end changes nothing. The step that passes a checkpoint is held in the state, uncommitted
 (`Ahead`, scratch): the committed state is the last step end before it, with the solver's
 own state (e.g. Tsit5's first-same-as-last evaluation), the PID controller's error history
 and its proposal for the next step. A checkpoint stores the committed state only, and the
