@@ -205,7 +205,8 @@ class AbstractStabilised(dfx.AbstractSolver):
     per step by h·ρ: the spectral radius ρ of ∂f/∂y from power iteration, refreshed every
     `rho_every` accepted steps and to convergence after a rejection, in its state. A method
     provides `advance_with(field, t0, t1, y0, f0, rho)` → (y1, its error estimate, the dense
-    output, f(y1), the evaluations spent) and the longest h·ρ it may take."""
+    output, f(y1), the evaluations spent), `solution_with` (y1 alone, for `read`) and the
+    longest h·ρ it may take."""
 
     rho_every: eqx.AbstractVar[int]
     rho_safety: eqx.AbstractVar[float]
