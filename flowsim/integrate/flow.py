@@ -35,7 +35,7 @@ from ..nn.problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
 from .registry import Accuracy, FlowMethod, NewtonKrylov, Stabilised, StepControl
 from .rkc2 import Rkc2, local_tolerances as rkc2_local_tolerances
-from .rock4 import AbstractStabilised, Rock4, StabilisedState, init_hvps as rock4_init_hvps, roundoff_bound
+from .rock4 import Rock4, StabilisedState, init_hvps as rock4_init_hvps, roundoff_bound
 
 # Tries in a row whose values were not finite after which a member ends `nonfinite`: each
 # shrinks the step by the controller's factormin (0.2), so the last was ~1e-14 of the first
