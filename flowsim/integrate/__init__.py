@@ -1,8 +1,11 @@
 """Integrators: how the weights move (exact flow, its modified flow, discrete descent).
 
-    registry.py    the solver kinds and flow methods, declared once, and t = kη (no JAX)
+    registry.py    the solver kinds and flow methods, declared once (each method's settings
+                   groups and integrator factory), and t = kη (no JAX)
     base.py        AbstractIntegrator: init, advance, time, and what the driver records
-    flow.py        FlowIntegrator: Diffrax, segment by segment, resumable bit for bit
+    flow.py        AbstractFlowIntegrator: a Diffrax-style solver segment by segment,
+                   resumable bit for bit; FlowIntegrator (Diffrax's methods),
+                   StabilisedIntegrator (rock4, rkc2) and their factories
     filippov/      FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
                    (modes.py the mode algebra, events.py the events, integrator.py the stepping)
     rock4.py       ROCK4: the stabilised explicit Runge–Kutta method for stiff flows (rock4.json
@@ -14,6 +17,7 @@
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
     reference_pair.py  ReferencePair: a flow beside a tighter reference (its error certificate)
 
-Nothing is imported here, so that reading the registry does not import JAX. The integrators
-take plain fields: `flowsim.run.integrators` builds them from a solver preset.
+Nothing is imported here, so that reading the registry does not import JAX. The integrators'
+factories take the records of the settings groups their method reads: `flowsim.run.integrators`
+fills them from a solver preset.
 """

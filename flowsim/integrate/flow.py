@@ -16,6 +16,8 @@ The initial state is built once, outside the advance function, so every stretch 
 same pytree structure and the advance function compiles once.
 """
 
+import abc
+import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -31,10 +33,9 @@ from ..status import Status
 from ..nn.problem import Params
 from ..nn.problem import Problem, hessian_vector_product
 from .base import AbstractIntegrator, Scratch
-from .filippov import FilippovIntegrator
-from .registry import FLOW_METHODS
+from .registry import Accuracy, FlowMethod, NewtonKrylov, Stabilised, StepControl
 from .rkc2 import Rkc2, local_tolerances as rkc2_local_tolerances
-from .rock4 import AbstractStabilised, Rock4, init_hvps as rock4_init_hvps, roundoff_bound
+from .rock4 import Rock4, StabilisedState, init_hvps as rock4_init_hvps, roundoff_bound
 
 # Tries in a row whose values were not finite after which a member ends `nonfinite`: each
 # shrinks the step by the controller's factormin (0.2), so the last was ~1e-14 of the first
@@ -162,26 +163,38 @@ def _modified_velocity(eta: float) -> _ModifiedVelocity:
     return _ModifiedVelocity(eta=jnp.asarray(eta, dtype=jnp.float64))
 
 
-class FlowIntegrator(AbstractIntegrator):
-    """Advances a `FlowState` to a later time; knows nothing of files or checkpoints."""
+class AbstractFlowIntegrator(AbstractIntegrator):
+    """Advances a `FlowState` to a later time by a Diffrax-style solver under the PID
+    controller; knows nothing of files or checkpoints. What a try costs and what certifies the
+    result are the solver family's (`FlowIntegrator`, `StabilisedIntegrator` here,
+    `flowsim.integrate.central_flow.CentralIntegrator`). A solver may bound the proposed step
+    (`max_step(state)`: ROCK4's stability and round-off) and keep what a rejected try learnt
+    (`rejected(committed, tried)`)."""
 
     solver: dfx.AbstractSolver
     controller: ProposingPID
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
-    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit), or per try (stabilised)
     # Explicit Runge–Kutta methods: the weights of the stages' increments in Y_s − Y_{s−1}, and
     # the method's stability limit on the negative real axis (see `_HELD_SHARE`); None otherwise.
-    stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True, default=None)
+    stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True)
 
     discrete: ClassVar[bool] = False
 
     @property
-    def certificate_series(self) -> tuple[str, ...]:
-        # a stabilised method certifies its steps with its spectral radius estimate and its last
-        # stage count
-        return ("rho", "stages") if isinstance(self.solver, AbstractStabilised) else ()
+    @abc.abstractmethod
+    def init_evals(self) -> int:
+        """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
+
+    @property
+    @abc.abstractmethod
+    def init_hvps(self) -> int:
+        """Jacobian-vector products of `init`, outside the statistics."""
+
+    @abc.abstractmethod
+    def _cost(self, sstate) -> tuple[jax.Array, jax.Array]:
+        """Field evaluations and Jacobian-vector products of the try that left `sstate`."""
 
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FlowState:
         """The state at t = 0: solver state and the controller's first step proposal (the
@@ -195,26 +208,6 @@ class FlowIntegrator(AbstractIntegrator):
         zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6] + step[8:])
         return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate,
                          ahead=Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params))
-
-    @property
-    def init_evals(self) -> int:
-        """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
-        if isinstance(self.solver, AbstractStabilised):
-            return _INIT_EVALS_STEP_SEARCH + 1
-        if not self.evals_per_step:
-            return 0
-        return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
-
-    @property
-    def init_hvps(self) -> int:
-        """Jacobian-vector products of `init` (ROCK4's first ρ), outside the statistics."""
-        return rock4_init_hvps() if isinstance(self.solver, AbstractStabilised) else 0
-
-    def _cost(self, sstate) -> tuple[jax.Array, jax.Array]:
-        """Field evaluations and Jacobian-vector products of the try that left `sstate`."""
-        if isinstance(self.solver, AbstractStabilised):
-            return sstate.stages, sstate.hvps
-        return jnp.asarray(self.evals_per_step), jnp.asarray(0)
 
     def _held(self, dense: dict) -> jax.Array:
         """Whether a step's h·ρ estimate reached `_HELD_SHARE` of the stability limit."""
@@ -324,45 +317,76 @@ class FlowIntegrator(AbstractIntegrator):
     def step(self, state: FlowState) -> None:
         return None
 
-    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        if isinstance(self.solver, AbstractStabilised):
-            return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
-        return {}
-
     def out_of_steps(self, steps: int) -> bool:
         return steps >= self.max_steps
 
 
-def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float, dtmax: float, max_steps: int,
-                         pcoeff: float, icoeff: float, newton_rtol: float, newton_atol: float,
-                         linear_rtol: float, linear_atol: float, krylov_restart: int, krylov_max_steps: int,
-                         slots: int, rho_every: int, rho_safety: float, learning_rate: float | None = None,
-                         stop_loss: float = 0.0) -> AbstractIntegrator:
-    """The integrator of the gradient flow by `method` (a `FLOW_METHODS` name), or of GD's
-    modified flow at `learning_rate`; the other fields are those of a `flow` preset
-    (`flowsim.config.FlowPreset`, which documents them: dtmin, dtmax 0 = no bound)."""
-    if method not in FLOW_METHODS:
-        raise ValueError(f"unknown flow method {method!r}; allowed: {', '.join(FLOW_METHODS)}")
-    spec = FLOW_METHODS[method]
-    if spec.filippov:
-        return FilippovIntegrator(rtol=rtol, atol=atol, max_steps=int(max_steps), stop_loss=float(stop_loss),
-                                  slots=slots)
+class FlowIntegrator(AbstractFlowIntegrator):
+    """A flow stepped by a Diffrax Runge–Kutta method, explicit or implicit: a fixed count
+    of evaluations per try."""
+
+    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit)
+
+    certificate_series: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def init_evals(self) -> int:
+        if not self.evals_per_step:
+            return 0
+        return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
+
+    @property
+    def init_hvps(self) -> int:
+        return 0
+
+    def _cost(self, sstate) -> tuple[jax.Array, jax.Array]:
+        return jnp.asarray(self.evals_per_step), jnp.asarray(0)
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return {}
+
+
+class StabilisedIntegrator(AbstractFlowIntegrator):
+    """A flow stepped by a stabilised method (`rock4.AbstractStabilised`): its stage count,
+    and so its cost, is the try's; it certifies its steps with its spectral radius estimate
+    and its last stage count."""
+
+    certificate_series: ClassVar[tuple[str, ...]] = ("rho", "stages")
+
+    @property
+    def init_evals(self) -> int:
+        return _INIT_EVALS_STEP_SEARCH + 1
+
+    @property
+    def init_hvps(self) -> int:
+        return rock4_init_hvps()
+
+    def _cost(self, sstate: StabilisedState) -> tuple[jax.Array, jax.Array]:
+        return sstate.stages, sstate.hvps
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
+
+
+# The factories the registry names (`FlowMethod.integrator`): each receives the method's
+# entry and a record of each settings group the entry reads, by group name;
+# `learning_rate`: GD's step whose modified flow is solved (None: the gradient flow).
+
+
+def diffrax_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl,
+                       newton_krylov: NewtonKrylov | None = None, learning_rate: float | None = None,
+                       stop_loss: float = 0.0) -> FlowIntegrator:
+    """The flow stepped by the Diffrax method `spec.diffrax`; an implicit one solves its
+    stages by `newton_krylov`."""
     probe = None
-    if spec.stabilised:
-        if method == "rock4":
-            # steps no longer than round-off at this tolerance allows (rock4's docstring)
-            solver = Rock4(rho_every=rho_every, rho_safety=rho_safety, h_rho_max=roundoff_bound(rtol))
-        else:
-            solver = Rkc2(rho_every=rho_every, rho_safety=rho_safety)
-            rtol, atol = rkc2_local_tolerances(rtol, atol)
-        evals = 0    # per step: the state's stage count
-    elif spec.implicit:
+    if spec.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
         # default VeryChord root finder would build is never formed.
-        newton = optx.Newton(rtol=newton_rtol, atol=newton_atol,
-                             linear_solver=lx.GMRES(rtol=linear_rtol, atol=linear_atol, restart=krylov_restart,
-                                                    max_steps=krylov_max_steps))
+        nk = newton_krylov
+        newton = optx.Newton(rtol=nk.newton_rtol, atol=nk.newton_atol,
+                             linear_solver=lx.GMRES(rtol=nk.linear_rtol, atol=nk.linear_atol,
+                                                    restart=nk.krylov_restart, max_steps=nk.krylov_max_steps))
         solver = getattr(dfx, spec.diffrax)(root_finder=newton)
         evals = 0
     else:
@@ -370,13 +394,42 @@ def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float,
         tab = solver.tableau
         evals = len(tab.c) + 1 - int(tab.fsal)
         probe = stiffness_probe(tab)
-    field = _modified_velocity(learning_rate) if learning_rate is not None else _velocity
-    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
-                            dtmax=dtmax or None)
-    controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
-    return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
-                          max_steps=int(max_steps), stop_loss=float(stop_loss), evals_per_step=evals,
-                          stiffness_probe=probe)
+    return FlowIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate),
+                          evals_per_step=evals, stiffness_probe=probe)
+
+
+def rock4_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                     learning_rate: float | None = None, stop_loss: float = 0.0) -> StabilisedIntegrator:
+    """ROCK4, its steps no longer than round-off at this tolerance allows (rock4's docstring)."""
+    solver = Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
+                   h_rho_max=roundoff_bound(accuracy.rtol))
+    return StabilisedIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss),
+                                term=flow_term(learning_rate), stiffness_probe=None)
+
+
+def rkc2_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                    learning_rate: float | None = None, stop_loss: float = 0.0) -> StabilisedIntegrator:
+    """RKC2, its step control at the local tolerances its global error asks (rkc2's docstring)."""
+    rtol, atol = rkc2_local_tolerances(accuracy.rtol, accuracy.atol)
+    solver = Rkc2(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety)
+    return StabilisedIntegrator(solver=solver, **stepping(dataclasses.replace(accuracy, rtol=rtol, atol=atol),
+                                                          step_control, stop_loss),
+                                term=flow_term(learning_rate), stiffness_probe=None)
+
+
+def stepping(accuracy: Accuracy, step_control: StepControl, stop_loss: float) -> dict:
+    """The fields of an `AbstractFlowIntegrator` that the step control sets: the controller,
+    the step budget and where a run stops."""
+    pid = dfx.PIDController(rtol=accuracy.rtol, atol=accuracy.atol, pcoeff=step_control.pcoeff,
+                            icoeff=step_control.icoeff, dtmin=step_control.dtmin or None,
+                            dtmax=step_control.dtmax or None)
+    return dict(controller=ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol), max_steps=int(accuracy.max_steps),
+                stop_loss=float(stop_loss))
+
+
+def flow_term(learning_rate: float | None) -> dfx.ODETerm:
+    """The gradient flow's field, or GD's modified flow's at `learning_rate`."""
+    return dfx.ODETerm(_velocity if learning_rate is None else _modified_velocity(learning_rate))
 
 
 def stiffness_probe(tableau: dfx.ButcherTableau) -> tuple[tuple[float, ...], float]:
