@@ -12,7 +12,7 @@ Layout (every attribute's name, type and meaning: `ATTRS`; docs/archive.md lists
         data/                 optional per-run dataset
         init/                 named arrays
         <solver>/             the solver's attributes
-            t, step, <series> (k, ...) time-indexed, chunked one row per chunk, gzip
+            t, step, counts, <series> (k, ...) time-indexed, chunked one row per chunk, gzip
             <axis names>      integer dimension scales ("node", "point", ...)
             checkpoint/       the latest resumable state, double-buffered (checkpoint.py)
 """
@@ -30,7 +30,11 @@ import numpy as np
 
 from .errors import ArchiveError
 
-RESERVED_SERIES = ("t", "step", "checkpoint")
+RESERVED_SERIES = ("t", "step", "counts", "count", "checkpoint")
+#: The columns of a solver's `counts` (the cumulative counts at each checkpoint, start-up
+#: included): steps tried, accepted and rejected, field (gradient) evaluations and
+#: Hessian-vector products.
+COUNTS = ("steps", "accepted", "rejected", "vf_evals", "hvps")
 HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 _CHUNK_BYTES = 1 << 20        # cap for one chunk of a time-indexed dataset
 
@@ -77,6 +81,7 @@ def attr_str(value: Any) -> str:
 # --------------------------------------------------------------------------------------
 
 FILE, RUN, SOLVER, CHECKPOINT = "/", "/runs/<run>", "/runs/<run>/<solver>", "<solver>/checkpoint"
+COUNTED = "<solver>/counts"
 _NOTHING = object()     # no value while the solver runs (written once, when created)
 
 # How each type of attribute is stored and read back, and what reads for one that is absent
@@ -160,6 +165,8 @@ ATTRS = (
          "axes]}"),
     Attr("conventions", SOLVER, "text", "a central flow's: what its series mean where codes differ (Σ and the "
          "JAX package's X = Σ/η, the edge 2/η, where each sharpness is taken)", optional=True),
+    Attr("columns", COUNTED, "json", "the names of the `counts` columns (`COUNTS`: steps, accepted, rejected, "
+         "vf_evals, hvps)"),
     Attr("layout", CHECKPOINT, "text", "how the double-buffered checkpoint is laid out"),
     Attr("index", CHECKPOINT, "int", "advisory: the committed rows at the last clean close (the commit "
          "record is the truth)"),
@@ -169,7 +176,7 @@ ATTRS = (
 
 
 def attrs_of(where: str) -> tuple[Attr, ...]:
-    """The attributes of the group `where` (FILE, RUN, SOLVER, CHECKPOINT), in order."""
+    """The attributes of the group `where` (FILE, RUN, SOLVER, COUNTED, CHECKPOINT), in order."""
     return tuple(a for a in ATTRS if a.where == where)
 
 
@@ -318,14 +325,31 @@ def _axis_scale(g: h5py.Group, name: str, size: int, path: str) -> h5py.Dataset:
     return ds
 
 
-def build_solver(g: h5py.Group, series: dict, discrete: bool, path: str) -> None:
-    """Create t (+step), every series, and attach dimension scales."""
+def count_columns(g: h5py.Group) -> tuple[str, ...]:
+    """The columns of solver group `g`'s `counts` (() for an archive written before them)."""
+    return tuple(attr(COUNTED, "columns").read(g["counts"].attrs)) if "counts" in g else ()
+
+
+def row_datasets(g: h5py.Group) -> list[str]:
+    """The time-indexed datasets of solver group `g`: t, step and counts where it has them,
+    and its series."""
+    return [name for name in ("t", "step", "counts") if name in g] + list(series_spec(g))
+
+
+def build_solver(g: h5py.Group, series: dict, discrete: bool, path: str, counts: tuple[str, ...] = ()) -> None:
+    """Create t (+step, + `counts` with these columns), every series, and attach dimension
+    scales."""
     t = g.create_dataset("t", shape=(0,), maxshape=(None,), dtype=np.float64,
                          chunks=(1,), compression="gzip", compression_opts=4, shuffle=True)
     t.make_scale("t")
     if discrete:
         step = _create_timeseries(g, "step", (), "int64")
         step.dims[0].attach_scale(t)
+    if counts:
+        ds = _create_timeseries(g, "counts", (len(counts),), "int64")
+        ds.dims[0].attach_scale(t)
+        ds.dims[1].attach_scale(_axis_scale(g, "count", len(counts), path))
+        write_attrs(ds, COUNTED, {"columns": list(counts)})
     for name, (shape, dtype, axes) in series.items():
         if name in RESERVED_SERIES or name in {a for _, _, ax in series.values() for a in ax}:
             raise ArchiveError(f"{path}: series name {name!r} is reserved or an axis name")
@@ -344,7 +368,7 @@ def build_solver(g: h5py.Group, series: dict, discrete: bool, path: str) -> None
 # --------------------------------------------------------------------------------------
 
 _GROUPS = {FILE: "the file (`/`)", RUN: "each run (`/runs/<run>`)", SOLVER: "each solver (`/runs/<run>/<solver>`)",
-           CHECKPOINT: "each checkpoint group (`<solver>/checkpoint`)"}
+           COUNTED: "each solver's `counts` dataset", CHECKPOINT: "each checkpoint group (`<solver>/checkpoint`)"}
 
 
 def attributes_markdown() -> str:

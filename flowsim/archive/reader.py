@@ -10,7 +10,8 @@ import h5py
 import numpy as np
 
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
-from .format import RUN, SOLVER, attr_str, attrs_of, decode_root_attrs, is_solver, read_arrays, read_attrs, run_params
+from .format import (RUN, SOLVER, attr_str, attrs_of, count_columns, decode_root_attrs, is_solver, read_arrays,
+                     read_attrs, run_params)
 from .lock import writer_pid
 from .recovery import (damaged, flags_set, is_read_failure, open_h5_readonly, require_flowsim,
                        warnings_unless_failed)
@@ -181,6 +182,15 @@ class SolverView(_Attributes):
     @property
     def step(self) -> np.ndarray | None:
         return self._g["step"][: self.n_checkpoints] if "step" in self._g else None
+
+    @property
+    def counts(self) -> dict[str, np.ndarray]:
+        """The cumulative counts at each checkpoint, start-up included (one array per column:
+        steps, accepted, rejected, vf_evals, hvps); their last row is `stats`'. {} in an
+        archive written before them."""
+        columns = count_columns(self._g)
+        rows = self._g["counts"][: self.n_checkpoints] if columns else None
+        return {name: rows[:, i] for i, name in enumerate(columns)}
 
     @property
     def series_names(self) -> list[str]:

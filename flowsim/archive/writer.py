@@ -78,8 +78,8 @@ from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, chec
                          mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_rows,
                          write_slot)
 from .errors import ArchiveError, ArchiveFull
-from .format import (FILE, RUN, SOLVER, attr, attrs_of, build_solver, dumps, init_solver_attrs, iter_solvers,
-                     params_changes, read_attrs, series_spec, write_arrays, write_attrs, write_root_attrs)
+from .format import (FILE, RUN, SOLVER, attr, attrs_of, build_solver, count_columns, dumps, init_solver_attrs,
+                     iter_solvers, params_changes, read_attrs, series_spec, write_arrays, write_attrs, write_root_attrs)
 from .lock import Lock
 from .recovery import check_signature, explain, rebuild, require_flowsim, truncate_to_commits
 
@@ -135,9 +135,12 @@ class _Solver:
     rows in the file, and the rows appended since they were written (in memory)."""
     spec: dict
     discrete: bool
+    counts: tuple[str, ...]      # the columns of its `counts` (() in an archive written before them)
     written: int                 # rows in the file (committed, or spilled since the last commit)
     layout: tuple | None         # checkpoint_layout of the slots
-    pending: list[tuple[float, int | None, dict[str, np.ndarray]]] = dataclasses.field(default_factory=list)
+    # (t, step, series values, counts) of each row appended since the last write
+    pending: list[tuple[float, int | None, dict[str, np.ndarray], np.ndarray]] = dataclasses.field(
+        default_factory=list)
     pending_bytes: int = 0
 
 
@@ -327,9 +330,10 @@ class ArchiveWriter:
             write_arrays(g.create_group("init", track_order=True), init)
 
     def create_solver(self, run: str, solver: str, *, preset: dict, series: dict,
-                      discrete: bool, conventions: str = "") -> None:
+                      discrete: bool, conventions: str = "", counts: tuple[str, ...] = ()) -> None:
         """Create the solver group, its empty series and dimension scales (no-op if exists);
-        `conventions`: what its series mean where codes differ (an attribute, if any)."""
+        `conventions`: what its series mean where codes differ (an attribute, if any);
+        `counts`: the columns of its cumulative counts, one row per checkpoint (`append`)."""
         with self._reading() as f:
             if f"runs/{run}" not in f:
                 raise ArchiveError(f"{self.path}: no run {run!r} (create_run first)")
@@ -340,7 +344,7 @@ class ArchiveWriter:
             g = f[f"runs/{run}"].create_group(solver, track_order=True)
             try:
                 init_solver_attrs(g, preset, spec, discrete, conventions)
-                build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, self.path)
+                build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, self.path, tuple(counts))
             except BaseException:
                 del f[f"runs/{run}"][solver]
                 raise
@@ -349,17 +353,22 @@ class ArchiveWriter:
 
     def append(self, run: str, solver: str, *, t: float, step: int | None,
                values: dict[str, np.ndarray], checkpoint: dict[str, np.ndarray] | None = None,
-               checkpoint_attrs: dict | None = None) -> None:
+               checkpoint_attrs: dict | None = None, counts=None) -> None:
         """Append one checkpoint row; with `checkpoint` (the resumable state at this row)
         also commit it with every row appended before it (`commit`). A row appended without
-        one is read by nobody until a later commit: a kill before that loses it."""
+        one is read by nobody until a later commit: a kill before that loses it. `counts`:
+        the row's cumulative counts, one per column the solver was created with (an archive
+        written before them has none: they are not kept)."""
         s = self._solver(run, solver)
         key = f"/runs/{run}/{solver}"
         rows = self._validate_values(key, s.spec, values)
         if s.discrete and step is None:
             raise ArchiveError(f"{self.path}: {key} is discrete: append needs step")
-        s.pending.append((float(t), None if step is None else int(step), rows))
-        s.pending_bytes += sum(r.nbytes for r in rows.values()) + 16
+        counted = np.asarray(counts if s.counts else [], dtype=np.int64)
+        if counted.shape != (len(s.counts),):
+            raise ArchiveError(f"{self.path}: {key}: append needs counts, one per column {list(s.counts)}")
+        s.pending.append((float(t), None if step is None else int(step), rows, counted))
+        s.pending_bytes += sum(r.nbytes for r in rows.values()) + 16 + counted.nbytes
         if checkpoint is not None:
             self.commit(run, solver, checkpoint=checkpoint, checkpoint_attrs=checkpoint_attrs or {})
         elif self._pending_bytes() > SPILL_BYTES:
@@ -410,6 +419,8 @@ class ArchiveWriter:
         blocks = {"t": np.array([p[0] for p in s.pending], dtype=np.float64)}
         if s.discrete:
             blocks["step"] = np.array([p[1] for p in s.pending], dtype=np.int64)
+        if s.counts:
+            blocks["counts"] = np.stack([p[3] for p in s.pending])
         for name in s.spec:
             blocks[name] = np.stack([p[2][name] for p in s.pending])
         for name, block in blocks.items():
@@ -434,8 +445,8 @@ class ArchiveWriter:
             with self._reading() as f:
                 g = self._group(f, f"runs/{run}/{solver}", self.path)
                 cp = g.get("checkpoint")
-                s = _Solver(series_spec(g), attr(SOLVER, "discrete").read(g.attrs), n_committed(g),
-                            checkpoint_layout(cp))
+                s = _Solver(series_spec(g), attr(SOLVER, "discrete").read(g.attrs), count_columns(g),
+                            n_committed(g), checkpoint_layout(cp))
             self._solvers[(run, solver)] = s
         return s
 
