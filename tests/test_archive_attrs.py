@@ -39,7 +39,7 @@ def test_the_documented_names_are_the_declared_ones():
 def test_each_declared_attribute_has_a_type_and_a_meaning():
     assert len({(a.where, a.name) for a in F.ATTRS}) == len(F.ATTRS)
     for a in F.ATTRS:
-        assert a.where in (F.FILE, F.RUN, F.SOLVER, F.CHECKPOINT) and a.meaning, a
+        assert a.where in (F.FILE, F.RUN, F.SOLVER, F.COUNTED, F.CHECKPOINT) and a.meaning, a
         assert a.kind in ("text", "json", "int", "float", "bool"), a
         # the running value survives its own encoding (it is what a crash's repair writes)
         if a.changes:
@@ -53,9 +53,11 @@ def _written(path: Path) -> None:
                                 provenance={"git_commit": "abc", "versions": {"jax": "0"}}, dtype="float64") as w:
         w.create_run("r0", params={"run": {"t_end": 1.0}, "model": {"width": 3}}, seed=2, label="w=3", point=1,
                      init={"W0": np.ones(3)})
-        w.create_solver("r0", "gd", preset={"eta": 0.1}, series=SERIES, discrete=True, conventions="Σ")
+        w.create_solver("r0", "gd", preset={"eta": 0.1}, series=SERIES, discrete=True, conventions="Σ",
+                        counts=F.COUNTS)
         arrays, attrs = state(0)
-        w.append("r0", "gd", t=0.0, step=0, values=rows(0), checkpoint=arrays, checkpoint_attrs=attrs)
+        w.append("r0", "gd", t=0.0, step=0, values=rows(0), checkpoint=arrays, checkpoint_attrs=attrs,
+                 counts=[0, 0, 0, 1, 0])
         w.set_status("r0", "gd", status="done", stats={"steps": 4, "wall_time": 1.5}, message="ok", status_time=0.0)
         w.extend_horizon({"run": {"t_end": 2.0}})
 
@@ -64,11 +66,13 @@ def test_the_writer_writes_declared_attributes_only(tmp_path):
     path = tmp_path / "a.h5"
     _written(path)
     with h5py.File(path, "r") as f:
-        declared = {where: {a.name for a in F.attrs_of(where)} for where in (F.FILE, F.RUN, F.SOLVER, F.CHECKPOINT)}
+        declared = {where: {a.name for a in F.attrs_of(where)}
+                    for where in (F.FILE, F.RUN, F.SOLVER, F.COUNTED, F.CHECKPOINT)}
         assert set(f.attrs) - declared[F.FILE] == {"git_commit"}     # provenance's text entry, again
         assert set(f["runs/r0"].attrs) <= declared[F.RUN]
         assert set(f["runs/r0/gd"].attrs) == declared[F.SOLVER]
         assert set(f["runs/r0/gd/checkpoint"].attrs) == declared[F.CHECKPOINT]
+        assert set(f["runs/r0/gd/counts"].attrs) - {"DIMENSION_LIST"} == declared[F.COUNTED]   # (HDF5's own)
     with A.open(path) as a:
         assert a.attrs["t_end_history"] == [1.0] and a.attrs["scenario_resolved"] == {"run": {"t_end": 2.0}}
         run = a.runs["r0"]
@@ -79,6 +83,7 @@ def test_the_writer_writes_declared_attributes_only(tmp_path):
         # time the attribute's where the commit has none
         assert gd.status == "running" and gd.stats == state(0)[1] and gd.wall_time == 1.5
         assert (gd.preset, gd.discrete, gd.conventions, gd.message) == ({"eta": 0.1}, True, "Σ", "ok")
+        assert gd.counts == dict(zip(F.COUNTS, ([0], [0], [0], [1], [0])))
         with pytest.raises(AttributeError, match="no attribute 'nope'"):
             gd.nope
 

@@ -124,3 +124,30 @@ def test_an_archive_written_before_the_counts_resumes_and_extends(tmp_path):
                 assert sv.stats["steps"] > before[r, s]["steps"] and sv.stats["vf_evals"] > before[r, s]["vf_evals"]
                 assert "compile_time" in sv.stats
     assert "cumulative" not in run_cli("inspect", path)
+
+
+def test_counts_are_committed_repaired_and_required_with_the_rows(tmp_path):
+    """The writer's side, without JAX: rows of counts are committed with the other series,
+    copied by a crash's repair, and a counted solver refuses a row without them."""
+    from archive_sample import SERIES, rows, state
+
+    from flowsim import archive as A
+    from flowsim.archive import recovery
+
+    path = tmp_path / "a.h5"
+    with A.ArchiveWriter.create(path, scenario_text="x", resolved={}, provenance={}, dtype="float64") as w:
+        w.create_run("r0", params={}, seed=0, label="", point=0, init={"W0": np.ones(3)})
+        w.create_solver("r0", "gd", preset={}, series=SERIES, discrete=True, counts=COUNTS)
+        for k in range(3):
+            arrays, attrs = state(k)
+            w.append("r0", "gd", t=0.1 * k, step=k, values=rows(k), checkpoint=arrays, checkpoint_attrs=attrs,
+                     counts=[k, k, 0, 2 * k + 1, 0])
+        w.append("r0", "gd", t=0.3, step=3, values=rows(3), counts=[3, 3, 0, 7, 0])   # never committed
+        with pytest.raises(A.ArchiveError, match=r"append needs counts, one per column \['steps'"):
+            w.append("r0", "gd", t=0.4, step=4, values=rows(4))
+    recovery.rebuild(str(path))
+    with A.open(path) as a:
+        counts = a.runs["r0"].solvers["gd"].counts
+    assert list(counts) == list(COUNTS)
+    np.testing.assert_array_equal(counts["vf_evals"], [1, 3, 5])
+    np.testing.assert_array_equal(counts["steps"], [0, 1, 2])

@@ -153,11 +153,12 @@ ATTRS = (
     Attr("preset", SOLVER, "json", "the solver's resolved preset"),
     Attr("status", SOLVER, "text", "`running` until the solver ends, then `done`, `diverged`, `max_steps`, "
          "`nonfinite`, `stopped` or `failed`", running="running"),
-    Attr("stats", SOLVER, "json", "the solver's statistics when it ended: steps, accepted, rejected, vf_evals, "
-         "(flows) hvps, stiff_steps, wall_time, observe_time; while it runs, those of its last commit are in "
-         "its checkpoint", running={}),
-    Attr("wall_time", SOLVER, "float", "seconds the solver computed (for a batch of seeds: the batch's)",
-         running=0.0, stat=True),
+    Attr("stats", SOLVER, "json", "the solver's statistics when it ended: steps, accepted, rejected, vf_evals "
+         "(field evaluations) and hvps (Hessian-vector products), the start-up's included; a flow's stiff_steps; "
+         "wall_time, compile_time, observe_time (seconds); while it runs, those of its last commit are in its "
+         "checkpoint", running={}),
+    Attr("wall_time", SOLVER, "float", "seconds the solver computed, compilation left out (`compile_time` in "
+         "`stats`); for a batch of seeds, the batch's", running=0.0, stat=True),
     Attr("message", SOLVER, "text", "what its status means and what to try", running=""),
     Attr("status_time", SOLVER, "float", "the time at which it ended", running=float("nan")),
     Attr("discrete", SOLVER, "bool", "a discrete method: the group has `step`"),

@@ -364,7 +364,7 @@ class ArchiveWriter:
         rows = self._validate_values(key, s.spec, values)
         if s.discrete and step is None:
             raise ArchiveError(f"{self.path}: {key} is discrete: append needs step")
-        counted = np.asarray(counts if s.counts else [], dtype=np.int64)
+        counted = np.asarray(counts if s.counts and counts is not None else [], dtype=np.int64)
         if counted.shape != (len(s.counts),):
             raise ArchiveError(f"{self.path}: {key}: append needs counts, one per column {list(s.counts)}")
         s.pending.append((float(t), None if step is None else int(step), rows, counted))
