@@ -157,8 +157,10 @@ ATTRS = (
          "(field evaluations) and hvps (Hessian-vector products), the start-up's included; a flow's stiff_steps; "
          "wall_time, compile_time, observe_time (seconds); while it runs, those of its last commit are in its "
          "checkpoint", running={}),
-    Attr("wall_time", SOLVER, "float", "seconds the solver computed, compilation left out (`compile_time` in "
-         "`stats`); for a batch of seeds, the batch's", running=0.0, stat=True),
+    Attr("wall_time", SOLVER, "float", "seconds the solver computed, compilation left out (`compile_time`); "
+         "for a batch of seeds, the batch's", running=0.0, stat=True),
+    Attr("compile_time", SOLVER, "float", "seconds tracing and compiling the solver's programs (apart from "
+         "`wall_time`); for a batch of seeds, the batch's", running=0.0, stat=True),
     Attr("message", SOLVER, "text", "what its status means and what to try", running=""),
     Attr("status_time", SOLVER, "float", "the time at which it ended", running=float("nan")),
     Attr("discrete", SOLVER, "bool", "a discrete method: the group has `step`"),
