@@ -125,3 +125,21 @@ def test_an_archive_written_before_reads_as_it_did():
         assert {k: rock4.stats[k] for k in ("steps", "vf_evals", "hvps")} == {"steps": 37, "vf_evals": 185, "hvps": 3}
         assert rock4.wall_time == rock4.stats["wall_time"] and rock4.conventions == "" and not rock4.discrete
         assert rock4.series_names == ["loss", "rho", "stages"]
+
+
+def test_archive_diff_finds_what_differs_times_aside(tmp_path):
+    """tests/archive_diff.py, the check that a change of the archive's code left its bytes as
+    they were: two writings of one archive differ in their dates only."""
+    from archive_diff import differences
+
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    _written(a)
+    _written(b)
+    assert differences(a, b) == []
+    with h5py.File(b, "r+") as f:
+        f["runs/r0"].attrs["seed"] = 3
+        f["runs/r0/gd/loss"][0] = 9.0
+    # (an attribute written again moves to the end of its group's list: the order is compared too)
+    assert differences(a, b) == ["runs/r0: attributes ['params', 'params_changes', 'seed', 'label', 'point'] != "
+                                 "['params', 'params_changes', 'label', 'point', 'seed']",
+                                 "runs/r0: attribute seed: 2 != 3", "runs/r0/gd/loss: values differ"]

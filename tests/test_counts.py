@@ -65,6 +65,7 @@ class _Timed:
         return self.call(*args)
 
 
+@pytest.mark.slow
 def test_counts_equal_a_counting_field_and_compilation_is_timed_apart(tmp_path, monkeypatch):
     """rock4, whose start-up (its first step's size, f(W0), and 20 Hessian-vector products for
     its first spectral radius) the statistics used to leave out."""
@@ -81,10 +82,9 @@ def test_counts_equal_a_counting_field_and_compilation_is_timed_apart(tmp_path, 
     monkeypatch.setattr(driver, "_compile", phases.during("ahead", driver._compile))
     for name in ("init", "references", "chunk"):
         monkeypatch.setattr(batch, name, _Timed(getattr(batch, name), phases))
-    jax.clear_caches()       # programs traced before, without the count, are not reused
     jax.monitoring.register_event_duration_secs_listener(phases.listen)
     X = np.random.default_rng(1).normal(size=(9, 3))
-    # a width no other test uses: this test's programs are compiled here
+    # shapes no other test uses: this test's programs are traced (with the count) and compiled here
     model = eqx.nn.MLP(3, 1, 7, 1, activation=jnp.tanh, key=jax.random.PRNGKey(2))
     try:
         with flowsim.simulate(model, data=(X, np.sin(X[:, 0])), solvers=[method], t_end=2.0,
@@ -94,8 +94,6 @@ def test_counts_equal_a_counting_field_and_compilation_is_timed_apart(tmp_path, 
             stats, counts, t = sv.stats, sv.counts, sv.t
     finally:
         jax.monitoring.unregister_event_duration_listener(phases.listen)
-        monkeypatch.undo()
-        jax.clear_caches()   # nor are this test's, with the count, by the tests after it
     # every evaluation of the field, each Hessian-vector product's primal included
     assert len(calls) == stats["vf_evals"] + stats["hvps"]
     assert list(counts) == list(COUNTS) and t.size == 6
