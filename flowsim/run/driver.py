@@ -401,9 +401,11 @@ class Driver:
         steps = sum(m.stats["steps"] for m in members)
         wall = max(m.stats["wall_time"] for m in members)
         observing = max(m.stats["observe_time"] for m in members)
+        compiling = max(m.stats["compile_time"] for m in members)
         states = ", ".join(f"{v} {k}" for k, v in counts.items())
         self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s, "
-                    f"of which observing ≈ {observing:.1f} s)" + (f"\n  advice: {advice}" if advice else ""))
+                    f"of which observing ≈ {observing:.1f} s; compiling {compiling:.1f} s)"
+                    + (f"\n  advice: {advice}" if advice else ""))
 
 
 def _compile(fn, *args) -> float:
