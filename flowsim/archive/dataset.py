@@ -151,8 +151,8 @@ def to_xarray(archive, solver: str | None = None, series: list[str] | None = Non
             for n, a in b.series.items():
                 values[n][(p, j, k, at, *(slice(0, m) for m in a.shape[2:]))] = a[i]
             meta["status"][p, j, k] = b.statuses[i]
-            for a, values in b.timed.items():
-                meta[a][p, j, k] = values[i]
+            for a, per_seed in b.timed.items():
+                meta[a][p, j, k] = per_seed[i]
             meta["steps"][p, j, k] = b.steps[i]
             if b.step is not None:
                 meta["step"][p, j, k, at] = b.step[i]
