@@ -66,7 +66,7 @@ _METHOD_KEYS: dict[str, Callable[[FlowMethod], bool]] = {
                      "krylov_max_steps"), lambda m: m.implicit),              # Newton–Krylov stages
     **dict.fromkeys(("pcoeff", "icoeff", "dtmin", "dtmax"), lambda m: not m.filippov),  # the PID controller
     "slots": lambda m: m.filippov,
-    **dict.fromkeys(("rho_every", "rho_safety"), lambda m: m.stabilised),     # rock4's spectral radius
+    **dict.fromkeys(("rho_every", "rho_safety"), lambda m: m.stabilised or m.switching),     # rock4's spectral radius
 }
 
 

@@ -30,6 +30,7 @@ import optimistix as optx
 from ..status import Status
 from ..nn.problem import Params
 from ..nn.problem import Problem, hessian_vector_product
+from .auto import HELD_SHARE, Auto, stage_h_rho, stiffness_probe
 from .base import AbstractIntegrator, Scratch
 from .filippov import FilippovIntegrator
 from .registry import FLOW_METHODS
@@ -45,17 +46,13 @@ _NONFINITE_TRIES = 20
 # plus, for FSAL methods, the first step's extra evaluation of f(t0, y0) (1).
 _INIT_EVALS_STEP_SEARCH = 2
 
-# An accepted step of an explicit method counts as held by stability (`stiff_steps`) when its
-# estimate of h·ρ reaches this share of the method's stability limit on the negative real
-# axis. The estimate is Hairer's (DOPRI5's stiffness detection): ‖k_s − k_{s−1}‖ / ‖Y_s −
-# Y_{s−1}‖ from the last two stages, free of extra evaluations; it approaches h·ρ from below
-# when the stiff components dominate the stages' differences, as they do at the limit.
-_HELD_SHARE = 0.5
-
 # A flow's statistics, in the order its advance accumulates them: `hvps` counts ROCK4's
 # Jacobian-vector products (power iteration for ρ), `stiff_steps` the accepted steps held by
-# stability (explicit Runge–Kutta methods).
-FLOW_STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals", "hvps", "stiff_steps")
+# stability (explicit Runge–Kutta methods, and `auto` in its Tsit5 steps: Hairer's estimate of
+# h·ρ from the last two stages reached `auto.HELD_SHARE` of the stability limit),
+# `stabilised_steps` the accepted steps a stabilised method took (all of rock4's and rkc2's,
+# `auto`'s in ROCK4).
+FLOW_STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals", "hvps", "stiff_steps", "stabilised_steps")
 
 
 class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
@@ -170,18 +167,25 @@ class FlowIntegrator(AbstractIntegrator):
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
-    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit), or per try (stabilised)
-    # Explicit Runge–Kutta methods: the weights of the stages' increments in Y_s − Y_{s−1}, and
-    # the method's stability limit on the negative real axis (see `_HELD_SHARE`); None otherwise.
+    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit), or per try (stabilised, auto)
+    # Explicit Runge–Kutta methods and auto: the weights of the stages' increments in Y_s − Y_{s−1},
+    # and the (explicit) method's stability limit on the negative real axis (`auto.stiffness_probe`);
+    # None otherwise.
     stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True, default=None)
 
     discrete: ClassVar[bool] = False
 
     @property
+    def _counted(self) -> bool:
+        """Whether the solver's state counts each try's evaluations and HVPs, and holds ρ (a
+        stabilised method, auto)."""
+        return isinstance(self.solver, (AbstractStabilised, Auto))
+
+    @property
     def certificate_series(self) -> tuple[str, ...]:
-        # a stabilised method certifies its steps with its spectral radius estimate and its last
-        # stage count
-        return ("rho", "stages") if isinstance(self.solver, AbstractStabilised) else ()
+        # a stabilised method (and auto) certifies its steps with its spectral radius estimate
+        # and its last stage count
+        return ("rho", "stages") if self._counted else ()
 
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FlowState:
         """The state at t = 0: solver state and the controller's first step proposal (the
@@ -199,7 +203,7 @@ class FlowIntegrator(AbstractIntegrator):
     @property
     def init_evals(self) -> int:
         """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
-        if isinstance(self.solver, AbstractStabilised):
+        if self._counted:
             return _INIT_EVALS_STEP_SEARCH + 1
         if not self.evals_per_step:
             return 0
@@ -207,24 +211,27 @@ class FlowIntegrator(AbstractIntegrator):
 
     @property
     def init_hvps(self) -> int:
-        """Jacobian-vector products of `init` (ROCK4's first ρ), outside the statistics."""
+        """Jacobian-vector products of `init` (ROCK4's first ρ; auto estimates ρ only when it
+        turns to ROCK4, in its statistics), outside the statistics."""
         return rock4_init_hvps() if isinstance(self.solver, AbstractStabilised) else 0
 
-    def _cost(self, sstate) -> tuple[jax.Array, jax.Array]:
-        """Field evaluations and Jacobian-vector products of the try that left `sstate`."""
+    def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Field evaluations and Jacobian-vector products of the try that left `sstate`, and
+        whether a stabilised method took it."""
+        if isinstance(self.solver, Auto):
+            return sstate.stages, sstate.hvps, sstate.stepped
         if isinstance(self.solver, AbstractStabilised):
-            return sstate.stages, sstate.hvps
-        return jnp.asarray(self.evals_per_step), jnp.asarray(0)
+            return sstate.stages, sstate.hvps, jnp.asarray(True)
+        return jnp.asarray(self.evals_per_step), jnp.asarray(0), jnp.asarray(False)
 
     def _held(self, dense: dict) -> jax.Array:
-        """Whether a step's h·ρ estimate reached `_HELD_SHARE` of the stability limit."""
+        """Whether a step's h·ρ estimate reached `HELD_SHARE` of the stability limit (never a
+        stabilised step of auto's: its dense output is not Tsit5's)."""
         if self.stiffness_probe is None:
             return jnp.asarray(False)
         weights, limit = self.stiffness_probe
-        k = jax.tree.leaves(dense["k"])    # each leaf: the stages' increments h·f(Y_i), stacked
-        dk = sum(jnp.sum((x[-1] - x[-2]) ** 2) for x in k)
-        dy = sum(jnp.sum(jnp.tensordot(jnp.asarray(weights, x.dtype), x, 1) ** 2) for x in k)
-        return dk >= (_HELD_SHARE * limit) ** 2 * dy
+        h_rho, _ = stage_h_rho(weights, dense["k"])
+        return (h_rho >= HELD_SHARE * limit) & ~jnp.asarray(dense.get("stabilised", False))
 
     @eqx.filter_jit
     def _attempt(self, problem: Problem, t, y, solver_state, controller_state, clip):
@@ -236,13 +243,16 @@ class FlowIntegrator(AbstractIntegrator):
         proposal = controller_state[1]
         if hasattr(self.solver, "max_step"):    # ROCK4: no longer than stability and round-off allow
             proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
+        order = self.solver.error_order(self.term)
+        if hasattr(self.solver, "step_error_order"):     # auto: the order of the method stepping
+            order = self.solver.step_error_order(self.term, solver_state)
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
         y1, y_err, dense, sstate, solver_result = self.solver.step(self.term, t, t1, y, problem, solver_state, False)
         blowup = ~_finite((y1, y_err))
         y_err = jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_err)
         keep, _, _, _, cstate, result = self.controller.adapt_step_size(
-            t, t1, y, y1, problem, y_err, self.solver.error_order(self.term), controller_state)
+            t, t1, y, y1, problem, y_err, order, controller_state)
         # a rejected step's solver failure only makes the next try smaller (as in Diffrax)
         result = dfx.RESULTS.where(keep & (solver_result != dfx.RESULTS.successful), solver_result, result)
         return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup, self._held(dense)
@@ -256,11 +266,11 @@ class FlowIntegrator(AbstractIntegrator):
         clip = t_next if horizon is None else jnp.maximum(jnp.asarray(horizon, t_next.dtype), t_next)
 
         def commit(s: FlowState, take, t1, y1, sstate, cstate, held, stats, code):
-            evals, hvps = self._cost(sstate)
+            evals, hvps, stabilised = self._cost(sstate)
             t, y, sstate, cstate = _where(take, (t1, y1, sstate, cstate),
                                           (s.t, s.y, s.solver_state, s.controller_state))
             s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
-            stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held]).astype(stats.dtype)
+            stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held, stabilised]).astype(stats.dtype)
             if self.stop_loss > 0:
                 code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), Status.STOPPED, code)
             return s, stats, code
@@ -286,8 +296,8 @@ class FlowIntegrator(AbstractIntegrator):
                 sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
             s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
                           controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
-            evals, hvps = self._cost(sstate)
-            stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0]).astype(stats.dtype)
+            evals, hvps, _ = self._cost(sstate)
+            stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0, 0]).astype(stats.dtype)
             s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
             code = jnp.where(result != dfx.RESULTS.successful, Status.FAILED, code)
             return s, stats, code, jnp.where(blowup & ~keep, streak + 1, 0), tries + 1
@@ -295,7 +305,7 @@ class FlowIntegrator(AbstractIntegrator):
         a = state.ahead
         # the step held ahead is committed once the new checkpoint is past its end
         s, stats, code = commit(state, a.valid & (a.t1 <= t_next), a.t1, a.y1, a.solver_state,
-                                a.controller_state, a.held, jnp.zeros(6, jnp.int64), jnp.asarray(Status.RUNNING))
+                                a.controller_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64), jnp.asarray(Status.RUNNING))
         s = eqx.tree_at(lambda s: s.ahead.valid, s, a.valid & (a.t1 > t_next))
         s, stats, code, streak, _ = jax.lax.while_loop(
             cond, body, (s, stats, code, jnp.asarray(0), jnp.asarray(0)))
@@ -325,7 +335,7 @@ class FlowIntegrator(AbstractIntegrator):
         return None
 
     def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        if isinstance(self.solver, AbstractStabilised):
+        if self._counted:
             return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
         return {}
 
@@ -356,6 +366,10 @@ def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float,
             solver = Rkc2(rho_every=rho_every, rho_safety=rho_safety)
             rtol, atol = rkc2_local_tolerances(rtol, atol)
         evals = 0    # per step: the state's stage count
+    elif spec.switching:
+        solver = Auto(rock4=Rock4(rho_every=rho_every, rho_safety=rho_safety, h_rho_max=roundoff_bound(rtol)))
+        evals = 0    # per step: the state's count (Tsit5's 6, or ROCK4's stages)
+        probe = stiffness_probe(solver.tsit5.tableau)
     elif spec.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
@@ -377,19 +391,3 @@ def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float,
     return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
                           max_steps=int(max_steps), stop_loss=float(stop_loss), evals_per_step=evals,
                           stiffness_probe=probe)
-
-
-def stiffness_probe(tableau: dfx.ButcherTableau) -> tuple[tuple[float, ...], float]:
-    """An explicit tableau's `FlowIntegrator.stiffness_probe`: the weights w with Y_s − Y_{s−1}
-    = Σ_j w_j k_j (its last two stages' inputs, k_j = h·f(Y_j)), and the length of the
-    stability interval on the negative real axis, where |R(x)| = |1 + x bᵀ(I − xA)⁻¹ 1| ≤ 1
-    (Tsit5: 3.5; Dopri5: 3.3)."""
-    s = len(tableau.b_sol)
-    a = np.zeros((s, s))
-    for i, row in enumerate(tableau.a_lower):
-        a[i + 1, : len(row)] = row
-    # A is strictly lower triangular: R(x) = 1 + Σ_{k=1..s} bᵀA^(k−1)1 xᵏ, a polynomial
-    coeffs = [1.0] + [float(tableau.b_sol @ np.linalg.matrix_power(a, k - 1) @ np.ones(s)) for k in range(1, s + 1)]
-    x = -np.arange(1, 2001) * 1e-2     # [-20, 0] holds every registered method's interval
-    limit = -x[np.argmax(np.abs(np.polyval(coeffs[::-1], x)) > 1 + 1e-12) - 1]
-    return tuple(float(w) for w in a[-1] - a[-2]), float(limit)
