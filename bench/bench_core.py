@@ -168,7 +168,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
 
     def run():
         state = state0
-        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": 0, "calls": 0}
+        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": 0, "stabilised_steps": 0, "calls": 0}
         elapsed, capped = 0.0, False
         for k in range(1, segments + 1):
             target = jnp.asarray(k * t_end / segments)
@@ -176,7 +176,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
                 dt, (state, stats) = timed(advance, problem, state, target, jnp.asarray(t_end))
                 elapsed += dt
                 tot["calls"] += 1
-                for key in ("steps", "rejected", "vf_evals", "hvps"):
+                for key in ("steps", "rejected", "vf_evals", "hvps", "stabilised_steps"):
                     tot[key] += int(stats.get(key, 0))
                 code = int(stats["status"])
                 if code == Status.DONE:

@@ -65,7 +65,7 @@ def inspect_archive(path) -> None:
                     f" (observing ≈ {observing:.3g} s, integrating and compiling ≈ {sv.wall_time - observing:.3g} s)"
                 wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
                     f" for its {len(together)} seeds together" if len(together) > 1 else "") + split
-                advice = advise(sv.preset.get("method", ""), sv.stats)
+                advice = advise(sv.preset.get("method", ""), sv.stats, sname)
                 print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
                       + (f", {stats}" if stats else "") + wall
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")

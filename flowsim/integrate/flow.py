@@ -51,8 +51,12 @@ _INIT_EVALS_STEP_SEARCH = 2
 # stability (explicit Runge–Kutta methods, and `auto` in its Tsit5 steps: Hairer's estimate of
 # h·ρ from the last two stages reached `auto.HELD_SHARE` of the stability limit),
 # `stabilised_steps` the accepted steps a stabilised method took (all of rock4's and rkc2's,
-# `auto`'s in ROCK4).
-FLOW_STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals", "hvps", "stiff_steps", "stabilised_steps")
+# `auto`'s in ROCK4), `stiff_rejections` the rejected tries at the stability limit: held, as a
+# step in `stiff_steps` is, or a stabilised method's try as long as its h·ρ ceiling allows
+# (`max_step`: round-off or its stability interval). Rejections that are not at the limit are
+# what the solver advisor reads as kinks (flowsim.run.advice).
+FLOW_STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals", "hvps", "stiff_steps", "stabilised_steps",
+                  "stiff_rejections")
 
 
 class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
@@ -196,7 +200,7 @@ class FlowIntegrator(AbstractIntegrator):
                                              self.solver.func, self.solver.error_order(terms))
         sstate = self.solver.init(terms, t0, tnext, params, problem)
         step = jax.eval_shape(lambda: self._attempt(problem, t0, params, sstate, cstate, t0))
-        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6] + step[8:])
+        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6] + step[8:9])
         return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate,
                          ahead=Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params))
 
@@ -237,11 +241,14 @@ class FlowIntegrator(AbstractIntegrator):
     def _attempt(self, problem: Problem, t, y, solver_state, controller_state, clip):
         """One try of the step the controller proposes from the committed state (t, y, solver
         state, controller state), ended on `clip` where it would pass it: (accepted, t1, y1,
-        solver state, controller state, dense output, result, non-finite). Jitted, and so
+        solver state, controller state, dense output, result, non-finite, held by stability, at
+        the stability limit: held or at the solver's h·ρ ceiling). Jitted, and so
         traced once per process: `init` traces it for the shapes of a step held ahead, and
         the first segment's program finds that trace (JAX inlines the call)."""
         proposal = controller_state[1]
+        ceiling = jnp.asarray(False)
         if hasattr(self.solver, "max_step"):    # ROCK4: no longer than stability and round-off allow
+            ceiling = self.solver.max_step(solver_state) <= proposal
             proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
         order = self.solver.error_order(self.term)
         if hasattr(self.solver, "step_error_order"):     # auto: the order of the method stepping
@@ -255,7 +262,8 @@ class FlowIntegrator(AbstractIntegrator):
             t, t1, y, y1, problem, y_err, order, controller_state)
         # a rejected step's solver failure only makes the next try smaller (as in Diffrax)
         result = dfx.RESULTS.where(keep & (solver_result != dfx.RESULTS.successful), solver_result, result)
-        return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup, self._held(dense)
+        held = self._held(dense)
+        return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup, held, held | ceiling
 
     def advance(self, problem: Problem, state: FlowState, t_next, horizon=None) -> tuple[FlowState, dict]:
         """Integrate from the member's position to `t_next`, ending a step there only if it is
@@ -270,7 +278,7 @@ class FlowIntegrator(AbstractIntegrator):
             t, y, sstate, cstate = _where(take, (t1, y1, sstate, cstate),
                                           (s.t, s.y, s.solver_state, s.controller_state))
             s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
-            stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held, stabilised]).astype(stats.dtype)
+            stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held, stabilised, 0]).astype(stats.dtype)
             if self.stop_loss > 0:
                 code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), Status.STOPPED, code)
             return s, stats, code
@@ -282,7 +290,7 @@ class FlowIntegrator(AbstractIntegrator):
 
         def body(c):
             s, stats, code, streak, tries = c
-            keep, t1, y1, sstate, cstate, stages, result, blowup, held = self._attempt(
+            keep, t1, y1, sstate, cstate, stages, result, blowup, held, limited = self._attempt(
                 problem, s.t, s.y, s.solver_state, s.controller_state, clip)
             hold = keep & (t1 > t_next)
             a = s.ahead     # not valid here (the loop runs only without a step held)
@@ -297,7 +305,7 @@ class FlowIntegrator(AbstractIntegrator):
             s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
                           controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
             evals, hvps, _ = self._cost(sstate)
-            stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0, 0]).astype(stats.dtype)
+            stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0, 0, limited]).astype(stats.dtype)
             s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
             code = jnp.where(result != dfx.RESULTS.successful, Status.FAILED, code)
             return s, stats, code, jnp.where(blowup & ~keep, streak + 1, 0), tries + 1
