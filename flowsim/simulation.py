@@ -246,7 +246,7 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
 
 def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple, *,
              test: tuple | None = None, loss: str | Callable = "half-sse",
-             solvers: Sequence[str | dict] = ("tsit5", "gd-lr1"), t_end: float,
+             solvers: Sequence[str | dict] = ("auto", "gd-lr1"), t_end: float,
              checkpoints: dict | None = None,
              observe: Sequence[str] = ("loss", "ntg_eig", "weight_change"),
              seeds: Sequence[int] = (0,), trainable: Any = eqx.is_inexact_array,

@@ -693,7 +693,8 @@ class FlowPreset:
     method: Literal[FLOW_METHODS] = setting(
         "tsit5", "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
         "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
-        "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, or filippov: "
+        "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, auto: tsit5 while "
+        "accuracy holds the step and rock4 while stability does, switched per step, or filippov: "
         "event-driven through ReLU kinks")
     rtol: float = setting(_positive(1e-8), "relative tolerance of the adaptive step control")
     atol: float = setting(_positive(1e-10), "absolute tolerance of the adaptive step control")
@@ -718,11 +719,11 @@ class FlowPreset:
                          "that meets more ends the run with status `failed` (a larger value goes on, at a cost "
                          "growing as slots² per node while more than 4 are in use; never more than min(n, d) "
                          "are used)")
-    rho_every: int = setting(Int(lo=1, default=10), "rock4, rkc2: accepted steps between estimates of the spectral "
-                             "radius ρ of the flow's Jacobian (one power-iteration Hessian-vector product each; "
+    rho_every: int = setting(Int(lo=1, default=10), "rock4, rkc2, auto: accepted steps between estimates of the "
+                             "spectral radius ρ of the flow's Jacobian (one power-iteration Hessian-vector product each; "
                              "also estimated again after a rejected step)")
-    rho_safety: float = setting(Float(lo=1.0, default=1.2), "rock4, rkc2: the factor ρ's estimate is multiplied by "
-                                "(power iteration approaches ρ from below, slowly where the top of the Hessian "
+    rho_safety: float = setting(Float(lo=1.0, default=1.2), "rock4, rkc2, auto: the factor ρ's estimate is "
+                                "multiplied by (power iteration approaches ρ from below, slowly where the top of the Hessian "
                                 "spectrum is clustered)")
     # A second, tighter flow solved beside this one: the archive then holds this flow's
     # global-error estimate at every checkpoint (series `flow_error`).
@@ -940,7 +941,7 @@ class Run:
         "when rows are recorded: {every = T}, {count = N, spacing} or {times = [...]} (t = 0 is always row 0)")
     solvers: tuple[Preset, ...] = setting(
         Custom(fn=_check_solvers, text="a non-empty list of solver preset names or inline tables",
-               types=(list,), default=["tsit5"]),
+               types=(list,), default=["auto"]),
         "solver presets by name (files in solvers/) or inline tables; each runs every seed of every sweep point",
         default=REQUIRED)    # (in Python: the preset objects; a name is resolved by validation)
     observe: tuple[str, ...] = setting(ListOf(item=Str(choices=OBSERVABLES), distinct=True, default=DEFAULT_OBSERVE),

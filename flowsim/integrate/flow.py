@@ -313,7 +313,8 @@ class FlowIntegrator(AbstractIntegrator):
         a = state.ahead
         # the step held ahead is committed once the new checkpoint is past its end
         s, stats, code = commit(state, a.valid & (a.t1 <= t_next), a.t1, a.y1, a.solver_state,
-                                a.controller_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64), jnp.asarray(Status.RUNNING))
+                                a.controller_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64),
+                                jnp.asarray(Status.RUNNING))
         s = eqx.tree_at(lambda s: s.ahead.valid, s, a.valid & (a.t1 > t_next))
         s, stats, code, streak, _ = jax.lax.while_loop(
             cond, body, (s, stats, code, jnp.asarray(0), jnp.asarray(0)))
