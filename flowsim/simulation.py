@@ -246,7 +246,7 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
 
 def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple, *,
              test: tuple | None = None, loss: str | Callable = "half-sse",
-             solvers: Sequence[str | dict] = ("tsit5", "gd-lr1"), t_end: float,
+             solvers: Sequence[str | dict] = ("auto", "gd-lr1"), t_end: float,
              checkpoints: dict | None = None,
              observe: Sequence[str] = ("loss", "ntg_eig", "weight_change"),
              seeds: Sequence[int] = (0,), trainable: Any = eqx.is_inexact_array,
@@ -269,7 +269,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                  Images must be flattened: X.reshape(n, -1), reshaped inside the model.
     loss         a catalog loss ("half-sse", "mse", "cross-entropy") or a function
                  (pred (n, k), y (n, k)) -> scalar (SGD takes it for a mean over samples).
-    solvers      preset names (`flowsim list`), dicts shaped like a solver file with "name", or
+    solvers      preset names (`flowsim list`; by default "auto", the flow stiff or not, and
+                 "gd-lr1"), dicts shaped like a solver file with "name", or
                  preset objects: flowsim.config.FlowPreset(method="tsit5", rtol=1e-8),
                  DescentPreset(learning_rate=0.1).
     checkpoints  {"count": N, "spacing": "linear" | "log"}, {"every": T} or {"times": [...]}.

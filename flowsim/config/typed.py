@@ -704,7 +704,8 @@ class FlowPreset:
     method: Literal[FLOW_METHODS] = setting(
         "tsit5", "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
         "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
-        "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, or filippov: "
+        "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, auto: tsit5 while "
+        "accuracy holds the step and rock4 while stability does, switched per step, or filippov: "
         "event-driven through ReLU kinks")
     # The keys of the settings groups a flow method reads (`flowsim.integrate.registry`:
     # its records hold these names; each meaning names the methods that read it).
@@ -958,7 +959,7 @@ class Run:
         "when rows are recorded: {every = T}, {count = N, spacing} or {times = [...]} (t = 0 is always row 0)")
     solvers: tuple[Preset, ...] = setting(
         Custom(fn=_check_solvers, text="a non-empty list of solver preset names or inline tables",
-               types=(list,), default=["tsit5"]),
+               types=(list,), default=["auto"]),
         "solver presets by name (files in solvers/) or inline tables; each runs every seed of every sweep point",
         default=REQUIRED)    # (in Python: the preset objects; a name is resolved by validation)
     observe: tuple[str, ...] = setting(ListOf(item=Str(choices=OBSERVABLES), distinct=True, default=DEFAULT_OBSERVE),

@@ -11,6 +11,7 @@
     rock4.py       ROCK4: the stabilised explicit Runge–Kutta method for stiff flows (rock4.json
                    its coefficient tables; AbstractStabilised, the machinery it shares with rkc2)
     rkc2.py        RKC2: the second-order Runge–Kutta–Chebyshev method (Sommeijer–Shampine–Verwer)
+    auto.py        Auto: Tsit5 while accuracy holds the step, ROCK4 while stability does (the default)
     central_field.py  the central flow of GD at step η (Cohen et al. 2025): its field and solver
     sdcp.py        the small semidefinite complementarity problem the central flow solves
     central_flow.py   CentralIntegrator: a flow stepping the central field

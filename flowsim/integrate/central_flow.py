@@ -7,7 +7,8 @@ import jax
 
 from ..nn.problem import Problem
 from .central_field import CentralField, CentralSolver, CentralState, certificate, certificate_names, conventions
-from .flow import AbstractFlowIntegrator, stepping, stiffness_probe
+from .auto import stiffness_probe
+from .flow import AbstractFlowIntegrator, stepping
 from .registry import CENTRAL_METHODS, FLOW_METHODS, Accuracy, Central, StepControl
 from .rock4 import Rock4
 
@@ -38,7 +39,7 @@ class CentralIntegrator(AbstractFlowIntegrator):
 
     def _cost(self, sstate: CentralState):
         # field evaluations; "hvps" holds the try's Hessian-vector and third-derivative products
-        return sstate.tried[0], sstate.tried[1] + sstate.tried[2]
+        return sstate.tried[0], sstate.tried[1] + sstate.tried[2], jax.numpy.asarray(self.solver.stabilised)
 
 
 def make_central_integrator(method: str, *, central: Central, accuracy: Accuracy, step_control: StepControl,

@@ -59,7 +59,7 @@ class NewtonKrylov:
 
 @dataclass(frozen=True)
 class Stabilised:
-    """The spectral radius estimate of a stabilised method (rock4, rkc2)."""
+    """The spectral radius estimate of a stabilised method (rock4, rkc2, auto's ROCK4 steps)."""
     rho_every: int
     rho_safety: float
 
@@ -124,6 +124,9 @@ class FlowMethod:
     # (flowsim.integrate.rock4, rkc2): its stage count follows h·ρ, so a stiff flow's step is
     # set by accuracy.
     stabilised: bool = False
+    # Tsit5 while the steps are held by accuracy, ROCK4 while they are held by stability, switched
+    # per step (flowsim.integrate.auto): the default flow.
+    switching: bool = False
     # Can step a central flow (flowsim.integrate.central): explicit Runge–Kutta methods and
     # ROCK4, whose arithmetic the central solver calls with its own ρ.
     central: bool = True
@@ -166,6 +169,10 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
     # iteration's vector, the last try's error; and the step held ahead (+ 6)
     FlowMethod("rkc2", implicit=False, state_copies=16, diffrax="", reads=(*_DIFFRAX, "stabilised"),
                integrator="flow:rkc2_integrator", stabilised=True, central=False),
+    # Tsit5's (its seven stages in the step held ahead, as ROCK4's ends fill two of them), and
+    # ROCK4's power-iteration vector and last error in the state (+ 2)
+    FlowMethod("auto", implicit=False, state_copies=23, diffrax="", reads=(*_DIFFRAX, "stabilised"),
+               integrator="flow:auto_integrator", switching=True, central=False),
     # Dormand–Prince stages, its dense output's five coefficients, the event point
     FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", reads=("accuracy", "filippov"),
                integrator="filippov:filippov_integrator", filippov=True),

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from . import batch, state_arrays
-from .advice import advise
+from .advice import STAT_KEYS as ADVICE_KEYS, advise
 from ..archive import ArchiveWriter
 from ..archive.format import COUNTS
 from .build import Built, data_seed, dataset_arrays, program_signature
@@ -423,5 +423,4 @@ def _advice(preset: Preset, members: list[_Member]) -> str | None:
     method = getattr(preset, "method", None)
     if method is None:
         return None
-    return advise(method, {k: sum(m.stats.get(k, 0) for m in members)
-                           for k in ("steps", "accepted", "rejected", "stiff_steps")})
+    return advise(method, {k: sum(m.stats.get(k, 0) for m in members) for k in ADVICE_KEYS}, preset.name)
