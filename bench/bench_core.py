@@ -154,6 +154,10 @@ def gd_run(problem, p0, t_end, segments, eta=1.0):
     return state, times, steps, one_segment
 
 
+# A flow's statistics that its runs sum besides steps and evaluations (flowsim.integrate.flow)
+_MORE_STATS = ("stiff_steps", "stabilised_steps", "stiff_rejections")
+
+
 def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_steps=None):
     """The flow preset over `segments` equal segments. With `chunk_steps`, every call is
     capped at that many steps (status max_steps, then the same segment is resumed), so the
@@ -168,7 +172,8 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
 
     def run():
         state = state0
-        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": 0, "calls": 0}
+        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": 0, **dict.fromkeys(_MORE_STATS, 0),
+               "calls": 0}
         elapsed, capped = 0.0, False
         for k in range(1, segments + 1):
             target = jnp.asarray(k * t_end / segments)
@@ -176,7 +181,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
                 dt, (state, stats) = timed(advance, problem, state, target, jnp.asarray(t_end))
                 elapsed += dt
                 tot["calls"] += 1
-                for key in ("steps", "rejected", "vf_evals", "hvps"):
+                for key in ("steps", "rejected", "vf_evals", "hvps", *_MORE_STATS):
                     tot[key] += int(stats.get(key, 0))
                 code = int(stats["status"])
                 if code == Status.DONE:

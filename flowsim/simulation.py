@@ -246,7 +246,7 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
 
 def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple, *,
              test: tuple | None = None, loss: str | Callable = "half-sse",
-             solvers: Sequence[str | dict] = ("tsit5", "gd-lr1"), t_end: float,
+             solvers: Sequence[str | dict] = ("auto", "gd-lr1"), t_end: float,
              checkpoints: dict | None = None,
              observe: Sequence[str] = ("loss", "ntg_eig", "weight_change"),
              seeds: Sequence[int] = (0,), trainable: Any = eqx.is_inexact_array,
@@ -269,7 +269,8 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
                  Images must be flattened: X.reshape(n, -1), reshaped inside the model.
     loss         a catalog loss ("half-sse", "mse", "cross-entropy") or a function
                  (pred (n, k), y (n, k)) -> scalar (SGD takes it for a mean over samples).
-    solvers      preset names (`flowsim list`), dicts shaped like a solver file with "name", or
+    solvers      preset names (`flowsim list`; by default "auto", the flow stiff or not, and
+                 "gd-lr1"), dicts shaped like a solver file with "name", or
                  preset objects: flowsim.config.FlowPreset(method="tsit5", rtol=1e-8),
                  DescentPreset(learning_rate=0.1).
     checkpoints  {"count": N, "spacing": "linear" | "log"}, {"every": T} or {"times": [...]}.
@@ -289,16 +290,31 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     uninterrupted run would have.
     """
     from .archive import open as open_archive_file
-    from .run.build import assemble, start_problem
-    from .config import (ArraysData, Config, Loss, ModuleModel, Run, RunSpec, Scenario, ScenarioError, from_dict,
-                         to_dict, to_toml)
-    from .config.load import kink_warnings, refuse_filippov_misfits
-    from .data import Dataset
-    from .models.module import leaf_paths, module_network
     from .run.precision import enable_x64
-    from .session import InputError, Job, open_archive
 
     enable_x64(for_run=True)
+    observe = _observed(seeds, observe, test)
+    resolved = _settings(name=name, seeds=[int(s) for s in seeds], dtype=dtype, t_end=t_end,
+                         checkpoints=checkpoints, solvers=list(solvers), observe=observe, ntg_points=ntg_points,
+                         stop_loss=stop_loss)
+    jdtype = jnp.float32 if resolved["dtype"] == "float32" else jnp.float64
+    inputs = _inputs(model, data, test, loss, trainable, resolved["seeds"], jdtype)
+    settings = _config(resolved, inputs)
+    runs = _runs(settings, report)
+    out = Path(output) if output is not None else Path("runs") / f"{settings.name}.h5"
+    _check_output(out, resume=resume, overwrite=overwrite)
+    if not isinstance(model, eqx.Module) and users_precision_name() != resolved["dtype"]:
+        report(f"{_SOURCE}: {inputs.source} was called with PRNGKey(seed) in {users_precision_name()}, your "
+               f"session's precision (the weights it makes outside flowsim), and its weights cast to "
+               f"{resolved['dtype']}; to start from other exact weights, pass the module itself")
+    _drive_stoppable(_job(settings, runs, inputs, jdtype, out, resume=resume, overwrite=overwrite),
+                     progress=progress, report=report)
+    return open_archive_file(out)
+
+
+def _observed(seeds: Any, observe: Sequence[str] | str, test: tuple | None) -> list[str]:
+    """`observe` as a list, checked against the model (any: no family's observables) and the
+    data (a test measure needs `test`); `seeds` checked to be integers first."""
     if isinstance(seeds, int | str) or not all(isinstance(s, int | np.integer) for s in seeds):
         raise _bad("seeds", seeds, "is not a list of integers", "a list of non-negative integers, e.g. [0, 1]")
     observe = [observe] if isinstance(observe, str) else list(observe)
@@ -311,83 +327,124 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     if {"test_loss", "test_accuracy"} & set(observe) and test is None:
         raise _bad("observe", observe, "asks for a test measure without test data",
                    "pass `test` = (X_test, y_test)")
-    resolved = _settings(name=name, seeds=[int(s) for s in seeds], dtype=dtype, t_end=t_end,
-                         checkpoints=checkpoints, solvers=list(solvers), observe=observe, ntg_points=ntg_points,
-                         stop_loss=stop_loss)
-    jdtype = jnp.float32 if resolved["dtype"] == "float32" else jnp.float64
+    return observe
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inputs:
+    """The Python-valued arguments, checked: the arrays (X float64, y float64 (n, k)), each
+    seed's model split into its trainable leaves and the rest, and the loss."""
+
+    X: np.ndarray
+    y: np.ndarray
+    X_test: np.ndarray
+    y_test: np.ndarray
+    splits: list[tuple[Any, Any]]     # (trainable, frozen) per seed
+    source: str                       # the model's class or factory, by qualified name
+    trainable: str                    # the filter, by name
+    loss_kind: str
+    loss_fn: Callable | None
+    loss_name: str | None
+
+
+def _inputs(model: Any, data: tuple, test: tuple | None, loss: Any, trainable: Any, seeds: list[int],
+            dtype) -> _Inputs:
     X, y = _pair(data, "data")
     X_test, y_test = _pair(test, "test") if test is not None else (X[:0], y[:0])
     if X_test.shape[1:] != X.shape[1:] or y_test.shape[1:] != y.shape[1:]:
         raise _bad("test", test, f"has X {X_test.shape}, y {y_test.shape} against data X {X.shape}, y {y.shape}",
                    "test arrays with the columns of `data`")
     n, d = X.shape
-    models, source = _instances(model, resolved["seeds"], jdtype)
-    outputs = _outputs(models[0], d, jdtype)
+    models, source = _instances(model, seeds, dtype)
+    outputs = _outputs(models[0], d, dtype)
     y, y_test = _targets(y, "data", loss, outputs), _targets(y_test, "test", loss, outputs)
     k = y.shape[1]
-    loss_kind, loss_fn, loss_name = _loss(loss, k, n, jdtype)
-    splits = []
-    for m in models:
-        _check_model(m, X, k, jdtype)
-        params, frozen = eqx.partition(m, _filter(trainable, m, source))
-        leaves = jax.tree.leaves(params)
-        if not leaves or not all(eqx.is_inexact_array(v) for v in leaves):
-            raise _bad("trainable", trainable, f"selects {len(leaves)} leaves of {source}"
-                       + (", not all floating arrays" if leaves else ""),
-                       "an Equinox filter selecting at least one floating-point array (eqx.is_inexact_array)")
-        splits.append((params, frozen))
-
-    first = splits[0][0]
+    loss_kind, loss_fn, loss_name = _loss(loss, k, n, dtype)
+    splits = [_split(m, trainable, source, X, k, dtype) for m in models]
     filter_name = getattr(trainable, "__name__", repr(trainable)) if callable(trainable) else \
         "a pytree of booleans"
-    settings = Config(
+    return _Inputs(X=X, y=y, X_test=X_test, y_test=y_test, splits=splits, source=source, trainable=filter_name,
+                   loss_kind=loss_kind, loss_fn=loss_fn, loss_name=loss_name)
+
+
+def _split(model: eqx.Module, trainable: Any, source: str, X: np.ndarray, k: int, dtype) -> tuple[Any, Any]:
+    """(the trainable leaves, the rest) of one seed's model, checked on the inputs."""
+    _check_model(model, X, k, dtype)
+    params, frozen = eqx.partition(model, _filter(trainable, model, source))
+    leaves = jax.tree.leaves(params)
+    if not leaves or not all(eqx.is_inexact_array(v) for v in leaves):
+        raise _bad("trainable", trainable, f"selects {len(leaves)} leaves of {source}"
+                   + (", not all floating arrays" if leaves else ""),
+                   "an Equinox filter selecting at least one floating-point array (eqx.is_inexact_array)")
+    return params, frozen
+
+
+def _config(resolved: dict, inputs: _Inputs):
+    """The `Config` a scenario file would give, the data and model recorded by their sizes,
+    names and digests (so that resuming with other ones is refused)."""
+    from .config import ArraysData, Config, Loss, ModuleModel, Run, from_dict
+    from .models.module import leaf_paths
+
+    first = inputs.splits[0][0]
+    (n, d), k = inputs.X.shape, inputs.y.shape[1]
+    return Config(
         name=resolved["name"], seeds=tuple(resolved["seeds"]), dtype=resolved["dtype"],
-        data=ArraysData(seed=0, n=n, d=d, n_test=X_test.shape[0], outputs=k, digest=_digest(X, y, X_test, y_test)),
-        model=ModuleModel(source=source, trainable=filter_name, parameters=int(sum(v.size for v in jax.tree.leaves(first))),
+        data=ArraysData(seed=0, n=n, d=d, n_test=inputs.X_test.shape[0], outputs=k,
+                        digest=_digest(inputs.X, inputs.y, inputs.X_test, inputs.y_test)),
+        model=ModuleModel(source=inputs.source, trainable=inputs.trainable,
+                          parameters=int(sum(v.size for v in jax.tree.leaves(first))),
                           leaves=tuple(leaf_paths(first)),
-                          digest=_digest(*(np.asarray(v) for p, _ in splits for v in jax.tree.leaves(p)))),
-        loss=Loss(kind=loss_kind, function=loss_name), run=from_dict(Run, resolved["run"]))
-    runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", settings=settings)
-            for s in settings.seeds]
-    try:       # the rules a scenario file's runs obey
+                          digest=_digest(*(np.asarray(v) for p, _ in inputs.splits for v in jax.tree.leaves(p)))),
+        loss=Loss(kind=inputs.loss_kind, function=inputs.loss_name), run=from_dict(Run, resolved["run"]))
+
+
+def _runs(settings, report: Callable[[str], None]) -> list:
+    """One run per seed, under the rules a scenario file's runs obey (filippov's misfits
+    refused, kink warnings reported)."""
+    from .config import RunSpec, ScenarioError
+    from .config.load import kink_warnings, refuse_filippov_misfits
+
+    runs = [RunSpec(name=f"seed{s}", point=0, seed=s, label="", settings=settings) for s in settings.seeds]
+    try:
         refuse_filippov_misfits(runs, _SOURCE, run_key="")
     except ScenarioError as err:
         raise ValueError(str(err)) from None
     for warning in kink_warnings(runs, _SOURCE):
         report(warning)
-    out = Path(output) if output is not None else Path("runs") / f"{settings.name}.h5"
-    _check_output(out, resume=resume, overwrite=overwrite)
-    if not isinstance(model, eqx.Module) and users_precision_name() != resolved["dtype"]:
-        report(f"{_SOURCE}: {source} was called with PRNGKey(seed) in {users_precision_name()}, your session's "
-               f"precision (the weights it makes outside flowsim), and its weights cast to {resolved['dtype']}; "
-               "to start from other exact weights, pass the module itself")
+    return runs
+
+
+def _job(settings, runs: list, inputs: _Inputs, dtype, out: Path, *, resume: bool, overwrite: bool):
+    """The `Job` of the runs, each built on the arrays and its seed's model, with the scenario
+    text the archive records; refused where the loss is not finite at t = 0."""
+    from .config import Scenario, to_dict, to_toml
+    from .data import Dataset
+    from .models.module import module_network
+    from .run.build import assemble, start_problem
+    from .session import Job
+
     text = ("# Written by flowsim.simulate: the data, model and loss came from Python (recorded here\n"
             "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n"
             + to_toml(to_dict(settings)))
-    scenario = Scenario(path=_SOURCE, text=text, settings=settings, runs=runs)
-
-    ds = Dataset(X, y, X_test, y_test, classes=k if _one_hot(y) else 0)
+    k = inputs.y.shape[1]
+    ds = Dataset(inputs.X, inputs.y, inputs.X_test, inputs.y_test, classes=k if _one_hot(inputs.y) else 0)
     built = {r.name: assemble(module_network(params, frozen, key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1)),
-                              ds, dtype=jdtype, loss_kind=loss_kind, custom_loss=loss_fn,
+                              ds, dtype=dtype, loss_kind=inputs.loss_kind, custom_loss=inputs.loss_fn,
                               ntg_points=settings.run.ntg_points)   # the key: SGD's batches
-             for r, (params, frozen) in zip(runs, splits)}
+             for r, (params, frozen) in zip(runs, inputs.splits)}
     for r in runs:
         why = start_problem(built[r.name])
         if why:
             raise ValueError(f"{_SOURCE}: the loss or its gradient is not finite at t = 0 (seed {r.seed}): {why}; "
                              "allowed: `model`, `data` and `loss` whose loss and gradient are finite at the "
                              "initial weights (nothing was run)")
-    job = Job(scenario=scenario, runs=runs, shard=None, out=out, built=built, resume=resume, overwrite=overwrite)
-    try:
-        writer = open_archive(job)
-    except InputError as err:     # resumed with other data, model or settings
-        raise ValueError(f"{_SOURCE}: {str(err).replace('--overwrite', 'overwrite=True')}") from None
-    _drive_stoppable(job, writer, progress=progress, report=report)
-    return open_archive_file(out)
+    return Job(scenario=Scenario(path=_SOURCE, text=text, settings=settings, runs=runs), runs=runs, shard=None,
+               out=out, built=built, resume=resume, overwrite=overwrite)
 
 
-def _drive_stoppable(job, writer, **kwargs) -> None:
-    """`drive`, with Ctrl-C and SIGTERM handled as `flowsim run` handles them: the first
+def _drive_stoppable(job, **kwargs) -> None:
+    """The job's archive opened (created or resumed) and driven: `drive`, with Ctrl-C and
+    SIGTERM handled as `flowsim run` handles them: the first
     stops within a quarter second, after the last committed checkpoint (the segment being
     computed is abandoned), and raises KeyboardInterrupt saying how to resume; a second one
     stops at once. Handlers can only be set from the main thread: elsewhere (a worker
@@ -395,8 +452,12 @@ def _drive_stoppable(job, writer, **kwargs) -> None:
     import threading
 
     from .cli.lifecycle import StopRequest
-    from .session import drive
+    from .session import InputError, drive, open_archive
 
+    try:
+        writer = open_archive(job)
+    except InputError as err:     # resumed with other data, model or settings
+        raise ValueError(f"{_SOURCE}: {str(err).replace('--overwrite', 'overwrite=True')}") from None
     stop = StopRequest()
     stop.install()
     try:

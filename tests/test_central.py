@@ -282,7 +282,7 @@ def test_the_tracked_eigenvalues_are_the_hessians():
 
 
 def test_a_central_flow_refuses_methods_that_cannot_step_it():
-    for method in ("kvaerno5", "filippov", "rkc2"):
+    for method in ("kvaerno5", "filippov", "rkc2", "auto"):
         with pytest.raises(ScenarioError, match="cannot step a central flow"):
             load_solver({"name": "c", "kind": "central-flow", "learning_rate": 0.1, "method": method})
     with pytest.raises(ScenarioError, match="not supported by a central flow"):

@@ -69,7 +69,7 @@ def test_the_python_api_and_archive_blocks_run_on_the_quick_start(tmp_path):
     import os
     import sys
 
-    env = {**os.environ, "MPLBACKEND": "Agg", "FLOWSIM_CACHE_DIR": str(tmp_path / "cache")}
+    env = {**os.environ, "MPLBACKEND": "Agg"}   # (the suite's compilation cache: conftest)
     run = subprocess.run([sys.executable, "-m", "flowsim.cli", "run", "quickstart", "-q"], cwd=tmp_path, env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-3000:]

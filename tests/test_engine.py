@@ -234,7 +234,7 @@ def test_one_segment_equals_fifty_segments_and_resume_is_bit_identical():
 
 
 @pytest.mark.parametrize("method, rtol, bound, most_inside", [("tsit5", 1e-10, 1e-9, 30), ("rock4", 1e-8, 2e-8, 20),
-                                                              ("rkc2", 1e-6, 1e-6, 20)])
+                                                              ("rkc2", 1e-6, 1e-6, 20), ("auto", 1e-10, 1e-9, 30)])
 def test_checkpoints_inside_steps_cost_no_step_and_read_the_dense_output(method, rtol, bound, most_inside):
     """Given the horizon, a flow observed at 40 checkpoints takes the steps of one observed
     only at the horizon, bit for bit; a checkpoint inside a step reads the step's dense output
@@ -242,7 +242,8 @@ def test_checkpoints_inside_steps_cost_no_step_and_read_the_dense_output(method,
     within `bound` of the closed-form linear flow relative to the displacement. Measured: tsit5
     at rtol 1e-10, 8.5e-11 between the step ends and 8.6e-11 at them; rock4 at rtol 1e-8, 1.1e-8
     inside steps and 1.2e-8 at their ends (the cubic Hermite interpolant it read before: 1.5e-8);
-    rkc2 at rtol 1e-6, 3.7e-7 (the interpolant: 3.7e-7: rkc2's steps are short)."""
+    rkc2 at rtol 1e-6, 3.7e-7 (the interpolant: 3.7e-7: rkc2's steps are short); auto (Tsit5
+    throughout on this flow, which is not stiff: its switch is tests/test_auto.py's) as tsit5."""
     problem, p0 = make_problem(activation="identity", scaling="ntk", n=30, d=8, m=40)
     integ = make_flow_integrator({"kind": "flow", "method": method, "rtol": rtol, "atol": rtol * 1e-2})
     advance = eqx.filter_jit(integ.advance)

@@ -4,6 +4,8 @@ A name added to a registry is covered here without touching this file."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 
@@ -17,13 +19,17 @@ from flowsim.nn import theory
 from flowsim.nn.activations import ACTIVATIONS
 from flowsim.run.build import build_run
 from flowsim.run.resources import estimate_resources
-from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS, state_copies
+from flowsim.cli import show as show_module
+from flowsim.integrate.central_flow import make_central_integrator
+from flowsim.integrate.registry import (CENTRAL_METHODS, CENTRAL_READS, FLOW_METHODS, SETTING_GROUPS, SOLVER_KINDS,
+                                        group_keys, settings_of, state_copies)
+from flowsim.run.integrators import factory
 from flowsim.nn.losses import LOSSES
 from flowsim.models import MODELS, ShallowNet, init_shallow
 from flowsim.observe.observables import NET_AXES, OBSERVABLES, observe, reference, series_axes
 from flowsim.nn.problem import Problem
 from flowsim.nn.scaling import output_scale
-from flowsim.config import Config, load_scenario, loads_scenario
+from flowsim.config import Config, FlowPreset, load_scenario, loads_scenario, to_dict
 from flowsim.config import scenarios_dir
 
 QUICKSTART = scenarios_dir() / "quickstart.toml"
@@ -190,6 +196,52 @@ def test_every_solver_kind_and_flow_method_validates_and_is_estimated(preset, ne
     est = estimate(cfg)
     assert est["copies"] == state_copies(solver) > 0
     assert est["memory"] > 0 and est["disk"] > 0
+
+
+def _reading(record, read: set[str]):
+    """`record` (a settings group's record) as a copy that notes each key read into `read`."""
+    keys = {f.name for f in dataclasses.fields(record)}
+
+    class Reading(type(record)):
+        def __getattribute__(self, name):
+            if name in keys:
+                read.add(name)
+            return super().__getattribute__(name)
+
+    return Reading(**dataclasses.asdict(record))
+
+
+def _keys_read(build, groups: tuple[str, ...], preset: FlowPreset) -> set[str]:
+    """The preset keys that `build` (an integrator factory, given the records of `groups`
+    filled from `preset`, by group name) reads."""
+    read: set[str] = set()
+    build(**{g: _reading(r, read) for g, r in settings_of(preset, groups).items()})
+    return read
+
+
+@pytest.mark.parametrize("method", list(FLOW_METHODS))
+def test_each_flow_method_reads_exactly_the_keys_its_entry_declares(method):
+    """The registry entry declares the settings groups its factory reads; the factory reads
+    every key of them and needs no other group (it is called with those alone), and `flowsim
+    show` shows a preset of the method exactly its keys beside the method-free ones."""
+    spec = FLOW_METHODS[method]
+    build = functools.partial(factory(spec), spec, stop_loss=0.0)
+    assert _keys_read(build, spec.reads, FlowPreset(method=method)) == set(spec.keys())
+    resolved = {"run": {"solvers": [to_dict(FlowPreset(method=method))]}}
+    shown = {k for k in resolved["run"]["solvers"][0] if not show_module._unused(resolved, ("run", "solvers", 0, k))}
+    method_keys = {k for m in FLOW_METHODS.values() for k in m.keys()}
+    assert shown == set(spec.keys()) | (set(resolved["run"]["solvers"][0]) - method_keys)
+
+
+def test_every_settings_group_key_is_a_flow_preset_key():
+    assert {k for g in SETTING_GROUPS for k in group_keys(g)} <= set(FlowPreset.__dataclass_fields__)
+
+
+@pytest.mark.parametrize("method", [m for m in FLOW_METHODS if m in CENTRAL_METHODS])
+def test_the_central_flow_reads_exactly_its_declared_keys(method):
+    preset = FlowPreset(kind="central-flow", method=method, learning_rate=0.1)
+    build = functools.partial(make_central_integrator, method, stop_loss=0.0)
+    assert _keys_read(build, CENTRAL_READS, preset) == {k for g in CENTRAL_READS for k in group_keys(g)}
 
 
 def test_every_declared_kind_has_its_implementation_in_order():

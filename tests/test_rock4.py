@@ -18,6 +18,7 @@ from conftest import make_problem
 from helpers import pendulum_convergence_rates
 from test_engine import flow_to, make_flow_integrator, tight
 
+from flowsim.run.advice import advise
 from flowsim.status import Status
 from flowsim.config import load_solver
 from flowsim.integrate.rock4 import (MAX_H_RHO, TABLES, Rock4, advance, power_iteration, roundoff_bound,
@@ -225,6 +226,7 @@ def test_the_log_spaced_quadratic_within_ten_rtol_with_few_rejections():
         err = np.linalg.norm(np.asarray(state.y.w) - ref) / np.linalg.norm(ref - np.asarray(p0.w))
         assert err <= 10 * preset["rtol"], (lam, err)
         assert int(stats["rejected"]) <= 0.1 * int(stats["steps"]), (lam, stats)
+        assert advise("rock4", {k: int(v) for k, v in stats.items()}) is None    # a smooth field: not kinked
         costs.append(integ.init_evals + integ.init_hvps + int(stats["vf_evals"]) + int(stats["hvps"]))
     slope = float(np.polyfit(np.log(lams), np.log(costs), 1)[0])
     assert slope <= 0.9, (slope, costs)

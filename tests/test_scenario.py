@@ -597,7 +597,7 @@ def test_kinds_are_read_from_the_registries():
     ({"run.solvers": '[{ name = "x", kind = "flo" }]'},
      'one of "flow", "modified-flow", "central-flow", "gd", "momentum", "sgd"'),
     ({"run.solvers": '[{ name = "x", kind = "flow", method = "rk4" }]'},
-     'one of "tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4", "rkc2", "filippov"'),
+     'one of "tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4", "rkc2", "auto", "filippov"'),
 ])
 def test_allowed_lists_keep_their_order(patch, allowed):
     with pytest.raises(ScenarioError) as e:

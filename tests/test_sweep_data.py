@@ -55,7 +55,8 @@ def test_swept_keys_are_coordinates_numeric_where_numbers(path):
     assert ds["model.width"].dtype.kind == "i"
     assert list(ds["model.width"].values) == [widths[p] for p in range(4)]
     assert set(ds["model.scaling"].values) == {'{kind="ntk"}', '{kind="asymmetric", gamma=0.2, alpha=0.5}'}
-    assert "solver" not in ds.dims and list(ds.data_vars) == ["loss", "status", "wall_time", "steps", "step"]
+    assert "solver" not in ds.dims and list(ds.data_vars) == ["loss", "status", "wall_time", "compile_time", "steps",
+                                                       "step"]
     # the gap-versus-width plot's data in one line
     final = ds.loss.isel(t=-1).groupby("model.width").mean(...)
     assert list(final["model.width"].values) == [5, 7] and np.isfinite(final.values).all()

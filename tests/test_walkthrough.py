@@ -31,7 +31,7 @@ def test_the_walkthrough_has_every_step():
 
 @pytest.mark.slow
 def test_the_readme_walkthrough_runs_as_written(tmp_path):
-    env = {**os.environ, "MPLBACKEND": "Agg", "FLOWSIM_CACHE_DIR": str(tmp_path / "cache"),
+    env = {**os.environ, "MPLBACKEND": "Agg",   # (the suite's compilation cache: conftest)
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     outputs = []
     for lang, body, file in walkthrough():

@@ -4,7 +4,7 @@ This package is the only code that touches HDF5; it uses numpy and h5py only (no
 reading an archive needs neither JAX nor a device.
 
     errors.py      ArchiveError, ArchiveLocked, ArchiveFull
-    format.py      the layout: reserved names, JSON attributes, chunking, dimension scales
+    format.py      the layout: every attribute declared once (ATTRS), reserved names, JSON, chunking, scales
     checkpoint.py  the double-buffered checkpoint and its commit record
     superblock.py  HDF5 status flags cleared without modifying the file (h5clear without h5clear)
     recovery.py    opening a file whatever its writer left; rebuilding it for resume()

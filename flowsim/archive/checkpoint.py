@@ -10,7 +10,7 @@ from __future__ import annotations
 import h5py
 import numpy as np
 
-from .format import iter_solvers, loads
+from .format import CHECKPOINT, iter_solvers, loads, write_attrs
 
 ATTRS_CAPACITY = 4096        # initial bytes per slot for checkpoint attrs JSON
 _COMMIT_MAGIC = 0x5F1C0DE5A17C4EC5
@@ -52,10 +52,9 @@ def build_checkpoint(g: h5py.Group, arrays: dict[str, np.ndarray], capacity: int
         cp.create_dataset(name, data=np.zeros((2, *arr.shape), dtype=arr.dtype))
     cp.create_dataset("_attrs_json", data=np.zeros((2, capacity), dtype=np.uint8))
     cp.create_dataset("_commit", data=np.zeros((2, 3), dtype=np.int64))
-    cp.attrs["layout"] = ("double-buffered: arrays are (2, ...) slots; the valid slot and "
-                          "row count are in _commit[slot] = [index, attrs_len, check]")
-    cp.attrs["index"] = 0
-    cp.attrs["attrs"] = "{}"
+    write_attrs(cp, CHECKPOINT, {"layout": "double-buffered: arrays are (2, ...) slots; the valid slot and "
+                                           "row count are in _commit[slot] = [index, attrs_len, check]",
+                                 "index": 0, "attrs": "{}"})
     return cp
 
 
@@ -130,5 +129,5 @@ def mirror_checkpoint_attrs(f: h5py.File) -> None:
         cp = g.get("checkpoint")
         found = _committed_slot(cp)
         if found is not None:
-            cp.attrs["index"] = found[1]
-            cp.attrs["attrs"] = cp["_attrs_json"][found[0], : found[2]].tobytes().decode()
+            write_attrs(cp, CHECKPOINT, {"index": found[1],
+                                         "attrs": cp["_attrs_json"][found[0], : found[2]].tobytes().decode()})

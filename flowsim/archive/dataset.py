@@ -9,7 +9,8 @@ Dimensions: `sweep` (the sweep points; only when the scenario has a [sweep]), `s
 where a solver has no row), then each series' own axes (`node`, `eig`, ...; padded with NaN
 where a swept width changes their length). Every swept key is a coordinate along `sweep`,
 named by its dotted key ("model.width"), numeric where its values are numbers and the
-scenario's inline TOML text otherwise. Per run and solver: `status`, `wall_time`, `steps`.
+scenario's inline TOML text otherwise. Per run and solver: `status`, each solver attribute that
+mirrors a statistic (`wall_time`, `compile_time`: `flowsim.archive.format.ATTRS`), `steps`.
 The Dataset is dense over (sweep, seed, solver, t): pick `series` for large archives (a
 `weights` or `ntg` series times many solvers' grids); the blocks stay on each solver's own
 grid.
@@ -24,11 +25,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..toml_text import is_number, sweep_axes, toml_value, value_at
+from .format import SOLVER, attrs_of
 
 if TYPE_CHECKING:
     import xarray
 
 EXTRA = "pip install 'flowsim[xarray]'"
+_MIRRORED = tuple(a.name for a in attrs_of(SOLVER) if a.stat)   # wall_time, compile_time
 
 
 @dataclass
@@ -43,7 +46,7 @@ class Block:
     runs: list[str]
     seeds: list[int]
     statuses: list[str]            # per seed; "interrupted" for a run left running, no writer live
-    wall_time: list[float]
+    timed: dict[str, list[float]]  # per seed, each solver attribute mirroring a statistic (wall_time, ...)
     steps: list[float]
     t: np.ndarray                  # (k,) every time a seed of the block recorded
     rows: np.ndarray               # (seeds, k) bool: the rows each seed has
@@ -84,7 +87,7 @@ def blocks(archive, *, solver: str | None = None, series: Collection[str] | None
                       preset=members[0][1].preset, runs=[r.name for r, _ in members],
                       seeds=[r.seed for r, _ in members],
                       statuses=[v.state for _, v in members],
-                      wall_time=[v.wall_time for _, v in members],
+                      timed={a: [getattr(v, a) for _, v in members] for a in _MIRRORED},
                       steps=[v.stats.get("steps", np.nan) for _, v in members], t=t, rows=rows,
                       init=[r.init for r, _ in members])
         for n in names:
@@ -138,8 +141,8 @@ def to_xarray(archive, solver: str | None = None, series: list[str] | None = Non
     times = np.unique(np.concatenate([b.t for b in found] or [np.zeros(0)]))
     lead = (len(points), len(seeds), len(names), len(times))
     values = {n: np.full(lead + tuple(sizes), np.nan) for n, (_, sizes) in shapes.items()}
-    meta = {"status": np.full(lead[:3], "", dtype=object), "wall_time": np.full(lead[:3], np.nan),
-            "steps": np.full(lead[:3], np.nan), "step": np.full(lead, np.nan)}
+    meta = {"status": np.full(lead[:3], "", dtype=object)} | {a: np.full(lead[:3], np.nan) for a in _MIRRORED} | {
+        "steps": np.full(lead[:3], np.nan), "step": np.full(lead, np.nan)}
     for b in found:
         p, k = points.index(b.point), names.index(b.solver)
         at = np.searchsorted(times, b.t)
@@ -147,7 +150,9 @@ def to_xarray(archive, solver: str | None = None, series: list[str] | None = Non
             j = seeds.index(seed)
             for n, a in b.series.items():
                 values[n][(p, j, k, at, *(slice(0, m) for m in a.shape[2:]))] = a[i]
-            meta["status"][p, j, k], meta["wall_time"][p, j, k] = b.statuses[i], b.wall_time[i]
+            meta["status"][p, j, k] = b.statuses[i]
+            for a, per_seed in b.timed.items():
+                meta[a][p, j, k] = per_seed[i]
             meta["steps"][p, j, k] = b.steps[i]
             if b.step is not None:
                 meta["step"][p, j, k, at] = b.step[i]

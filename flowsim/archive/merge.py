@@ -15,7 +15,7 @@ from pathlib import Path
 import h5py
 
 from .errors import ArchiveError
-from .format import decode_root_attrs, loads
+from .format import FILE, decode_root_attrs, loads, write_attrs
 from .recovery import check_replaceable, open_h5_readonly, require_flowsim
 
 
@@ -61,7 +61,7 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
         try:
             require_flowsim(os.fspath(p), f)
             attrs = decode_root_attrs(f.attrs)
-            if f.attrs.get("merged_from") is not None:
+            if attrs.get("merged_from") is not None:
                 raise ShardError(f"{p}: is itself a merged archive; merge the original parts")
             res = attrs.get("scenario_resolved")
             if resolved is None:
@@ -96,10 +96,10 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
         if "provenance" in first_attrs:     # the merged file is the whole job, not part 0
             prov = loads(first_attrs["provenance"])
             prov.pop("shard", None)
-            g.attrs["provenance"] = json.dumps(prov | {"shards": sorted(shards)})
+            write_attrs(g, FILE, {"provenance": prov | {"shards": sorted(shards)}})
             if "shard" in g.attrs:
                 del g.attrs["shard"]
-        g.attrs["merged_from"] = json.dumps([_link_target(Path(p), out) for p in parts])
+        write_attrs(g, FILE, {"merged_from": [_link_target(Path(p), out) for p in parts]})
         if data_part is not None:
             g["data"] = h5py.ExternalLink(_link_target(data_part, out), "/data")
         r = g.create_group("runs")

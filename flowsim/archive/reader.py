@@ -10,7 +10,8 @@ import h5py
 import numpy as np
 
 from .checkpoint import checkpoint_attrs, n_committed, read_checkpoint
-from .format import attr_str, decode_root_attrs, loads, read_arrays, run_params, series_spec
+from .format import (RUN, SOLVER, attr_str, attrs_of, count_columns, decode_root_attrs, is_solver, read_arrays,
+                     read_attrs, run_params)
 from .lock import writer_pid
 from .recovery import (damaged, flags_set, is_read_failure, open_h5_readonly, require_flowsim,
                        warnings_unless_failed)
@@ -94,16 +95,29 @@ class Archive:
         return f"<flowsim Archive {self.path!r}>"
 
 
-class RunView:
-    """One /runs/<run> group."""
+class _Attributes:
+    """A view whose group's attributes (those `flowsim.archive.format.ATTRS` declares for it,
+    decoded; the declared default where one is absent) read as the view's attributes."""
+
+    _attrs: dict
+
+    def __getattr__(self, name: str):
+        attrs = self.__dict__.get("_attrs", {})
+        if name in attrs:
+            return attrs[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+class RunView(_Attributes):
+    """One /runs/<run> group: `seed`, `label`, `point` (its attributes), and `params` (the
+    run's resolved scenario, whole)."""
 
     def __init__(self, archive: Archive, g: h5py.Group):
         self._archive, self._g = archive, g
         self.name = g.name.rsplit("/", 1)[-1]
-        self.seed = int(g.attrs.get("seed", -1))
-        self.label = attr_str(g.attrs.get("label", ""))
-        self.point = int(g.attrs.get("point", -1))
-        self.params = run_params(g, archive.attrs.get("scenario_resolved") or {})
+        self._attrs = read_attrs(g.attrs, RUN)
+        self.params = run_params(self._attrs["params"], self._attrs["params_changes"],
+                                 archive.attrs.get("scenario_resolved") or {})
 
     @property
     def data(self) -> dict[str, np.ndarray]:
@@ -117,7 +131,7 @@ class RunView:
     @property
     def solvers(self) -> dict[str, "SolverView"]:
         return {k: SolverView(v, live=self._archive.writer_pid is not None) for k, v in self._g.items()
-                if isinstance(v, h5py.Group) and "series_spec" in v.attrs}
+                if is_solver(v)}
 
     @property
     def unbegun(self) -> list[str]:
@@ -132,32 +146,29 @@ class RunView:
         return f"<RunView {self.name!r} seed={self.seed} point={self.point}>"
 
 
-class SolverView:
-    """One solver group; every series is truncated to the committed checkpoint count.
+class SolverView(_Attributes):
+    """One solver group; every series is truncated to the committed checkpoint count. Its
+    attributes (`flowsim.archive.format.ATTRS`: preset, status, stats, wall_time, message,
+    status_time, discrete, series_spec, conventions, …) are the view's.
 
     `interrupted`: the status is still "running" but no writer is live (killed, stopped or
-    crashed); `stats` and `wall_time` are then those of the last committed checkpoint."""
+    crashed); `stats` and the attributes mirroring a statistic (wall_time) are then those of
+    the last committed checkpoint."""
 
     def __init__(self, g: h5py.Group, live: bool = False):
         self._g = g
         self.name = g.name.rsplit("/", 1)[-1]
-        self.preset = loads(g.attrs.get("preset", "{}"))
-        self.status = attr_str(g.attrs.get("status", ""))
-        self.interrupted = self.status == "running" and not live
-        self.stats = loads(g.attrs.get("stats", "{}"))
-        self.wall_time = float(g.attrs.get("wall_time", float("nan")))
-        if self.status == "running":   # the final attrs are written when the solver ends
+        self._attrs = read_attrs(g.attrs, SOLVER)
+        if self._attrs["status"] == "running":   # the final attrs are written when the solver ends
             committed = checkpoint_attrs(g)
             if committed:
-                self.wall_time = float(committed.get("wall_time", self.wall_time))
-                self.stats = {k: v for k, v in committed.items() if k not in ("wall_time", "code")}
-        self.status_time = float(g.attrs.get("status_time", float("nan")))
-        self.message = attr_str(g.attrs.get("message", ""))
-        self.discrete = bool(g.attrs.get("discrete", False))
-        # what the series mean where codes differ ("" for most kinds, and in older archives)
-        self.conventions = attr_str(g.attrs.get("conventions", ""))
+                mirrored = {a.name: a for a in attrs_of(SOLVER) if a.stat}
+                for name, a in mirrored.items():
+                    self._attrs[name] = a.decode(committed.get(name, self._attrs[name]))
+                self._attrs["stats"] = {k: v for k, v in committed.items() if k not in mirrored and k != "code"}
+        self.interrupted = self.status == "running" and not live
         self.n_checkpoints = n_committed(g)
-        self._spec = series_spec(g)
+        self._spec = self._attrs["series_spec"]
 
     @property
     def state(self) -> str:
@@ -171,6 +182,15 @@ class SolverView:
     @property
     def step(self) -> np.ndarray | None:
         return self._g["step"][: self.n_checkpoints] if "step" in self._g else None
+
+    @property
+    def counts(self) -> dict[str, np.ndarray]:
+        """The cumulative counts at each checkpoint, start-up included (one array per column:
+        steps, accepted, rejected, vf_evals, hvps); their last row is `stats`'. {} in an
+        archive written before them."""
+        columns = count_columns(self._g)
+        rows = self._g["counts"][: self.n_checkpoints] if columns else None
+        return {name: rows[:, i] for i, name in enumerate(columns)}
 
     @property
     def series_names(self) -> list[str]:

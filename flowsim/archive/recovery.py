@@ -21,8 +21,8 @@ import h5py
 from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, n_committed, read_checkpoint, write_commit,
                          write_slot)
 from .errors import ArchiveError
-from .format import (HDF5_SIGNATURE, build_solver, dumps, iter_solvers, read_arrays, series_spec,
-                     write_arrays)
+from .format import (HDF5_SIGNATURE, SOLVER, attr, build_solver, count_columns, dumps, is_solver, iter_solvers,
+                     read_arrays, row_datasets, running_values, series_spec, write_arrays)
 from .lock import writer_pid
 from .superblock import FlagClearedFile, stored_eof, superblock_cleared
 from .swmr import open_swmr_read
@@ -242,7 +242,7 @@ def truncate_to_commits(f: h5py.File) -> None:
     """Drop series rows beyond the committed index (left by a kill mid-append)."""
     for g in iter_solvers(f):
         n = n_committed(g)
-        for name in ["t", "step", *series_spec(g)]:
+        for name in row_datasets(g):
             if name in g and g[name].shape[0] > n:
                 g[name].resize(n, axis=0)
 
@@ -331,7 +331,7 @@ def _copy_run(run: h5py.Group, runs: h5py.Group, path: str) -> None:
     for name, child in run.items():
         if name in ("init", "data"):
             write_arrays(g.create_group(name, track_order=True), read_arrays(child))
-        elif isinstance(child, h5py.Group) and "series_spec" in child.attrs:
+        elif is_solver(child):
             try:
                 _copy_solver(child, g, path)
             except (OSError, KeyError, ValueError) as exc:
@@ -340,9 +340,6 @@ def _copy_run(run: h5py.Group, runs: h5py.Group, path: str) -> None:
                 name = child.name.rsplit("/", 1)[-1]
                 if name in g:       # not an empty group that would read as "no rows yet"
                     del g[name]
-
-
-_RUNNING_ATTRS = {"status": "running", "stats": "{}", "wall_time": 0.0, "status_time": float("nan"), "message": ""}
 
 
 def _copy_attrs(src: h5py.Group, dst: h5py.Group, defaults: dict, path: str) -> None:
@@ -360,15 +357,14 @@ def _copy_attrs(src: h5py.Group, dst: h5py.Group, defaults: dict, path: str) -> 
 
 def _copy_solver(src: h5py.Group, run: h5py.Group, path: str) -> None:
     spec = series_spec(src)
-    discrete = bool(src.attrs.get("discrete", False))
+    discrete = attr(SOLVER, "discrete").read(src.attrs)
     g = run.create_group(src.name.rsplit("/", 1)[-1], track_order=True)
     # A kill while `set_status` rewrote them can leave attributes unreadable: they are
     # reset to a running solver's (its statistics are in the committed checkpoint).
-    _copy_attrs(src, g, _RUNNING_ATTRS, path)
-    build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, path)
+    _copy_attrs(src, g, running_values(encoded=True), path)
+    build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, path, count_columns(src))
     n = n_committed(src)
-    names = ["t", *(["step"] if discrete else []), *spec]
-    for name in names:
+    for name in row_datasets(src):
         g[name].resize(n, axis=0)
         for lo in range(0, n, 256):  # blocks: weights series can be large
             hi = min(n, lo + 256)

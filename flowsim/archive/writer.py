@@ -78,8 +78,8 @@ from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, checkpoint_fits, chec
                          mirror_checkpoint_attrs, n_committed, read_checkpoint, write_commit, write_rows,
                          write_slot)
 from .errors import ArchiveError, ArchiveFull
-from .format import (HORIZONS_ATTR, PARAMS_CHANGES, attr_str, build_solver, dumps, init_solver_attrs, iter_solvers,
-                     loads, params_changes, series_spec, write_arrays, write_root_attrs)
+from .format import (FILE, RUN, SOLVER, attr, attrs_of, build_solver, count_columns, dumps, init_solver_attrs,
+                     iter_solvers, params_changes, read_attrs, series_spec, write_arrays, write_attrs, write_root_attrs)
 from .lock import Lock
 from .recovery import check_signature, explain, rebuild, require_flowsim, truncate_to_commits
 
@@ -135,9 +135,12 @@ class _Solver:
     rows in the file, and the rows appended since they were written (in memory)."""
     spec: dict
     discrete: bool
+    counts: tuple[str, ...]      # the columns of its `counts` (() in an archive written before them)
     written: int                 # rows in the file (committed, or spilled since the last commit)
     layout: tuple | None         # checkpoint_layout of the slots
-    pending: list[tuple[float, int | None, dict[str, np.ndarray]]] = dataclasses.field(default_factory=list)
+    # (t, step, series values, counts) of each row appended since the last write
+    pending: list[tuple[float, int | None, dict[str, np.ndarray], np.ndarray]] = dataclasses.field(
+        default_factory=list)
     pending_bytes: int = 0
 
 
@@ -212,9 +215,9 @@ class ArchiveWriter:
             f = h5py.File(self.path, "r+", libver="latest", locking=False)
         try:
             require_flowsim(self.path, f)
-            self.scenario_text = attr_str(f.attrs.get("scenario_text", ""))
-            self.resolved = loads(f.attrs.get("scenario_resolved", "{}"))
-            self.provenance = loads(f.attrs.get("provenance", "{}"))
+            root = read_attrs(f.attrs, FILE)
+            self.scenario_text, self.resolved, self.provenance = (
+                root["scenario_text"], root["scenario_resolved"], root["provenance"])
             truncate_to_commits(f)
         finally:
             if f.id.valid:
@@ -322,17 +325,15 @@ class ArchiveWriter:
             return
         with self._structure(sum(np.asarray(v).nbytes for v in init.values())) as f:
             g = f["runs"].create_group(run, track_order=True)
-            g.attrs["params"] = dumps(params_changes(params, self.resolved))
-            g.attrs[PARAMS_CHANGES] = True
-            g.attrs["seed"] = int(seed)
-            g.attrs["label"] = str(label)
-            g.attrs["point"] = int(point)
+            write_attrs(g, RUN, {"params": params_changes(params, self.resolved), "params_changes": True,
+                                 "seed": seed, "label": label, "point": point})
             write_arrays(g.create_group("init", track_order=True), init)
 
     def create_solver(self, run: str, solver: str, *, preset: dict, series: dict,
-                      discrete: bool, conventions: str = "") -> None:
+                      discrete: bool, conventions: str = "", counts: tuple[str, ...] = ()) -> None:
         """Create the solver group, its empty series and dimension scales (no-op if exists);
-        `conventions`: what its series mean where codes differ (an attribute, if any)."""
+        `conventions`: what its series mean where codes differ (an attribute, if any);
+        `counts`: the columns of its cumulative counts, one row per checkpoint (`append`)."""
         with self._reading() as f:
             if f"runs/{run}" not in f:
                 raise ArchiveError(f"{self.path}: no run {run!r} (create_run first)")
@@ -343,7 +344,7 @@ class ArchiveWriter:
             g = f[f"runs/{run}"].create_group(solver, track_order=True)
             try:
                 init_solver_attrs(g, preset, spec, discrete, conventions)
-                build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, self.path)
+                build_solver(g, {k: tuple(v) for k, v in spec.items()}, discrete, self.path, tuple(counts))
             except BaseException:
                 del f[f"runs/{run}"][solver]
                 raise
@@ -352,17 +353,22 @@ class ArchiveWriter:
 
     def append(self, run: str, solver: str, *, t: float, step: int | None,
                values: dict[str, np.ndarray], checkpoint: dict[str, np.ndarray] | None = None,
-               checkpoint_attrs: dict | None = None) -> None:
+               checkpoint_attrs: dict | None = None, counts=None) -> None:
         """Append one checkpoint row; with `checkpoint` (the resumable state at this row)
         also commit it with every row appended before it (`commit`). A row appended without
-        one is read by nobody until a later commit: a kill before that loses it."""
+        one is read by nobody until a later commit: a kill before that loses it. `counts`:
+        the row's cumulative counts, one per column the solver was created with (an archive
+        written before them has none: they are not kept)."""
         s = self._solver(run, solver)
         key = f"/runs/{run}/{solver}"
         rows = self._validate_values(key, s.spec, values)
         if s.discrete and step is None:
             raise ArchiveError(f"{self.path}: {key} is discrete: append needs step")
-        s.pending.append((float(t), None if step is None else int(step), rows))
-        s.pending_bytes += sum(r.nbytes for r in rows.values()) + 16
+        counted = np.asarray(counts if s.counts and counts is not None else [], dtype=np.int64)
+        if counted.shape != (len(s.counts),):
+            raise ArchiveError(f"{self.path}: {key}: append needs counts, one per column {list(s.counts)}")
+        s.pending.append((float(t), None if step is None else int(step), rows, counted))
+        s.pending_bytes += sum(r.nbytes for r in rows.values()) + 16 + counted.nbytes
         if checkpoint is not None:
             self.commit(run, solver, checkpoint=checkpoint, checkpoint_attrs=checkpoint_attrs or {})
         elif self._pending_bytes() > SPILL_BYTES:
@@ -413,6 +419,8 @@ class ArchiveWriter:
         blocks = {"t": np.array([p[0] for p in s.pending], dtype=np.float64)}
         if s.discrete:
             blocks["step"] = np.array([p[1] for p in s.pending], dtype=np.int64)
+        if s.counts:
+            blocks["counts"] = np.stack([p[3] for p in s.pending])
         for name in s.spec:
             blocks[name] = np.stack([p[2][name] for p in s.pending])
         for name, block in blocks.items():
@@ -437,8 +445,8 @@ class ArchiveWriter:
             with self._reading() as f:
                 g = self._group(f, f"runs/{run}/{solver}", self.path)
                 cp = g.get("checkpoint")
-                s = _Solver(series_spec(g), bool(g.attrs.get("discrete", False)), n_committed(g),
-                            checkpoint_layout(cp))
+                s = _Solver(series_spec(g), attr(SOLVER, "discrete").read(g.attrs), count_columns(g),
+                            n_committed(g), checkpoint_layout(cp))
             self._solvers[(run, solver)] = s
         return s
 
@@ -509,7 +517,7 @@ class ArchiveWriter:
     def horizons(self) -> tuple[float, ...]:
         """The earlier t_ends of an archive extended by `extend_horizon` (oldest first)."""
         with self._reading() as f:
-            return tuple(loads(f.attrs.get(HORIZONS_ATTR, "[]")))
+            return tuple(read_attrs(f.attrs, FILE)["t_end_history"])
 
     def extend_horizon(self, resolved: dict) -> None:
         """The archive continues to `resolved`'s later run.t_end (its only difference from
@@ -518,30 +526,30 @@ class ArchiveWriter:
         the driver ends it (a crash meanwhile then reads as interrupted)."""
         old = self.resolved["run"]["t_end"]
         with self._structure() as f:
-            f.attrs[HORIZONS_ATTR] = dumps([*loads(f.attrs.get(HORIZONS_ATTR, "[]")), old])
-            f.attrs["scenario_resolved"] = dumps(resolved)
+            history = read_attrs(f.attrs, FILE)["t_end_history"]
+            write_attrs(f, FILE, {"t_end_history": [*history, old], "scenario_resolved": resolved})
             for g in f["runs"].values():   # a run whose run table is the scenario's has it already
-                params = loads(g.attrs.get("params", "{}"))
+                params = read_attrs(g.attrs, RUN)["params"]
                 if "run" in params:
                     params["run"]["t_end"] = resolved["run"]["t_end"]
-                    g.attrs["params"] = dumps(params)
+                    write_attrs(g, RUN, {"params": params})
             for solver in iter_solvers(f):
-                solver.attrs["status"] = "running"
+                write_attrs(solver, SOLVER, {"status": "running"})
         self.resolved = dict(resolved)
 
-    def set_status(self, run: str, solver: str, *, status: str, stats: dict,
-                   wall_time: float, message: str = "", status_time: float | None = None) -> None:
-        """Record the solver's status (attribute rewrite: a structure change)."""
+    def set_status(self, run: str, solver: str, *, status: str, stats: dict, message: str = "",
+                   status_time: float | None = None, **stat_attrs: float) -> None:
+        """Record the solver's end: its status and every attribute that changes as it runs
+        (`flowsim.archive.format.ATTRS`); one mirroring a statistic (wall_time) is given in
+        `stat_attrs` or taken from `stats` (an attribute rewrite: a structure change)."""
         if status not in STATUS_NAMES:
             raise ArchiveError(f"{self.path}: unknown status {status!r} "
                                f"(expected one of {', '.join(STATUS_NAMES)})")
+        values = {"status": status, "stats": stats, "message": message,
+                  "status_time": float("nan") if status_time is None else status_time}
+        values |= {a.name: stats.get(a.name, a.running) for a in attrs_of(SOLVER) if a.stat} | stat_attrs
         with self._structure() as f:
-            g = self._group(f, f"runs/{run}/{solver}", self.path)
-            g.attrs["status"] = status
-            g.attrs["stats"] = dumps(stats)
-            g.attrs["wall_time"] = float(wall_time)
-            g.attrs["message"] = str(message)
-            g.attrs["status_time"] = float("nan") if status_time is None else float(status_time)
+            write_attrs(self._group(f, f"runs/{run}/{solver}", self.path), SOLVER, values)
 
     # ---- closing ------------------------------------------------------------------
 

@@ -8,6 +8,32 @@ def _written_by_simulate(resolved) -> bool:
         resolved["model"].get("kind") == "module"
 
 
+def _split(sv) -> str:
+    """Where a solver's wall time went: observing and integrating, and compiling apart (an
+    archive written before `compile_time` has it inside the wall time)."""
+    observing = sv.stats.get("observe_time")
+    compiling = sv.stats.get("compile_time")
+    if observing is None:
+        return ""
+    if compiling is None:
+        return f" (observing ≈ {observing:.3g} s, integrating and compiling ≈ {sv.wall_time - observing:.3g} s)"
+    return (f" (observing ≈ {observing:.3g} s, integrating ≈ {sv.wall_time - observing:.3g} s), "
+            f"compiling {compiling:.3g} s")
+
+
+_SHOWN = ("steps", "vf_evals", "hvps")   # of a solver's per-checkpoint counts (accepted, rejected: `stats`)
+
+
+def _counts(sv, ends: int = 2) -> str:
+    """A solver's cumulative counts at its first and last `ends` checkpoints."""
+    counts, t = sv.counts, sv.t
+    shown = [c for c in _SHOWN if c in counts]
+    rows = [f"t = {t[i]:.6g}: " + ", ".join(str(counts[c][i]) for c in shown) for i in range(t.size)]
+    if len(rows) > 2 * ends:
+        rows = [*rows[:ends], "…", *rows[-ends:]]
+    return f"cumulative {', '.join(shown)} at its checkpoints (start-up included): {' · '.join(rows)}"
+
+
 def inspect_archive(path) -> None:
     """Print what `flowsim inspect PATH` prints."""
     import numpy as np
@@ -60,18 +86,17 @@ def inspect_archive(path) -> None:
                 interrupted |= sv.interrupted
                 loss = f", loss {float(np.asarray(sv['loss'])[-1]):.6g}" if "loss" in sv.series_names and t.size \
                     else ""
-                observing = sv.stats.get("observe_time")
-                split = "" if observing is None else \
-                    f" (observing ≈ {observing:.3g} s, integrating and compiling ≈ {sv.wall_time - observing:.3g} s)"
                 wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
-                    f" for its {len(together)} seeds together" if len(together) > 1 else "") + split
-                advice = advise(sv.preset.get("method", ""), sv.stats)
+                    f" for its {len(together)} seeds together" if len(together) > 1 else "") + _split(sv)
+                advice = advise(sv.preset.get("method", ""), sv.stats, sname)
                 print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
                       + (f", {stats}" if stats else "") + wall
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
                       + (f"\n{'':20}advice: {advice}" if advice else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
+                if sv.counts:
+                    print(f"{'':20}{_counts(sv)}")
                 if sv.conventions:      # (a central flow's: Σ, the edge, where the sharpness is taken)
                     print(f"{'':20}conventions:\n" + "\n".join(f"{'':22}{x}" for x in sv.conventions.splitlines()))
         if interrupted and _written_by_simulate(resolved):

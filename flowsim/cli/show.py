@@ -5,7 +5,7 @@ preset, or the sweep; a flow preset's keys that its method does not read are lef
 memory and disk estimate that `run` checks. Nothing is built or run.
 """
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 from ..run.resources import point_estimates
@@ -14,7 +14,7 @@ from ..config.files import parse_toml
 from ..config.schema import sweep_axes, sweep_key
 from ..config.spec import ABSENT, toml_value
 from ..run.integrators import checkpoint_grid
-from ..integrate.registry import FLOW_METHODS, FlowMethod
+from ..integrate.registry import FLOW_METHODS
 
 _MIB = 2**20
 
@@ -59,15 +59,9 @@ def origin(sc: Scenario, raw: dict, key: str, path: tuple) -> str:
     return "file" if _at(raw, path) is not ABSENT else "default"
 
 
-# Flow-preset keys that only some methods read (flowsim/integrate/flow.py,
-# make_flow_integrator): a preset's others are shown, these only where its method uses them.
-_METHOD_KEYS: dict[str, Callable[[FlowMethod], bool]] = {
-    **dict.fromkeys(("newton_rtol", "newton_atol", "linear_rtol", "linear_atol", "krylov_restart",
-                     "krylov_max_steps"), lambda m: m.implicit),              # Newton–Krylov stages
-    **dict.fromkeys(("pcoeff", "icoeff", "dtmin", "dtmax"), lambda m: not m.filippov),  # the PID controller
-    "slots": lambda m: m.filippov,
-    **dict.fromkeys(("rho_every", "rho_safety"), lambda m: m.stabilised),     # rock4's spectral radius
-}
+# The flow-preset keys a method's settings groups hold: a preset's others are always shown,
+# these where its method's registry entry reads them.
+_METHOD_KEYS = frozenset(k for m in FLOW_METHODS.values() for k in m.keys())
 
 
 def _unused(resolved: dict, path: tuple) -> bool:
@@ -75,7 +69,7 @@ def _unused(resolved: dict, path: tuple) -> bool:
     if path[:2] != ("run", "solvers") or len(path) != 4 or path[3] not in _METHOD_KEYS:
         return False
     method = FLOW_METHODS.get(_at(resolved, path[:3]).get("method"))
-    return method is not None and not _METHOD_KEYS[path[3]](method)
+    return method is not None and path[3] not in method.keys()
 
 
 def _swept(sc: Scenario) -> dict[str, str]:

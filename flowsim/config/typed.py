@@ -639,6 +639,17 @@ def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
                       "\"\" (none)")
 
 
+def _read_by(group: str, meaning: str) -> str:
+    """A flow-preset key's meaning after the methods whose registry entry reads its settings
+    group (`FlowMethod.reads`), where not every method does: those methods where they are
+    the fewer, else the others."""
+    readers = [m.name for m in _FLOW_METHOD_REGISTRY.values() if group in m.reads]
+    others = [m for m in _FLOW_METHOD_REGISTRY if m not in readers]
+    if not others:
+        return meaning
+    return (", ".join(readers) if len(readers) <= len(others) else "all but " + ", ".join(others)) + ": " + meaning
+
+
 def _check_kind(preset) -> None:
     if preset.kind not in preset.KINDS:
         raise ValueError(f"`kind` = {preset.kind!r} is not a kind of {type(preset).__name__}; "
@@ -693,37 +704,45 @@ class FlowPreset:
     method: Literal[FLOW_METHODS] = setting(
         "tsit5", "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
         "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
-        "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, or filippov: "
+        "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, auto: tsit5 while "
+        "accuracy holds the step and rock4 while stability does, switched per step, or filippov: "
         "event-driven through ReLU kinks")
-    rtol: float = setting(_positive(1e-8), "relative tolerance of the adaptive step control")
-    atol: float = setting(_positive(1e-10), "absolute tolerance of the adaptive step control")
-    dtmin: float = setting(Float(lo=0.0, default=0.0), "smallest step allowed (0 = none)")
-    dtmax: float = setting(Float(lo=0.0, default=0.0), "largest step allowed (0 = none)")
-    max_steps: int = setting(Int(lo=1, default=1_000_000), "steps allowed over the whole run; reaching it "
-                             "ends the flow with status `max_steps`")
+    # The keys of the settings groups a flow method reads (`flowsim.integrate.registry`:
+    # its records hold these names; each meaning names the methods that read it).
+    rtol: float = setting(_positive(1e-8), _read_by("accuracy", "relative tolerance of the adaptive step control"))
+    atol: float = setting(_positive(1e-10), _read_by("accuracy", "absolute tolerance of the adaptive step control"))
+    dtmin: float = setting(Float(lo=0.0, default=0.0), _read_by("step_control", "smallest step allowed (0 = none)"))
+    dtmax: float = setting(Float(lo=0.0, default=0.0), _read_by("step_control", "largest step allowed (0 = none)"))
+    max_steps: int = setting(Int(lo=1, default=1_000_000), _read_by("accuracy", "steps allowed over the whole run; "
+                             "reaching it ends the flow with status `max_steps`"))
     # Implicit methods (kvaerno5) solve their stages by matrix-free Newton-Krylov:
-    linear_rtol: float = setting(_positive(1e-10), "GMRES relative tolerance inside implicit stages")
-    linear_atol: float = setting(_positive(1e-10), "GMRES absolute tolerance inside implicit stages")
-    newton_rtol: float = setting(_positive(1e-8), "Newton relative tolerance of implicit stages")
-    newton_atol: float = setting(_positive(1e-10), "Newton absolute tolerance of implicit stages")
-    krylov_restart: int = setting(Int(lo=1, default=20), "GMRES restart length")
-    krylov_max_steps: int = setting(Int(lo=1, default=200), "GMRES iterations per linear solve")
+    linear_rtol: float = setting(_positive(1e-10), _read_by("newton_krylov", "GMRES relative tolerance inside "
+                                                            "implicit stages"))
+    linear_atol: float = setting(_positive(1e-10), _read_by("newton_krylov", "GMRES absolute tolerance inside "
+                                                            "implicit stages"))
+    newton_rtol: float = setting(_positive(1e-8), _read_by("newton_krylov", "Newton relative tolerance of "
+                                                           "implicit stages"))
+    newton_atol: float = setting(_positive(1e-10), _read_by("newton_krylov", "Newton absolute tolerance of "
+                                                            "implicit stages"))
+    krylov_restart: int = setting(Int(lo=1, default=20), _read_by("newton_krylov", "GMRES restart length"))
+    krylov_max_steps: int = setting(Int(lo=1, default=200), _read_by("newton_krylov", "GMRES iterations per "
+                                                                     "linear solve"))
     # PID step control (Diffrax's PIDController): pcoeff ≈ 0.2–0.4, icoeff ≈ 0.3–0.4 suit
     # stiff problems; the defaults (0, 1) are plain integral control.
-    pcoeff: float = setting(Float(lo=0.0, default=0.0),
-                            "proportional coefficient of the PID step control (0 = integral control only)")
-    icoeff: float = setting(Float(lo=0.0, lo_open=True, default=1.0),
-                            "integral coefficient of the PID step control")
-    slots: int = setting(Int(lo=1, default=8), "filippov: kink surfaces one node may slide on at once; a node "
-                         "that meets more ends the run with status `failed` (a larger value goes on, at a cost "
-                         "growing as slots² per node while more than 4 are in use; never more than min(n, d) "
-                         "are used)")
-    rho_every: int = setting(Int(lo=1, default=10), "rock4, rkc2: accepted steps between estimates of the spectral "
-                             "radius ρ of the flow's Jacobian (one power-iteration Hessian-vector product each; "
-                             "also estimated again after a rejected step)")
-    rho_safety: float = setting(Float(lo=1.0, default=1.2), "rock4, rkc2: the factor ρ's estimate is multiplied by "
-                                "(power iteration approaches ρ from below, slowly where the top of the Hessian "
-                                "spectrum is clustered)")
+    pcoeff: float = setting(Float(lo=0.0, default=0.0), _read_by(
+        "step_control", "proportional coefficient of the PID step control (0 = integral control only)"))
+    icoeff: float = setting(Float(lo=0.0, lo_open=True, default=1.0), _read_by(
+        "step_control", "integral coefficient of the PID step control"))
+    slots: int = setting(Int(lo=1, default=8), _read_by(
+        "filippov", "kink surfaces one node may slide on at once; a node that meets more ends the run with "
+        "status `failed` (a larger value goes on, at a cost growing as slots² per node while more than 4 are in "
+        "use; never more than min(n, d) are used)"))
+    rho_every: int = setting(Int(lo=1, default=10), _read_by(
+        "stabilised", "accepted steps between estimates of the spectral radius ρ of the flow's Jacobian (one "
+        "power-iteration Hessian-vector product each; also estimated again after a rejected step)"))
+    rho_safety: float = setting(Float(lo=1.0, default=1.2), _read_by(
+        "stabilised", "the factor ρ's estimate is multiplied by (power iteration approaches ρ from below, slowly "
+        "where the top of the Hessian spectrum is clustered)"))
     # A second, tighter flow solved beside this one: the archive then holds this flow's
     # global-error estimate at every checkpoint (series `flow_error`).
     reference: FlowPreset | None = setting(
@@ -940,7 +959,7 @@ class Run:
         "when rows are recorded: {every = T}, {count = N, spacing} or {times = [...]} (t = 0 is always row 0)")
     solvers: tuple[Preset, ...] = setting(
         Custom(fn=_check_solvers, text="a non-empty list of solver preset names or inline tables",
-               types=(list,), default=["tsit5"]),
+               types=(list,), default=["auto"]),
         "solver presets by name (files in solvers/) or inline tables; each runs every seed of every sweep point",
         default=REQUIRED)    # (in Python: the preset objects; a name is resolved by validation)
     observe: tuple[str, ...] = setting(ListOf(item=Str(choices=OBSERVABLES), distinct=True, default=DEFAULT_OBSERVE),

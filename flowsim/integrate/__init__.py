@@ -1,19 +1,24 @@
 """Integrators: how the weights move (exact flow, its modified flow, discrete descent).
 
-    registry.py    the solver kinds and flow methods, declared once, and t = kη (no JAX)
+    registry.py    the solver kinds and flow methods, declared once (each method's settings
+                   groups and integrator factory), and t = kη (no JAX)
     base.py        AbstractIntegrator: init, advance, time, and what the driver records
-    flow.py        FlowIntegrator: Diffrax, segment by segment, resumable bit for bit
+    flow.py        AbstractFlowIntegrator: a Diffrax-style solver segment by segment,
+                   resumable bit for bit; FlowIntegrator (Diffrax's methods),
+                   StabilisedIntegrator (rock4, rkc2) and their factories
     filippov/      FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
                    (modes.py the mode algebra, events.py the events, integrator.py the stepping)
     rock4.py       ROCK4: the stabilised explicit Runge–Kutta method for stiff flows (rock4.json
                    its coefficient tables; AbstractStabilised, the machinery it shares with rkc2)
     rkc2.py        RKC2: the second-order Runge–Kutta–Chebyshev method (Sommeijer–Shampine–Verwer)
+    auto.py        Auto: Tsit5 while accuracy holds the step, ROCK4 while stability does (the default)
     central_field.py  the central flow of GD at step η (Cohen et al. 2025): its field and solver
     sdcp.py        the small semidefinite complementarity problem the central flow solves
     central_flow.py   CentralIntegrator: a flow stepping the central field
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
     reference_pair.py  ReferencePair: a flow beside a tighter reference (its error certificate)
 
-Nothing is imported here, so that reading the registry does not import JAX. The integrators
-take plain fields: `flowsim.run.integrators` builds them from a solver preset.
+Nothing is imported here, so that reading the registry does not import JAX. The integrators'
+factories take the records of the settings groups their method reads: `flowsim.run.integrators`
+fills them from a solver preset.
 """

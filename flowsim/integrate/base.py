@@ -64,6 +64,17 @@ class AbstractIntegrator(eqx.Module):
         """The `certificate_series` at `state`."""
 
     @property
+    def init_evals(self) -> int:
+        """Field (gradient) evaluations `init` spends, which the statistics of `advance` leave
+        out (the driver counts them once, at the start)."""
+        return 0
+
+    @property
+    def init_hvps(self) -> int:
+        """Hessian-vector products `init` spends, left out as `init_evals` are."""
+        return 0
+
+    @property
     def conventions(self) -> str:
         """What its series mean where other codes write them differently, written as the
         solver group's attribute `conventions` ("": none, nothing written)."""

@@ -1,18 +1,19 @@
-"""The integrator of a `central-flow` preset: `FlowIntegrator` stepping `CentralSolver`
-(`flowsim.integrate.central_field`), with the central flow's series as its certificate and its
-eigen-tracking and third-derivative products in the statistics."""
+"""The integrator of a `central-flow` preset: the flow stepping of `AbstractFlowIntegrator`
+with `CentralSolver` (`flowsim.integrate.central_field`), the central flow's series as its
+certificate and its eigen-tracking and third-derivative products in the statistics."""
 
 import diffrax as dfx
 import jax
 
 from ..nn.problem import Problem
 from .central_field import CentralField, CentralSolver, CentralState, certificate, certificate_names, conventions
-from .flow import FlowIntegrator, ProposingPID, stiffness_probe
-from .registry import CENTRAL_METHODS, FLOW_METHODS
+from .auto import stiffness_probe
+from .flow import AbstractFlowIntegrator, stepping
+from .registry import CENTRAL_METHODS, FLOW_METHODS, Accuracy, Central, StepControl
 from .rock4 import Rock4
 
 
-class CentralIntegrator(FlowIntegrator):
+class CentralIntegrator(AbstractFlowIntegrator):
     """A flow whose solver is a `CentralSolver`."""
 
     @property
@@ -38,20 +39,19 @@ class CentralIntegrator(FlowIntegrator):
 
     def _cost(self, sstate: CentralState):
         # field evaluations; "hvps" holds the try's Hessian-vector and third-derivative products
-        return sstate.tried[0], sstate.tried[1] + sstate.tried[2]
+        return sstate.tried[0], sstate.tried[1] + sstate.tried[2], jax.numpy.asarray(self.solver.stabilised)
 
 
-def make_central_integrator(*, method: str, learning_rate: float, max_eigen: int, track_threshold: float,
-                             rtol: float, atol: float, dtmin: float, dtmax: float, max_steps: int,
-                             pcoeff: float, icoeff: float, stop_loss: float = 0.0) -> CentralIntegrator:
-    """The central flow of GD at step `learning_rate`, stepped by the explicit Runge–Kutta
-    `method` or rock4, tracking at most `max_eigen` Hessian eigen-directions; the other fields are a
-    `central-flow` preset's (`flowsim.config.FlowPreset` documents them)."""
+def make_central_integrator(method: str, *, central: Central, accuracy: Accuracy, step_control: StepControl,
+                            stop_loss: float = 0.0) -> CentralIntegrator:
+    """The central flow of GD at step `central.learning_rate`, stepped by the explicit
+    Runge–Kutta `method` or rock4, tracking at most `central.max_eigen` Hessian eigen-directions
+    (it reads the settings groups `registry.CENTRAL_READS`)."""
     if method not in CENTRAL_METHODS:
         raise ValueError(f"`method` = {method!r} cannot step a central flow; "
                          f"allowed: an explicit Runge–Kutta method or rock4 ({', '.join(CENTRAL_METHODS)})")
-    field = CentralField(eta=jax.numpy.asarray(learning_rate, jax.numpy.float64),
-                         k=int(max_eigen), threshold=float(track_threshold))
+    field = CentralField(eta=jax.numpy.asarray(central.learning_rate, jax.numpy.float64),
+                         k=int(central.max_eigen), threshold=float(central.track_threshold))
     if FLOW_METHODS[method].stabilised:
         # ρ from the tracked spectrum (CentralSolver), not rock4's power iteration
         inner, evals, probe = Rock4(), 0, None
@@ -59,9 +59,6 @@ def make_central_integrator(*, method: str, learning_rate: float, max_eigen: int
         inner = getattr(dfx, FLOW_METHODS[method].diffrax)()
         tab = inner.tableau
         evals, probe = len(tab.c) + 1 - int(tab.fsal), stiffness_probe(tab)
-    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
-                            dtmax=dtmax or None)
     return CentralIntegrator(solver=CentralSolver(inner=inner, field=field, evals_per_step=evals),
-                             controller=ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol),
-                             term=dfx.ODETerm(field), max_steps=int(max_steps),
-                             stop_loss=float(stop_loss), evals_per_step=evals, stiffness_probe=probe)
+                             **stepping(accuracy, step_control, stop_loss), term=dfx.ODETerm(field),
+                             stiffness_probe=probe)

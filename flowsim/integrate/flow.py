@@ -17,6 +17,8 @@ The initial state is built once, outside the advance function, so every stretch 
 same pytree structure and the advance function compiles once.
 """
 
+import abc
+import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -31,11 +33,11 @@ import optimistix as optx
 from ..status import Status
 from ..nn.problem import Params
 from ..nn.problem import Problem, hessian_vector_product
+from .auto import HELD_SHARE, Auto, stage_h_rho, stiffness_probe
 from .base import AbstractIntegrator, Scratch
-from .filippov import FilippovIntegrator
-from .registry import FLOW_METHODS
+from .registry import Accuracy, FlowMethod, NewtonKrylov, Stabilised, StepControl
 from .rkc2 import Rkc2, local_tolerances as rkc2_local_tolerances
-from .rock4 import AbstractStabilised, Rock4, init_hvps as rock4_init_hvps, roundoff_bound
+from .rock4 import Rock4, StabilisedState, init_hvps as rock4_init_hvps, roundoff_bound
 
 # Tries in a row whose values were not finite after which a member ends `nonfinite`: each
 # shrinks the step by the controller's factormin (0.2), so the last was ~1e-14 of the first
@@ -46,17 +48,17 @@ _NONFINITE_TRIES = 20
 # plus, for FSAL methods, the first step's extra evaluation of f(t0, y0) (1).
 _INIT_EVALS_STEP_SEARCH = 2
 
-# An accepted step of an explicit method counts as held by stability (`stiff_steps`) when its
-# estimate of h·ρ reaches this share of the method's stability limit on the negative real
-# axis. The estimate is Hairer's (DOPRI5's stiffness detection): ‖k_s − k_{s−1}‖ / ‖Y_s −
-# Y_{s−1}‖ from the last two stages, free of extra evaluations; it approaches h·ρ from below
-# when the stiff components dominate the stages' differences, as they do at the limit.
-_HELD_SHARE = 0.5
-
 # A flow's statistics, in the order its advance accumulates them: `hvps` counts ROCK4's
 # Jacobian-vector products (power iteration for ρ), `stiff_steps` the accepted steps held by
-# stability (explicit Runge–Kutta methods).
-FLOW_STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals", "hvps", "stiff_steps")
+# stability (explicit Runge–Kutta methods, and `auto` in its Tsit5 steps: Hairer's estimate of
+# h·ρ from the last two stages reached `auto.HELD_SHARE` of the stability limit),
+# `stabilised_steps` the accepted steps a stabilised method took (all of rock4's and rkc2's,
+# `auto`'s in ROCK4), `stiff_rejections` the rejected tries at the stability limit: held, as a
+# step in `stiff_steps` is, or a stabilised method's try as long as its h·ρ ceiling allows
+# (`max_step`: round-off or its stability interval). Rejections that are not at the limit are
+# what the solver advisor reads as kinks (flowsim.run.advice).
+FLOW_STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals", "hvps", "stiff_steps", "stabilised_steps",
+                  "stiff_rejections")
 
 
 class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
@@ -163,26 +165,40 @@ def _modified_velocity(eta: float) -> _ModifiedVelocity:
     return _ModifiedVelocity(eta=jnp.asarray(eta, dtype=jnp.float64))
 
 
-class FlowIntegrator(AbstractIntegrator):
-    """Advances a `FlowState` to a later time; knows nothing of files or checkpoints."""
+class AbstractFlowIntegrator(AbstractIntegrator):
+    """Advances a `FlowState` to a later time by a Diffrax-style solver under the PID
+    controller; knows nothing of files or checkpoints. What a try costs and what certifies the
+    result are the solver family's (`FlowIntegrator`, `StabilisedIntegrator` here,
+    `flowsim.integrate.central_flow.CentralIntegrator`). A solver may bound the proposed step
+    (`max_step(state)`: ROCK4's stability and round-off) and keep what a rejected try learnt
+    (`rejected(committed, tried)`)."""
 
     solver: dfx.AbstractSolver
     controller: ProposingPID
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
-    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit), or per try (stabilised)
-    # Explicit Runge–Kutta methods: the weights of the stages' increments in Y_s − Y_{s−1}, and
-    # the method's stability limit on the negative real axis (see `_HELD_SHARE`); None otherwise.
-    stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True, default=None)
+    # Explicit Runge–Kutta methods and auto: the weights of the stages' increments in Y_s − Y_{s−1},
+    # and the (explicit) method's stability limit on the negative real axis (`auto.stiffness_probe`);
+    # None otherwise.
+    stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True)
 
     discrete: ClassVar[bool] = False
 
     @property
-    def certificate_series(self) -> tuple[str, ...]:
-        # a stabilised method certifies its steps with its spectral radius estimate and its last
-        # stage count
-        return ("rho", "stages") if isinstance(self.solver, AbstractStabilised) else ()
+    @abc.abstractmethod
+    def init_evals(self) -> int:
+        """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
+
+    @property
+    @abc.abstractmethod
+    def init_hvps(self) -> int:
+        """Jacobian-vector products of `init`, outside the statistics."""
+
+    @abc.abstractmethod
+    def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Field evaluations and Jacobian-vector products of the try that left `sstate`, and
+        whether a stabilised method took it (`stabilised_steps`)."""
 
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FlowState:
         """The state at t = 0: solver state and the controller's first step proposal (the
@@ -193,60 +209,46 @@ class FlowIntegrator(AbstractIntegrator):
                                              self.solver.func, self.solver.error_order(terms))
         sstate = self.solver.init(terms, t0, tnext, params, problem)
         step = jax.eval_shape(lambda: self._attempt(problem, t0, params, sstate, cstate, t0))
-        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6] + step[8:])
+        zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), step[1:6] + step[8:9])
         return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate,
                          ahead=Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params))
 
-    @property
-    def init_evals(self) -> int:
-        """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
-        if isinstance(self.solver, AbstractStabilised):
-            return _INIT_EVALS_STEP_SEARCH + 1
-        if not self.evals_per_step:
-            return 0
-        return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
-
-    @property
-    def init_hvps(self) -> int:
-        """Jacobian-vector products of `init` (ROCK4's first ρ), outside the statistics."""
-        return rock4_init_hvps() if isinstance(self.solver, AbstractStabilised) else 0
-
-    def _cost(self, sstate) -> tuple[jax.Array, jax.Array]:
-        """Field evaluations and Jacobian-vector products of the try that left `sstate`."""
-        if isinstance(self.solver, AbstractStabilised):
-            return sstate.stages, sstate.hvps
-        return jnp.asarray(self.evals_per_step), jnp.asarray(0)
-
     def _held(self, dense: dict) -> jax.Array:
-        """Whether a step's h·ρ estimate reached `_HELD_SHARE` of the stability limit."""
+        """Whether a step's h·ρ estimate reached `HELD_SHARE` of the stability limit (never a
+        stabilised step of auto's: its dense output is not Tsit5's)."""
         if self.stiffness_probe is None:
             return jnp.asarray(False)
         weights, limit = self.stiffness_probe
-        k = jax.tree.leaves(dense["k"])    # each leaf: the stages' increments h·f(Y_i), stacked
-        dk = sum(jnp.sum((x[-1] - x[-2]) ** 2) for x in k)
-        dy = sum(jnp.sum(jnp.tensordot(jnp.asarray(weights, x.dtype), x, 1) ** 2) for x in k)
-        return dk >= (_HELD_SHARE * limit) ** 2 * dy
+        h_rho, _ = stage_h_rho(weights, dense["k"])
+        return (h_rho >= HELD_SHARE * limit) & ~jnp.asarray(dense.get("stabilised", False))
 
     @eqx.filter_jit
     def _attempt(self, problem: Problem, t, y, solver_state, controller_state, clip):
         """One try of the step the controller proposes from the committed state (t, y, solver
         state, controller state), ended on `clip` where it would pass it: (accepted, t1, y1,
-        solver state, controller state, dense output, result, non-finite). Jitted, and so
+        solver state, controller state, dense output, result, non-finite, held by stability, at
+        the stability limit: held or at the solver's h·ρ ceiling). Jitted, and so
         traced once per process: `init` traces it for the shapes of a step held ahead, and
         the first segment's program finds that trace (JAX inlines the call)."""
         proposal = controller_state[1]
+        ceiling = jnp.asarray(False)
         if hasattr(self.solver, "max_step"):    # ROCK4: no longer than stability and round-off allow
+            ceiling = self.solver.max_step(solver_state) <= proposal
             proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
+        order = self.solver.error_order(self.term)
+        if hasattr(self.solver, "step_error_order"):     # auto: the order of the method stepping
+            order = self.solver.step_error_order(self.term, solver_state)
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
         y1, y_err, dense, sstate, solver_result = self.solver.step(self.term, t, t1, y, problem, solver_state, False)
         blowup = ~_finite((y1, y_err))
         y_err = jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_err)
         keep, _, _, _, cstate, result = self.controller.adapt_step_size(
-            t, t1, y, y1, problem, y_err, self.solver.error_order(self.term), controller_state)
+            t, t1, y, y1, problem, y_err, order, controller_state)
         # a rejected step's solver failure only makes the next try smaller (as in Diffrax)
         result = dfx.RESULTS.where(keep & (solver_result != dfx.RESULTS.successful), solver_result, result)
-        return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup, self._held(dense)
+        held = self._held(dense)
+        return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup, held, held | ceiling
 
     def advance(self, problem: Problem, state: FlowState, t_next, horizon=None) -> tuple[FlowState, dict]:
         """Integrate from the member's position to `t_next`, ending a step there only if it is
@@ -257,11 +259,11 @@ class FlowIntegrator(AbstractIntegrator):
         clip = t_next if horizon is None else jnp.maximum(jnp.asarray(horizon, t_next.dtype), t_next)
 
         def commit(s: FlowState, take, t1, y1, sstate, cstate, held, stats, code):
-            evals, hvps = self._cost(sstate)
+            evals, hvps, stabilised = self._cost(sstate)
             t, y, sstate, cstate = _where(take, (t1, y1, sstate, cstate),
                                           (s.t, s.y, s.solver_state, s.controller_state))
             s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
-            stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held]).astype(stats.dtype)
+            stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held, stabilised, 0]).astype(stats.dtype)
             if self.stop_loss > 0:
                 code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), Status.STOPPED, code)
             return s, stats, code
@@ -273,7 +275,7 @@ class FlowIntegrator(AbstractIntegrator):
 
         def body(c):
             s, stats, code, streak, tries = c
-            keep, t1, y1, sstate, cstate, stages, result, blowup, held = self._attempt(
+            keep, t1, y1, sstate, cstate, stages, result, blowup, held, limited = self._attempt(
                 problem, s.t, s.y, s.solver_state, s.controller_state, clip)
             hold = keep & (t1 > t_next)
             a = s.ahead     # not valid here (the loop runs only without a step held)
@@ -287,8 +289,8 @@ class FlowIntegrator(AbstractIntegrator):
                 sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
             s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
                           controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
-            evals, hvps = self._cost(sstate)
-            stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0]).astype(stats.dtype)
+            evals, hvps, _ = self._cost(sstate)
+            stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0, 0, limited]).astype(stats.dtype)
             s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
             code = jnp.where(result != dfx.RESULTS.successful, Status.FAILED, code)
             return s, stats, code, jnp.where(blowup & ~keep, streak + 1, 0), tries + 1
@@ -298,7 +300,8 @@ class FlowIntegrator(AbstractIntegrator):
         again = a.valid & (a.at == t_next)
         # the step held ahead is committed once the new checkpoint is past its end
         s, stats, code = commit(state, a.valid & (a.t1 <= t_next), a.t1, a.y1, a.solver_state,
-                                a.controller_state, a.held, jnp.zeros(6, jnp.int64), jnp.asarray(Status.RUNNING))
+                                a.controller_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64),
+                                jnp.asarray(Status.RUNNING))
         s = eqx.tree_at(lambda s: s.ahead.valid, s, a.valid & (a.t1 > t_next))
         s, stats, code, streak, _ = jax.lax.while_loop(
             cond, body, (s, stats, code, jnp.asarray(0), jnp.asarray(0)))
@@ -312,7 +315,8 @@ class FlowIntegrator(AbstractIntegrator):
         done = code == Status.DONE
         inside = done & (s.t < t_next)
         dense, evals, hvps = self._read(problem, s, t_next, inside & ~again)
-        stats = stats + (inside & ~again) * jnp.stack([0, 0, 0, evals, hvps, 0]).astype(stats.dtype)
+        read_cost = jnp.zeros_like(stats).at[FLOW_STAT_KEYS.index("vf_evals")].set(evals)
+        stats = stats + (inside & ~again) * read_cost.at[FLOW_STAT_KEYS.index("hvps")].set(hvps)
         a = s.ahead
         s = eqx.tree_at(lambda s: (s.ahead.valid, s.ahead.at, s.ahead.y_at), s,
                         (a.valid & done, jnp.where(done, t_next, s.t), _where(inside, dense, s.y)))
@@ -341,45 +345,99 @@ class FlowIntegrator(AbstractIntegrator):
     def step(self, state: FlowState) -> None:
         return None
 
-    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        if isinstance(self.solver, AbstractStabilised):
-            return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
-        return {}
-
     def out_of_steps(self, steps: int) -> bool:
         return steps >= self.max_steps
 
 
-def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float, dtmax: float, max_steps: int,
-                         pcoeff: float, icoeff: float, newton_rtol: float, newton_atol: float,
-                         linear_rtol: float, linear_atol: float, krylov_restart: int, krylov_max_steps: int,
-                         slots: int, rho_every: int, rho_safety: float, learning_rate: float | None = None,
-                         stop_loss: float = 0.0) -> AbstractIntegrator:
-    """The integrator of the gradient flow by `method` (a `FLOW_METHODS` name), or of GD's
-    modified flow at `learning_rate`; the other fields are those of a `flow` preset
-    (`flowsim.config.FlowPreset`, which documents them: dtmin, dtmax 0 = no bound)."""
-    if method not in FLOW_METHODS:
-        raise ValueError(f"unknown flow method {method!r}; allowed: {', '.join(FLOW_METHODS)}")
-    spec = FLOW_METHODS[method]
-    if spec.filippov:
-        return FilippovIntegrator(rtol=rtol, atol=atol, max_steps=int(max_steps), stop_loss=float(stop_loss),
-                                  slots=slots)
+class FlowIntegrator(AbstractFlowIntegrator):
+    """A flow stepped by a Diffrax Runge–Kutta method, explicit or implicit: a fixed count
+    of evaluations per try."""
+
+    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit)
+
+    certificate_series: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    def init_evals(self) -> int:
+        if not self.evals_per_step:
+            return 0
+        return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
+
+    @property
+    def init_hvps(self) -> int:
+        return 0
+
+    def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
+        return jnp.asarray(self.evals_per_step), jnp.asarray(0), jnp.asarray(False)
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return {}
+
+
+class StabilisedIntegrator(AbstractFlowIntegrator):
+    """A flow stepped by a stabilised method (`rock4.AbstractStabilised`): its stage count,
+    and so its cost, is the try's; it certifies its steps with its spectral radius estimate
+    and its last stage count."""
+
+    certificate_series: ClassVar[tuple[str, ...]] = ("rho", "stages")
+
+    @property
+    def init_evals(self) -> int:
+        return _INIT_EVALS_STEP_SEARCH + 1
+
+    @property
+    def init_hvps(self) -> int:
+        return rock4_init_hvps()
+
+    def _cost(self, sstate: StabilisedState) -> tuple[jax.Array, jax.Array, jax.Array]:
+        return sstate.stages, sstate.hvps, jnp.asarray(True)
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
+
+
+class AutoIntegrator(AbstractFlowIntegrator):
+    """A flow stepped by `auto` (`flowsim.integrate.auto`): Tsit5's six evaluations or ROCK4's
+    stages per try, as the try's mode was; certified like a stabilised method (in Tsit5's
+    steps ρ is Hairer's estimate). Its ρ is estimated only when it turns to ROCK4, in its
+    statistics."""
+
+    certificate_series: ClassVar[tuple[str, ...]] = ("rho", "stages")
+
+    @property
+    def init_evals(self) -> int:
+        return _INIT_EVALS_STEP_SEARCH + 1
+
+    @property
+    def init_hvps(self) -> int:
+        return 0
+
+    def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
+        return sstate.stages, sstate.hvps, sstate.stepped
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
+
+
+# The factories the registry names (`FlowMethod.integrator`): each receives the method's
+# entry and a record of each settings group the entry reads, by group name;
+# `learning_rate`: GD's step whose modified flow is solved (None: the gradient flow).
+
+
+def diffrax_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl,
+                       newton_krylov: NewtonKrylov | None = None, learning_rate: float | None = None,
+                       stop_loss: float = 0.0) -> FlowIntegrator:
+    """The flow stepped by the Diffrax method `spec.diffrax`; an implicit one solves its
+    stages by `newton_krylov`."""
     probe = None
-    if spec.stabilised:
-        if method == "rock4":
-            # steps no longer than round-off at this tolerance allows (rock4's docstring)
-            solver = Rock4(rho_every=rho_every, rho_safety=rho_safety, h_rho_max=roundoff_bound(rtol))
-        else:
-            solver = Rkc2(rho_every=rho_every, rho_safety=rho_safety)
-            rtol, atol = rkc2_local_tolerances(rtol, atol)
-        evals = 0    # per step: the state's stage count
-    elif spec.implicit:
+    if spec.implicit:
         # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
         # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
         # default VeryChord root finder would build is never formed.
-        newton = optx.Newton(rtol=newton_rtol, atol=newton_atol,
-                             linear_solver=lx.GMRES(rtol=linear_rtol, atol=linear_atol, restart=krylov_restart,
-                                                    max_steps=krylov_max_steps))
+        nk = newton_krylov
+        newton = optx.Newton(rtol=nk.newton_rtol, atol=nk.newton_atol,
+                             linear_solver=lx.GMRES(rtol=nk.linear_rtol, atol=nk.linear_atol,
+                                                    restart=nk.krylov_restart, max_steps=nk.krylov_max_steps))
         solver = getattr(dfx, spec.diffrax)(root_finder=newton)
         evals = 0
     else:
@@ -387,26 +445,49 @@ def make_flow_integrator(*, method: str, rtol: float, atol: float, dtmin: float,
         tab = solver.tableau
         evals = len(tab.c) + 1 - int(tab.fsal)
         probe = stiffness_probe(tab)
-    field = _modified_velocity(learning_rate) if learning_rate is not None else _velocity
-    pid = dfx.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, dtmin=dtmin or None,
-                            dtmax=dtmax or None)
-    controller = ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
-    return FlowIntegrator(solver=solver, controller=controller, term=dfx.ODETerm(field),
-                          max_steps=int(max_steps), stop_loss=float(stop_loss), evals_per_step=evals,
-                          stiffness_probe=probe)
+    return FlowIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate),
+                          evals_per_step=evals, stiffness_probe=probe)
 
 
-def stiffness_probe(tableau: dfx.ButcherTableau) -> tuple[tuple[float, ...], float]:
-    """An explicit tableau's `FlowIntegrator.stiffness_probe`: the weights w with Y_s − Y_{s−1}
-    = Σ_j w_j k_j (its last two stages' inputs, k_j = h·f(Y_j)), and the length of the
-    stability interval on the negative real axis, where |R(x)| = |1 + x bᵀ(I − xA)⁻¹ 1| ≤ 1
-    (Tsit5: 3.5; Dopri5: 3.3)."""
-    s = len(tableau.b_sol)
-    a = np.zeros((s, s))
-    for i, row in enumerate(tableau.a_lower):
-        a[i + 1, : len(row)] = row
-    # A is strictly lower triangular: R(x) = 1 + Σ_{k=1..s} bᵀA^(k−1)1 xᵏ, a polynomial
-    coeffs = [1.0] + [float(tableau.b_sol @ np.linalg.matrix_power(a, k - 1) @ np.ones(s)) for k in range(1, s + 1)]
-    x = -np.arange(1, 2001) * 1e-2     # [-20, 0] holds every registered method's interval
-    limit = -x[np.argmax(np.abs(np.polyval(coeffs[::-1], x)) > 1 + 1e-12) - 1]
-    return tuple(float(w) for w in a[-1] - a[-2]), float(limit)
+def rock4_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                     learning_rate: float | None = None, stop_loss: float = 0.0) -> StabilisedIntegrator:
+    """ROCK4, its steps no longer than round-off at this tolerance allows (rock4's docstring)."""
+    solver = Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
+                   h_rho_max=roundoff_bound(accuracy.rtol))
+    return StabilisedIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss),
+                                term=flow_term(learning_rate), stiffness_probe=None)
+
+
+def rkc2_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                    learning_rate: float | None = None, stop_loss: float = 0.0) -> StabilisedIntegrator:
+    """RKC2, its step control at the local tolerances its global error asks (rkc2's docstring)."""
+    rtol, atol = rkc2_local_tolerances(accuracy.rtol, accuracy.atol)
+    solver = Rkc2(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety)
+    return StabilisedIntegrator(solver=solver, **stepping(dataclasses.replace(accuracy, rtol=rtol, atol=atol),
+                                                          step_control, stop_loss),
+                                term=flow_term(learning_rate), stiffness_probe=None)
+
+
+def auto_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                    learning_rate: float | None = None, stop_loss: float = 0.0) -> "AutoIntegrator":
+    """Tsit5 and ROCK4, switched per step (`flowsim.integrate.auto`); ROCK4's steps no longer
+    than round-off at this tolerance allows."""
+    solver = Auto(rock4=Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
+                              h_rho_max=roundoff_bound(accuracy.rtol)))
+    return AutoIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate),
+                          stiffness_probe=stiffness_probe(solver.tsit5.tableau))
+
+
+def stepping(accuracy: Accuracy, step_control: StepControl, stop_loss: float) -> dict:
+    """The fields of an `AbstractFlowIntegrator` that the step control sets: the controller,
+    the step budget and where a run stops."""
+    pid = dfx.PIDController(rtol=accuracy.rtol, atol=accuracy.atol, pcoeff=step_control.pcoeff,
+                            icoeff=step_control.icoeff, dtmin=step_control.dtmin or None,
+                            dtmax=step_control.dtmax or None)
+    return dict(controller=ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol), max_steps=int(accuracy.max_steps),
+                stop_loss=float(stop_loss))
+
+
+def flow_term(learning_rate: float | None) -> dfx.ODETerm:
+    """The gradient flow's field, or GD's modified flow's at `learning_rate`."""
+    return dfx.ODETerm(_velocity if learning_rate is None else _modified_velocity(learning_rate))

@@ -7,7 +7,7 @@ a scenario does not pay for importing the integrators.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -22,6 +22,85 @@ class SolverKind:
     of_gd: bool = False
 
 
+# ---------------------------------------------------------------- the settings a flow reads
+# Each group of flow-preset keys that an integrator reads together, declared once as the
+# record its factory receives: the record's fields are the keys (`flowsim.config.FlowPreset`
+# declares each key's validator and meaning under the same name). A method's entry names the
+# groups it reads; `flowsim show` shows a flow preset's keys of those groups only.
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """The error tolerances and the step budget (every method)."""
+    rtol: float
+    atol: float
+    max_steps: int
+
+
+@dataclass(frozen=True)
+class StepControl:
+    """Diffrax's PID step-size controller (dtmin, dtmax 0: no bound)."""
+    dtmin: float
+    dtmax: float
+    pcoeff: float
+    icoeff: float
+
+
+@dataclass(frozen=True)
+class NewtonKrylov:
+    """The matrix-free Newton–Krylov solve of an implicit method's stages."""
+    newton_rtol: float
+    newton_atol: float
+    linear_rtol: float
+    linear_atol: float
+    krylov_restart: int
+    krylov_max_steps: int
+
+
+@dataclass(frozen=True)
+class Stabilised:
+    """The spectral radius estimate of a stabilised method (rock4, rkc2, auto's ROCK4 steps)."""
+    rho_every: int
+    rho_safety: float
+
+
+@dataclass(frozen=True)
+class Filippov:
+    """The event-driven integrator through a shallow ReLU net's kinks."""
+    slots: int
+
+
+@dataclass(frozen=True)
+class Central:
+    """A central flow's own keys (the `central-flow` kind, whatever its method)."""
+    learning_rate: float
+    max_eigen: int
+    track_threshold: float
+
+
+SETTING_GROUPS: dict[str, type] = {
+    "accuracy": Accuracy, "step_control": StepControl, "newton_krylov": NewtonKrylov,
+    "stabilised": Stabilised, "filippov": Filippov, "central": Central,
+}
+# What a central flow's integrator reads (`flowsim.integrate.central_flow`), whatever its method
+CENTRAL_READS = ("central", "accuracy", "step_control")
+
+
+def group_keys(group: str) -> tuple[str, ...]:
+    """The preset keys of a settings group, in their record's order."""
+    return tuple(f.name for f in fields(SETTING_GROUPS[group]))
+
+
+def settings_of(preset: Any, groups: tuple[str, ...]) -> dict[str, Any]:
+    """The records of `groups` filled from `preset` (anything with the keys as attributes:
+    a `flowsim.config.FlowPreset`), by group name: the keyword arguments of a factory."""
+    return {g: SETTING_GROUPS[g](**{k: getattr(preset, k) for k in group_keys(g)}) for g in groups}
+
+
+# Every Diffrax method reads the tolerances and the PID controller
+_DIFFRAX = ("accuracy", "step_control")
+
+
 @dataclass(frozen=True)
 class FlowMethod:
     name: str
@@ -32,6 +111,12 @@ class FlowMethod:
     # implicit methods add the Krylov basis of their GMRES.
     state_copies: int
     diffrax: str          # the Diffrax solver class (a name, so that this table needs no JAX)
+    # The settings groups (`SETTING_GROUPS`) its integrator's factory reads, and that factory,
+    # "module:function" in flowsim.integrate (a name, so that this table needs no JAX): called
+    # with the method's entry and one record per group, by group name
+    # (`flowsim.run.integrators.flow_integrator`).
+    reads: tuple[str, ...]
+    integrator: str
     # Event-driven through the kinks of a shallow ReLU net (flowsim.integrate.filippov),
     # rather than a plain Diffrax solve of the raw field.
     filippov: bool = False
@@ -39,9 +124,16 @@ class FlowMethod:
     # (flowsim.integrate.rock4, rkc2): its stage count follows h·ρ, so a stiff flow's step is
     # set by accuracy.
     stabilised: bool = False
+    # Tsit5 while the steps are held by accuracy, ROCK4 while they are held by stability, switched
+    # per step (flowsim.integrate.auto): the default flow.
+    switching: bool = False
     # Can step a central flow (flowsim.integrate.central): explicit Runge–Kutta methods and
     # ROCK4, whose arithmetic the central solver calls with its own ρ.
     central: bool = True
+
+    def keys(self) -> tuple[str, ...]:
+        """The flow-preset keys its integrator reads."""
+        return tuple(k for g in self.reads for k in group_keys(g))
 
 
 SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
@@ -55,21 +147,35 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
 )}
 
 FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
-    FlowMethod("tsit5", implicit=False, state_copies=21, diffrax="Tsit5"),
-    FlowMethod("dopri5", implicit=False, state_copies=21, diffrax="Dopri5"),
-    FlowMethod("dopri8", implicit=False, state_copies=35, diffrax="Dopri8"),
-    FlowMethod("heun", implicit=False, state_copies=11, diffrax="Heun"),
-    FlowMethod("bosh3", implicit=False, state_copies=15, diffrax="Bosh3"),
-    FlowMethod("ralston", implicit=False, state_copies=11, diffrax="Ralston"),
-    FlowMethod("kvaerno5", implicit=True, state_copies=50, diffrax="Kvaerno5"),
+    FlowMethod("tsit5", implicit=False, state_copies=21, diffrax="Tsit5",
+               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
+    FlowMethod("dopri5", implicit=False, state_copies=21, diffrax="Dopri5",
+               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
+    FlowMethod("dopri8", implicit=False, state_copies=35, diffrax="Dopri8",
+               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
+    FlowMethod("heun", implicit=False, state_copies=11, diffrax="Heun",
+               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
+    FlowMethod("bosh3", implicit=False, state_copies=15, diffrax="Bosh3",
+               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
+    FlowMethod("ralston", implicit=False, state_copies=11, diffrax="Ralston",
+               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
+    FlowMethod("kvaerno5", implicit=True, state_copies=50, diffrax="Kvaerno5",
+               reads=(*_DIFFRAX, "newton_krylov"), integrator="flow:diffrax_integrator"),
     # the recurrence's three iterates and a stage, four finishing stages, y1, f(y0), f(y1),
     # the error, the power iteration's vector, the last try's error; and the step held ahead (+ 6)
-    FlowMethod("rock4", implicit=False, state_copies=21, diffrax="", stabilised=True),
+    FlowMethod("rock4", implicit=False, state_copies=21, diffrax="", reads=(*_DIFFRAX, "stabilised"),
+               integrator="flow:rock4_integrator", stabilised=True),
     # the recurrence's three iterates and a stage, y1, f(y0), f(y1), the error, the power
     # iteration's vector, the last try's error; and the step held ahead (+ 6)
-    FlowMethod("rkc2", implicit=False, state_copies=16, diffrax="", stabilised=True, central=False),
+    FlowMethod("rkc2", implicit=False, state_copies=16, diffrax="", reads=(*_DIFFRAX, "stabilised"),
+               integrator="flow:rkc2_integrator", stabilised=True, central=False),
+    # Tsit5's (its seven stages in the step held ahead, as ROCK4's ends fill two of them), and
+    # ROCK4's power-iteration vector and last error in the state (+ 2)
+    FlowMethod("auto", implicit=False, state_copies=23, diffrax="", reads=(*_DIFFRAX, "stabilised"),
+               integrator="flow:auto_integrator", switching=True, central=False),
     # Dormand–Prince stages, its dense output's five coefficients, the event point
-    FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", filippov=True),
+    FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", reads=("accuracy", "filippov"),
+               integrator="filippov:filippov_integrator", filippov=True),
 )}
 
 # The methods that can step a central flow: the explicit ones, Runge–Kutta and ROCK4 (its

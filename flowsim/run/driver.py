@@ -20,8 +20,9 @@ import jax
 import numpy as np
 
 from . import batch, state_arrays
-from .advice import advise
+from .advice import STAT_KEYS as ADVICE_KEYS, advise
 from ..archive import ArchiveWriter
+from ..archive.format import COUNTS
 from .build import Built, data_seed, dataset_arrays, program_signature
 from ..config import Data, Preset, RunSpec, Scenario, to_dict
 from .devices import is_primary, shard, to_host
@@ -32,7 +33,7 @@ from .progress import BatchProgress, Progress
 from ..observe.observables import observe, reference, series_axes
 from ..status import Status
 
-STAT_KEYS = ("steps", "accepted", "rejected", "vf_evals")
+STAT_KEYS = COUNTS      # the statistics every solver keeps, and the archive's per-checkpoint columns
 POLL = 0.25     # seconds between looks at a stop request while a segment computes
 
 
@@ -206,15 +207,17 @@ class Driver:
         spec = _series_spec(integ, built_runs[0].problem, built_runs[0].params, names)
         for r in runs:
             self.writer.create_solver(r.name, name, preset=to_dict(preset), series=spec, discrete=integ.discrete,
-                                      conventions=integ.conventions)
-        # compiled on first use (seconds for a large model): a stop meanwhile acts at once too
-        state = self._interruptible(lambda: batch.init(integ, problems, params0,
-                                                       shard(batch.stack([b.key for b in built_runs]))))
+                                      conventions=integ.conventions, counts=STAT_KEYS)
+        # compiled ahead (seconds for a large model; a stop meanwhile acts at once too)
+        state, init_compile, init_wall = self._run_compiled(
+            batch.init, integ, problems, params0, shard(batch.stack([b.key for b in built_runs])))
         members, restored = [], None
         for i, r in enumerate(runs):
             stored = self.writer.read_checkpoint(r.name, name)
+            # a fresh member's counts start with what `init` spent (a resumed one has them)
             member = _Member(run=r, done_rows=self.writer.n_checkpoints(r.name, name),
-                             stats=dict.fromkeys(STAT_KEYS, 0) | {"wall_time": 0.0})
+                             stats=dict.fromkeys(STAT_KEYS, 0) | {"vf_evals": integ.init_evals,
+                                                                  "hvps": integ.init_hvps})
             if stored is not None:
                 arrays, attrs = stored
                 restored = state_arrays.restore(to_host(state) if restored is None else restored, i, arrays)
@@ -224,7 +227,10 @@ class Driver:
             members.append(member)
         if restored is not None:
             state = shard(restored)
-        refs = self._interruptible(lambda: batch.references(problems, params0))
+        refs, refs_compile, refs_wall = self._run_compiled(batch.references, problems, params0)
+        for m in members:   # the batch's start-up, in this process (a resumed run's again)
+            m.stats["compile_time"] = m.stats.get("compile_time", 0.0) + init_compile + refs_compile
+            m.stats["wall_time"] = m.stats.get("wall_time", 0.0) + init_wall + refs_wall
         times = checkpoint_grid(preset, config.run, horizons)
         start = min(m.done_rows for m in members)
         t_start = float(times[start - 1]) if start else 0.0
@@ -238,7 +244,8 @@ class Driver:
             while i < len(times) and any(m.code == Status.RUNNING for m in members):
                 rows = range(i, min(i + size, len(times)))
                 tic = time.perf_counter()
-                state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit)
+                state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit,
+                                    ahead=i == start)
                 if not advised:     # as soon as the statistics show it, not after the run
                     advice = _advice(preset, members)
                     if advice is not None:
@@ -271,7 +278,7 @@ class Driver:
         for j, m in enumerate(members):
             final = Status.DONE if m.code == Status.RUNNING else m.code
             self.writer.set_status(m.run.name, name, status=Status.of(final).label, stats=m.stats,
-                                   wall_time=m.stats["wall_time"], message=Status.of(final).advice,
+                                   message=Status.of(final).advice,
                                    status_time=float(ends[j]))
             out[m.run.name] = Status.of(final).label
         wall = max(m.stats["wall_time"] for m in members)
@@ -281,10 +288,11 @@ class Driver:
         return out, to_host(integ.params(state))
 
     def _chunk(self, name, integ, problems, state, members, rows: range, size: int, times, refs, names, bar,
-               commit: "_Commits"):
+               commit: "_Commits", ahead: bool = False):
         """Advance the batch through checkpoints `rows` in one compiled call (`batch.chunk`,
-        padded to `size` checkpoints: one compilation), observing at each, and append each
-        member's rows."""
+        padded to `size` checkpoints: one compilation, `ahead` of the batch's first call and
+        timed apart), observing at each, and append each member's rows with their cumulative
+        counts."""
         here = to_host(integ.time(state))
         k = np.arange(size)
         index = np.minimum(rows.start + k, rows.stop - 1)
@@ -292,17 +300,21 @@ class Driver:
                             for m in members] for i in rows.start + k])
         targets = np.where(moving, times[index][:, None], here[None, :]).astype(here.dtype)
         steps = np.array([m.stats["steps"] for m in members], dtype=np.int64)
+        args = (integ, problems, state, targets, moving, k < len(rows), steps, refs, names,
+                np.asarray(times[-1], here.dtype))
+        compiling = self._interruptible(lambda: _compile(batch.chunk, *args)) if ahead else 0.0
         tic = time.perf_counter()
 
         def work():
-            new, out = batch.chunk(integ, problems, state, targets, moving, k < len(rows), steps, refs, names,
-                                   np.asarray(times[-1], here.dtype))
+            new, out = batch.chunk(*args)
             # one transfer to numpy per chunk; slicing members in JAX would dispatch (and
             # compile) a small kernel per leaf
             return new, to_host(out)
 
         state, (seg, position, step, values) = self._interruptible(work, bar, float(times[rows.stop - 1]))
         wall = (time.perf_counter() - tic) / len(rows)
+        for m in members:     # (each member records the batch's, as its wall time)
+            m.stats["compile_time"] += compiling
         for r, i in enumerate(rows):
             for j, m in enumerate(members):
                 if not (moving[r, j] and m.code == Status.RUNNING):
@@ -315,7 +327,8 @@ class Driver:
                     m.code = code
                 self.writer.append(m.run.name, name, t=float(position[r, j]),
                                    step=None if step is None else int(step[r, j]),
-                                   values={key: v[r, j] for key, v in values.items()})
+                                   values={key: v[r, j] for key, v in values.items()},
+                                   counts=[m.stats.get(key, 0) for key in STAT_KEYS])
                 m.done_rows = i + 1
                 commit.wrote(j)
             bar.update(float(times[i]), [m.stats["steps"] for m in members], [Status.of(m.code).label for m in members])
@@ -338,6 +351,14 @@ class Driver:
             return time.perf_counter() - tic
 
         return max(call(1) - call(0), 0.0)
+
+    def _run_compiled(self, fn, *args) -> tuple[Any, float, float]:
+        """`fn(*args)` (a jitted kernel of `batch`), compiled ahead: (its value, the seconds
+        compiling, the seconds running). Both are interruptible (`_interruptible`)."""
+        compiling = self._interruptible(lambda: _compile(fn, *args))
+        tic = time.perf_counter()
+        out = self._interruptible(lambda: jax.block_until_ready(fn(*args)))
+        return out, compiling, time.perf_counter() - tic
 
     def _interruptible(self, work: Callable[[], Any], bar: BatchProgress | None = None,
                        target: float | None = None) -> Any:
@@ -380,9 +401,21 @@ class Driver:
         steps = sum(m.stats["steps"] for m in members)
         wall = max(m.stats["wall_time"] for m in members)
         observing = max(m.stats["observe_time"] for m in members)
+        compiling = max(m.stats["compile_time"] for m in members)
         states = ", ".join(f"{v} {k}" for k, v in counts.items())
         self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s, "
-                    f"of which observing ≈ {observing:.1f} s)" + (f"\n  advice: {advice}" if advice else ""))
+                    f"of which observing ≈ {observing:.1f} s; compiling {compiling:.1f} s)"
+                    + (f"\n  advice: {advice}" if advice else ""))
+
+
+def _compile(fn, *args) -> float:
+    """Seconds to trace, lower and compile the jitted `fn` for `args`, ahead of its call. The
+    compiled program lands in the cache that `fn(*args)` then finds, so the call runs it
+    without compiling again (JAX's ahead-of-time `lower(...).compile()`): the wall times
+    of the calls leave compilation out, and `compile_time` holds it."""
+    tic = time.perf_counter()
+    fn.lower(*args).compile()
+    return time.perf_counter() - tic
 
 
 def _advice(preset: Preset, members: list[_Member]) -> str | None:
@@ -390,5 +423,4 @@ def _advice(preset: Preset, members: list[_Member]) -> str | None:
     method = getattr(preset, "method", None)
     if method is None:
         return None
-    return advise(method, {k: sum(m.stats.get(k, 0) for m in members)
-                           for k in ("steps", "accepted", "rejected", "stiff_steps")})
+    return advise(method, {k: sum(m.stats.get(k, 0) for m in members) for k in ADVICE_KEYS}, preset.name)

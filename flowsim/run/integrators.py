@@ -1,11 +1,13 @@
 """From a typed solver preset to its integrator and its checkpoint grid.
 
-The integrators (`flowsim.integrate`) take plain fields and know no preset class; this is
-where a preset's fields are handed to them, and where a run's checkpoint times become the
-rows each solver records (a discrete solver's at t = kη, `flowsim.integrate.registry.steps`).
+The integrators (`flowsim.integrate`) take the records of the settings groups their method's
+registry entry reads and know no preset class; this is where a preset's keys become those
+records, and where a run's checkpoint times become the rows each solver records (a discrete
+solver's at t = kη, `flowsim.integrate.registry.steps`).
 """
 
 import dataclasses
+import importlib
 
 import numpy as np
 
@@ -13,29 +15,29 @@ from ..config.typed import DescentPreset, FlowPreset, Preset, Run
 from ..integrate.base import AbstractIntegrator
 from ..integrate.central_flow import make_central_integrator
 from ..integrate.descent import DescentIntegrator, make_descent_integrator
-from ..integrate.flow import make_flow_integrator
 from ..integrate.reference_pair import ReferencePair
-from ..integrate.registry import steps
+from ..integrate.registry import CENTRAL_READS, FLOW_METHODS, FlowMethod, settings_of, steps
+
+
+def factory(spec: FlowMethod):
+    """The integrator factory a flow method's entry names ("module:function" in flowsim.integrate)."""
+    module, name = spec.integrator.split(":")
+    return getattr(importlib.import_module(f"flowsim.integrate.{module}"), name)
 
 
 def flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
-    """The integrator of a `flow` or `modified-flow` preset (without its reference)."""
-    p = preset
-    return make_flow_integrator(
-        method=p.method, rtol=p.rtol, atol=p.atol, dtmin=p.dtmin, dtmax=p.dtmax, max_steps=p.max_steps,
-        pcoeff=p.pcoeff, icoeff=p.icoeff, newton_rtol=p.newton_rtol, newton_atol=p.newton_atol,
-        linear_rtol=p.linear_rtol, linear_atol=p.linear_atol, krylov_restart=p.krylov_restart,
-        krylov_max_steps=p.krylov_max_steps, slots=p.slots, rho_every=p.rho_every, rho_safety=p.rho_safety,
-        learning_rate=p.learning_rate if p.kind == "modified-flow" else None, stop_loss=stop_loss)
+    """The integrator of a `flow` or `modified-flow` preset (without its reference): its
+    method's factory, given the settings groups the method's entry reads."""
+    if preset.method not in FLOW_METHODS:
+        raise ValueError(f"unknown flow method {preset.method!r}; allowed: {', '.join(FLOW_METHODS)}")
+    spec = FLOW_METHODS[preset.method]
+    return factory(spec)(spec, **settings_of(preset, spec.reads), stop_loss=stop_loss,
+                         learning_rate=preset.learning_rate if preset.kind == "modified-flow" else None)
 
 
 def central_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
     """The integrator of a `central-flow` preset."""
-    p = preset
-    return make_central_integrator(
-        method=p.method, learning_rate=p.learning_rate, max_eigen=p.max_eigen, track_threshold=p.track_threshold,
-        rtol=p.rtol, atol=p.atol, dtmin=p.dtmin, dtmax=p.dtmax, max_steps=p.max_steps, pcoeff=p.pcoeff,
-        icoeff=p.icoeff, stop_loss=stop_loss)
+    return make_central_integrator(preset.method, **settings_of(preset, CENTRAL_READS), stop_loss=stop_loss)
 
 
 def descent_integrator(preset: DescentPreset) -> DescentIntegrator:

@@ -102,13 +102,13 @@ def wait_for(pred, timeout: float, proc: subprocess.Popen | None = None, every=0
 # ---------------------------------------------------------------------------------------
 
 # Attributes that legitimately differ between two runs of the same scenario.
-VOLATILE_ATTRS = {"created", "wall_time"}
+VOLATILE_ATTRS = {"created", "wall_time", "compile_time"}
 # h5py object references (dimension scales) differ by address; the scale names are compared.
 REFERENCE_ATTRS = {"DIMENSION_LIST", "REFERENCE_LIST"}
 
 
 # Wall-clock figures among a solver's statistics: they differ from run to run.
-WALL_STATS = ("wall_time", "observe_time")
+WALL_STATS = ("wall_time", "observe_time", "compile_time")
 
 
 def _norm_json(text) -> object:

@@ -53,3 +53,4 @@ events on a step's dense output (crossings, exits, the poles of the controls); a
 
 from .integrator import FilippovIntegrator as FilippovIntegrator
 from .integrator import FilippovState as FilippovState
+from .integrator import filippov_integrator as filippov_integrator

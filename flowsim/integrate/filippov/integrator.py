@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from ...nn.problem import Params, Problem
 from ...status import Status
 from ..base import AbstractIntegrator
+from ..registry import Accuracy, Filippov, FlowMethod
 from .events import crossed, first_crossing, first_exit, first_pole, horner
 from .modes import (TINY, Mode, exit_excess, initial_mode, loss_gradient, low_slope, mode_field,
                     output_layer, preactivations, predictions, projected_ntg, resolve, sliding_mask, slopes,
@@ -221,3 +222,14 @@ class FilippovIntegrator(AbstractIntegrator):
 
     def out_of_steps(self, steps: int) -> bool:
         return steps >= self.max_steps
+
+
+def filippov_integrator(spec: FlowMethod, *, accuracy: Accuracy, filippov: Filippov,
+                        learning_rate: float | None = None, stop_loss: float = 0.0) -> FilippovIntegrator:
+    """The factory the registry names for `filippov` (`flowsim.integrate.flow` says what a
+    factory receives)."""
+    if learning_rate is not None:
+        raise ValueError("the filippov method integrates the gradient flow itself, not GD's modified flow "
+                         f"(learning_rate = {learning_rate!r}); use a `flow` preset")
+    return FilippovIntegrator(rtol=accuracy.rtol, atol=accuracy.atol, max_steps=int(accuracy.max_steps),
+                              stop_loss=float(stop_loss), slots=filippov.slots)

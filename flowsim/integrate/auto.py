@@ -1,0 +1,213 @@
+"""`auto`: Tsit5 while the steps are held by accuracy, ROCK4 while they are held by stability,
+and back, switching per step as stiffness-detecting codes do (LSODA; OrdinaryDiffEq's
+AutoTsit5(Rosenbrock23); Hairer's DOPRI5 stiffness detection). Error-controlled throughout: one
+PID controller sees both methods' error estimates (each with its own order).
+
+Why: the same network's flow can be non-stiff early (quickstart, all of caron-fig1: Tsit5 is
+cheapest) and stiff later (cohen-eos: the sharpness rises until Tsit5's h·λ_max sits at its
+stability limit and its cost grows like λ_max, where ROCK4's grows like √λ_max). A user should
+not have to know which their network needs.
+
+The switch, decided from figures the steps compute anyway:
+- **Tsit5 → ROCK4** after `STIFF_STREAK` accepted Tsit5 steps in a row whose h·ρ estimate —
+  Hairer's, ‖k_s − k_{s−1}‖ / ‖Y_s − Y_{s−1}‖ from the last two stages, no extra evaluation —
+  reaches `HELD_SHARE` of Tsit5's stability limit (3.5): the step is held by stability
+  (`flowsim.integrate.flow` counts such steps in `stiff_steps`). ROCK4 starts from that estimate,
+  the stages' difference as its power iteration's vector (the stiff directions dominate it) and
+  iterates to convergence at its first step (ROCK4's retry path), so a flow that never turns
+  stiff pays no Hessian-vector product.
+- **ROCK4 → Tsit5** after `NONSTIFF_STREAK` accepted ROCK4 steps in a row at which Tsit5 is
+  predicted cheaper per unit time: ROCK4 costs (s + 4)/h; Tsit5 would take min(κ·h, c/ρ) for 6
+  evaluations, κ the ratio of Tsit5's accuracy-held step to ROCK4's at the same tolerance and
+  c the h·ρ at which Tsit5 runs when held (`TSIT5_STEP_RATIO`, `TSIT5_HELD_H_RHO`: measured).
+
+A switch happens only where a step is committed: the mode, ρ, the power iteration's vector and
+the streak are solver state, which the integrator stores at checkpoints, so a resumed run
+takes the same steps bit for bit, and checkpoints do not change them. The dense output covers
+both: Tsit5's fourth-order interpolant, or ROCK4's cubic Hermite one, by the step's mode.
+
+Under `vmap` (seeds in a batch) a mode that differs between members runs both steps for all.
+"""
+
+from collections.abc import Callable
+from typing import ClassVar
+
+import diffrax as dfx
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..nn.problem import Params
+from .rock4 import Rock4, StabilisedState
+
+# Hairer's estimate, as a share of the stability limit, from which a Tsit5 step counts as held
+# by stability (`flowsim.integrate.flow` counts `stiff_steps` with the same share).
+HELD_SHARE = 0.5
+# Accepted steps in a row before a switch: Tsit5 held (AutoSwitch's maxstiffstep is 10, DOPRI5's
+# 15) and ROCK4 dearer than Tsit5 would be.
+STIFF_STREAK = 10
+NONSTIFF_STREAK = 5
+# Tsit5's evaluations per step (7 stages, first same as last).
+TSIT5_EVALS = 6
+# The h·ρ at which Tsit5 steps when held by stability: it spends ≈ 2 λ_max evaluations per unit
+# time at every rtol from 1e-4 to 1e-9 (STIFF-FLOWS.md), 6 per step.
+TSIT5_HELD_H_RHO = 3.0
+# Tsit5's step where accuracy holds it, over ROCK4's at the same tolerance (fifth order against
+# fourth, and a smaller error constant): ROCK4's steps over Tsit5's at rtol 1e-8, 354/271 = 1.3 on
+# quickstart and 264/164 = 1.6 on caron-fig1-quick, neither flow held by stability there.
+TSIT5_STEP_RATIO = 1.5
+
+
+def stiffness_probe(tableau: dfx.ButcherTableau) -> tuple[tuple[float, ...], float]:
+    """An explicit tableau's stiffness probe: the weights w with Y_s − Y_{s−1} = Σ_j w_j k_j (its
+    last two stages' inputs, k_j = h·f(Y_j)), and the length of the stability interval on the
+    negative real axis, where |R(x)| = |1 + x bᵀ(I − xA)⁻¹ 1| ≤ 1 (Tsit5: 3.5; Dopri5: 3.3)."""
+    s = len(tableau.b_sol)
+    a = np.zeros((s, s))
+    for i, row in enumerate(tableau.a_lower):
+        a[i + 1, : len(row)] = row
+    # A is strictly lower triangular: R(x) = 1 + Σ_{k=1..s} bᵀA^(k−1)1 xᵏ, a polynomial
+    coeffs = [1.0] + [float(tableau.b_sol @ np.linalg.matrix_power(a, k - 1) @ np.ones(s)) for k in range(1, s + 1)]
+    x = -np.arange(1, 2001) * 1e-2     # [-20, 0] holds every registered method's interval
+    limit = -x[np.argmax(np.abs(np.polyval(coeffs[::-1], x)) > 1 + 1e-12) - 1]
+    return tuple(float(w) for w in a[-1] - a[-2]), float(limit)
+
+
+def stage_h_rho(weights: tuple[float, ...], k: Params) -> tuple[jax.Array, Params]:
+    """Hairer's estimate of h·ρ from a step's stacked stage increments k (each leaf: k_j =
+    h·f(Y_j) along its first axis) and the probe's weights: ‖k_s − k_{s−1}‖ / ‖Y_s − Y_{s−1}‖,
+    which approaches h·ρ from below as the stiff components dominate the stages' differences;
+    and k_s − k_{s−1}, a direction they dominate. 0 where the stages do not differ."""
+    dk = jax.tree.map(lambda x: x[-1] - x[-2], k)
+    num = sum(jnp.sum(x**2) for x in jax.tree.leaves(dk))
+    den = sum(jnp.sum(jnp.tensordot(jnp.asarray(weights, x.dtype), x, 1) ** 2) for x in jax.tree.leaves(k))
+    return jnp.sqrt(num / jnp.where(den > 0, den, 1.0)) * (den > 0), dk
+
+
+def cheaper_by_tsit5(h, h_rho, stages) -> jax.Array:
+    """Whether Tsit5 would cover unit time with fewer evaluations than a ROCK4 step of length h,
+    true h·ρ `h_rho` and `stages` evaluations: Tsit5's step is min(κ·h, c/ρ) (see the module's
+    docstring) for `TSIT5_EVALS`."""
+    tsit5_step = h * jnp.minimum(TSIT5_STEP_RATIO, TSIT5_HELD_H_RHO / jnp.maximum(h_rho, 1e-300))
+    return TSIT5_EVALS * h < stages * tsit5_step
+
+
+class AutoState(eqx.Module):
+    stabilised: jax.Array     # the next step is ROCK4's
+    stepped: jax.Array        # the try that left this state was ROCK4's (`stabilised_steps`)
+    streak: jax.Array         # accepted steps in a row that voted for the other method
+    switches: jax.Array       # switches so far
+    rock: StabilisedState     # f0 (Tsit5's first-same-as-last evaluation too), ρ (in Tsit5's
+                              # steps Hairer's estimate), the power iteration's vector, the try's cost
+
+    @property
+    def rho(self) -> jax.Array:
+        return self.rock.rho
+
+    @property
+    def stages(self) -> jax.Array:
+        return self.rock.stages
+
+    @property
+    def hvps(self) -> jax.Array:
+        return self.rock.hvps
+
+
+class _AutoInterpolation(dfx.AbstractLocalInterpolation):
+    """The step's dense output: Tsit5's interpolant of its seven stages, or (a ROCK4 step, whose
+    f(y0), f(y1) fill the first two rows of k) the cubic Hermite one."""
+
+    t0: jax.Array
+    t1: jax.Array
+    y0: Params
+    y1: Params
+    k: Params
+    stabilised: jax.Array
+
+    def evaluate(self, t0, t1=None, left: bool = True):
+        if t1 is not None:
+            return jax.tree.map(jnp.subtract, self.evaluate(t1), self.evaluate(t0))
+        ends = dict(t0=self.t0, t1=self.t1, y0=self.y0, y1=self.y1)
+        tsit5 = dfx.Tsit5.interpolation_cls(**ends, k=self.k).evaluate(t0)
+        hermite = dfx.ThirdOrderHermitePolynomialInterpolation.from_k(
+            **ends, k=jax.tree.map(lambda x: x[:2], self.k)).evaluate(t0)
+        return jax.tree.map(lambda a, b: jnp.where(self.stabilised, a, b), hermite, tsit5)
+
+
+class Auto(dfx.AbstractSolver):
+    """Tsit5 and ROCK4 with the switch between them (see the module's docstring)."""
+
+    rock4: Rock4
+    tsit5: dfx.Tsit5 = dfx.Tsit5()
+
+    term_structure: ClassVar = dfx.AbstractTerm
+    interpolation_cls: ClassVar[Callable] = _AutoInterpolation
+
+    def order(self, terms) -> int:
+        return 4
+
+    def error_order(self, terms) -> int:
+        """The first step's (Tsit5's): the controller's initial step size."""
+        return self.tsit5.error_order(terms)
+
+    def step_error_order(self, terms, state: AutoState) -> jax.Array:
+        """The error order of the step `state` is about to take, its method's."""
+        return jnp.where(state.stabilised, self.rock4.error_order(terms), self.tsit5.error_order(terms))
+
+    def func(self, terms, t0, y0, args):
+        return terms.vf(t0, y0, args)
+
+    def init(self, terms, t0, t1, y0, args) -> AutoState:
+        f0 = self.func(terms, t0, y0, args)
+        zero, zeros = jnp.zeros((), jnp.int32), jax.tree.map(jnp.zeros_like, y0)
+        rock = StabilisedState(f0=f0, rho=jnp.zeros((), jax.tree.leaves(y0)[0].dtype), v=zeros, age=zero,
+                               stages=zero, hvps=zero, error=zeros)
+        false = jnp.asarray(False)
+        return AutoState(stabilised=false, stepped=false, streak=zero, switches=zero, rock=rock)
+
+    def max_step(self, state: AutoState) -> jax.Array:
+        """ROCK4's ceiling while it steps; none for Tsit5 (its controller finds its limit)."""
+        return jnp.where(state.stabilised, self.rock4.max_step(state.rock), jnp.inf)
+
+    def rejected(self, committed: AutoState, tried: AutoState) -> AutoState:
+        """After a rejected try: ROCK4 keeps what it learnt of ρ (`Rock4.rejected`); Tsit5
+        learnt nothing that the committed state lacks."""
+        rock = self.rock4.rejected(committed.rock, tried.rock)
+        rock = jax.tree.map(lambda a, b: jnp.where(committed.stabilised, a, b), rock, committed.rock)
+        return eqx.tree_at(lambda s: s.rock, committed, rock)
+
+    def _explicit(self, terms, t0, t1, y0, args, state: AutoState, made_jump):
+        y1, y_error, dense, (_, f1), result = self.tsit5.step(
+            terms, t0, t1, y0, args, (jnp.asarray(False), state.rock.f0), made_jump)
+        weights, limit = stiffness_probe(self.tsit5.tableau)
+        h_rho, direction = stage_h_rho(weights, dense["k"])
+        streak = jnp.where(h_rho >= HELD_SHARE * limit, state.streak + 1, 0)
+        switch = streak >= STIFF_STREAK
+        rock = state.rock
+        # to ROCK4: Hairer's h·ρ and direction start its power iteration, which runs to
+        # convergence at its first step (age < 0, as after a rejection)
+        rock = StabilisedState(
+            f0=f1, rho=h_rho / (t1 - t0), v=jax.tree.map(lambda d, v: jnp.where(switch, d, v), direction, rock.v),
+            age=jnp.where(switch, -1, rock.age).astype(jnp.int32), stages=jnp.asarray(TSIT5_EVALS, jnp.int32),
+            hvps=jnp.zeros((), jnp.int32), error=y_error)
+        new = AutoState(stabilised=switch, stepped=jnp.asarray(False), streak=jnp.where(switch, 0, streak),
+                        switches=state.switches + switch, rock=rock)
+        return y1, y_error, dense["k"], new, result
+
+    def _stabilised(self, terms, t0, t1, y0, args, state: AutoState, made_jump):
+        y1, y_error, dense, rock, result = self.rock4.step(terms, t0, t1, y0, args, state.rock, made_jump)
+        h = t1 - t0
+        streak = jnp.where(cheaper_by_tsit5(h, h * rock.rho / self.rock4.rho_safety, rock.stages), state.streak + 1, 0)
+        back = streak >= NONSTIFF_STREAK
+        new = AutoState(stabilised=~back, stepped=jnp.asarray(True), streak=jnp.where(back, 0, streak),
+                        switches=state.switches + back, rock=rock)
+        # f(y0), f(y1) in the first two of Tsit5's seven rows: one shape for both
+        k = jax.tree.map(lambda x: jnp.concatenate([x, jnp.zeros((5, *x.shape[1:]), x.dtype)]), dense["k"])
+        return y1, y_error, k, new, result
+
+    def step(self, terms, t0, t1, y0, args, state: AutoState, made_jump):
+        y1, y_error, k, new, result = jax.lax.cond(
+            state.stabilised, lambda: self._stabilised(terms, t0, t1, y0, args, state, made_jump),
+            lambda: self._explicit(terms, t0, t1, y0, args, state, made_jump))
+        return y1, y_error, dict(y0=y0, y1=y1, k=k, stabilised=new.stepped), new, result
