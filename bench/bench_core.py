@@ -158,25 +158,37 @@ def gd_run(problem, p0, t_end, segments, eta=1.0):
 _MORE_STATS = ("stiff_steps", "stabilised_steps", "stiff_rejections")
 
 
-def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_steps=None):
-    """The flow preset over `segments` equal segments. With `chunk_steps`, every call is
-    capped at that many steps (status max_steps, then the same segment is resumed), so the
-    run can stop once `budget_s` of wall time is spent; the horizon reached is returned."""
+def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_steps=None, times=None, record=None,
+             stop=None):
+    """The flow preset over `segments` equal segments, or through the checkpoint `times`
+    (increasing, the last t_end; `segments` is then ignored), each read inside a step (only
+    t_end ends one). With `chunk_steps`, every call is capped at that many steps (status
+    max_steps, then the same segment is resumed), so the run can stop once `budget_s` of wall
+    time is spent; the horizon reached is returned. `record(k, state, tot)`, if given, is
+    called at the end of segment k (from 1) with the counts so far; `stop(tot, t)`, if given,
+    ends the run as a spent budget does once it holds after a call (t: the time reached)."""
     if chunk_steps:
         spec = dataclasses.replace(spec, max_steps=chunk_steps)
+    if times is None:
+        times = [k * t_end / segments for k in range(1, segments + 1)]
+    segments = len(times)
     integ = flow_integrator(spec)
     advance = eqx.filter_jit(integ.advance)
     state0 = integ.init(problem, p0)
-    warm, _ = advance(problem, state0, jnp.asarray(min(1.0, t_end / segments)), jnp.asarray(t_end))  # compile
+    warm, _ = advance(problem, state0, jnp.asarray(min(1.0, times[0])), jnp.asarray(t_end))  # compile
     ready(warm)
 
     def run():
         state = state0
-        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": 0, **dict.fromkeys(_MORE_STATS, 0),
+        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": integ.init_hvps, **dict.fromkeys(_MORE_STATS, 0),
                "calls": 0}
         elapsed, capped = 0.0, False
+
+        def spent():
+            return elapsed > budget_s or (stop is not None and stop(tot, float(integ.time(state))))
+
         for k in range(1, segments + 1):
-            target = jnp.asarray(k * t_end / segments)
+            target = jnp.asarray(times[k - 1])
             while True:
                 dt, (state, stats) = timed(advance, problem, state, target, jnp.asarray(t_end))
                 elapsed += dt
@@ -188,9 +200,11 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
                     break
                 if code != Status.MAX_STEPS or not chunk_steps:
                     raise RuntimeError(f"flow {spec.method} ended with status {Status.of(code).label} at t = {float(integ.time(state)):.6g}")
-                if elapsed > budget_s:
+                if spent():
                     break
-            if elapsed > budget_s and k < segments:
+            if record is not None and code == Status.DONE:
+                record(k, state, dict(tot, wall=elapsed))
+            if spent() and k < segments:
                 capped = True
                 break
             if code != Status.DONE:

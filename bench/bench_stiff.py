@@ -75,8 +75,9 @@ def eos_problem(quick: bool):
     return b.problem, b.params
 
 
-def reference(problem, p0, horizons) -> dict[float, np.ndarray]:
-    """Dopri8 at rtol 1e-11 to each horizon in turn (a step ends on each)."""
+def reference(problem, p0, horizons, counts: list | None = None) -> dict[float, np.ndarray]:
+    """Dopri8 at rtol 1e-11 to each horizon in turn (a step ends on each). `counts`, if given,
+    gets each horizon's statistics appended (steps, rejected, vf_evals; `init`'s in the first)."""
     integ = flow_integrator(variant("dopri8-ref", "dopri8", 1e-11))
     advance = eqx.filter_jit(integ.advance)
     state, out = integ.init(problem, p0), {}
@@ -84,6 +85,9 @@ def reference(problem, p0, horizons) -> dict[float, np.ndarray]:
         state, stats = advance(problem, state, jnp.asarray(t))
         out[t] = flat(integ.params(ready(state)))
         print(f"  reference to t = {t:g}: {int(stats['steps'])} steps", flush=True)
+        if counts is not None:
+            counts.append({k: int(stats[k]) + (integ.init_evals if k == "vf_evals" and not counts else 0)
+                           for k in ("steps", "rejected", "vf_evals")})
     return out
 
 
