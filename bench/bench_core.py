@@ -180,7 +180,7 @@ def flow_run(problem, p0, spec, t_end, segments, *, budget_s=math.inf, chunk_ste
 
     def run():
         state = state0
-        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": integ.init_hvps, **dict.fromkeys(_MORE_STATS, 0),
+        tot = {"steps": 0, "rejected": 0, "vf_evals": integ.init_evals, "hvps": 0, **dict.fromkeys(_MORE_STATS, 0),
                "calls": 0}
         elapsed, capped = 0.0, False
 
