@@ -24,7 +24,8 @@ The switch, decided from figures the steps compute anyway:
 A switch happens only where a step is committed: the mode, ρ, the power iteration's vector and
 the streak are solver state, which the integrator stores at checkpoints, so a resumed run
 takes the same steps bit for bit, and checkpoints do not change them. The dense output covers
-both: Tsit5's fourth-order interpolant, or ROCK4's cubic Hermite one, by the step's mode.
+both: Tsit5's fourth-order interpolant, or ROCK4's cubic Hermite one, by the step's mode; a
+checkpoint inside a ROCK4 step is read by ROCK4's shorter step instead (`Rock4.read`).
 
 Under `vmap` (seeds in a batch) a mode that differs between members runs both steps for all.
 """
@@ -211,3 +212,13 @@ class Auto(dfx.AbstractSolver):
             state.stabilised, lambda: self._stabilised(terms, t0, t1, y0, args, state, made_jump),
             lambda: self._explicit(terms, t0, t1, y0, args, state, made_jump))
         return y1, y_error, dict(y0=y0, y1=y1, k=k, stabilised=new.stepped), new, result
+
+    def read(self, terms, t0, t, y0, args, committed: AutoState, step: AutoState, interpolated):
+        """The solution at t inside the accepted step whose try left `step`: ROCK4's read (a
+        shorter step from t0: `Rock4.read`, as accurate as a step end where the Hermite
+        interpolant is not) inside a ROCK4 step, Tsit5's `interpolated` value, at no cost,
+        inside a Tsit5 step."""
+        zero = jnp.zeros((), jnp.int32)
+        return jax.lax.cond(step.stepped,
+                            lambda: self.rock4.read(terms, t0, t, y0, args, committed.rock, step.rock),
+                            lambda: (interpolated, zero, zero))

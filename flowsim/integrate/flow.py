@@ -325,14 +325,14 @@ class AbstractFlowIntegrator(AbstractIntegrator):
     def _read(self, problem: Problem, s: FlowState, t, fresh) -> tuple[Params, jax.Array, jax.Array]:
         """The weights at t inside the step held ahead of the committed state (where `fresh`;
         else the last read, `s.ahead.y_at`), and the field evaluations and Jacobian-vector
-        products the reading cost: the solver's `read` where it has one, else the step's
-        interpolant, which costs nothing."""
+        products the reading cost: the solver's `read` where it has one (given the step's
+        interpolant, which it may return), else the interpolant, which costs nothing."""
         a = s.ahead
         zero = jnp.zeros((), jnp.int32)
+        y = self.solver.interpolation_cls(t0=s.t, t1=a.t1, y0=s.y, y1=a.y1, **a.stages).evaluate(t)
         if not hasattr(self.solver, "read"):
-            y = self.solver.interpolation_cls(t0=s.t, t1=a.t1, y0=s.y, y1=a.y1, **a.stages).evaluate(t)
             return y, zero, zero
-        read = lambda: self.solver.read(self.term, s.t, t, s.y, problem, s.solver_state, a.solver_state)
+        read = lambda: self.solver.read(self.term, s.t, t, s.y, problem, s.solver_state, a.solver_state, y)
         return jax.lax.cond(fresh, read, lambda: (a.y_at, zero, zero))
 
     def time(self, state: FlowState) -> jax.Array:

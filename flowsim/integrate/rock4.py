@@ -224,11 +224,11 @@ class AbstractStabilised(dfx.AbstractSolver):
         """`advance_with`'s y1 alone, without f(y1) or the error estimate: (y1, the evaluations
         spent)."""
 
-    def read(self, terms, t0, t, y0, args, committed: StabilisedState, step: StabilisedState):
+    def read(self, terms, t0, t, y0, args, committed: StabilisedState, step: StabilisedState, interpolated=None):
         """The solution at t inside the accepted step from (t0, y0) whose try left `step`: a
         step of this method from t0 to t at that step's ρ, f(y0) from the `committed` state (see
-        the module's docstring for why not the interpolant). Returns it, the field evaluations
-        and the Jacobian-vector products it cost (none: ρ is the step's)."""
+        the module's docstring for why not the step's `interpolated` value). Returns it, the
+        field evaluations and the Jacobian-vector products it cost (none: ρ is the step's)."""
         zero = jnp.zeros((), jnp.int32)
         staged = lambda s, y: (self.func(terms, s, y, args), zero)
         y, evaluations = self.solution_with(staged, t0, t, y0, committed.f0, step.rho)
