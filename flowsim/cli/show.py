@@ -14,7 +14,7 @@ from ..config.files import parse_toml
 from ..config.schema import sweep_axes, sweep_key
 from ..config.spec import ABSENT, toml_value
 from ..run.integrators import checkpoint_grid
-from ..integrate.registry import FLOW_METHODS
+from ..integrate.registry import CENTRAL_READS, FLOW_METHODS, group_keys
 
 _MIB = 2**20
 
@@ -60,16 +60,21 @@ def origin(sc: Scenario, raw: dict, key: str, path: tuple) -> str:
 
 
 # The flow-preset keys a method's settings groups hold: a preset's others are always shown,
-# these where its method's registry entry reads them.
+# these where its method's registry entry reads them (a central flow's integrator reads its
+# own groups, whatever its method).
 _METHOD_KEYS = frozenset(k for m in FLOW_METHODS.values() for k in m.keys())
+_CENTRAL_KEYS = frozenset(k for g in CENTRAL_READS for k in group_keys(g))
 
 
 def _unused(resolved: dict, path: tuple) -> bool:
-    """Whether `path` is a flow preset's key that its method does not read."""
+    """Whether `path` is a flow preset's key that its integrator does not read."""
     if path[:2] != ("run", "solvers") or len(path) != 4 or path[3] not in _METHOD_KEYS:
         return False
-    method = FLOW_METHODS.get(_at(resolved, path[:3]).get("method"))
-    return method is not None and path[3] not in method.keys()
+    preset = _at(resolved, path[:3])
+    method = FLOW_METHODS.get(preset.get("method"))
+    if method is None:
+        return False
+    return path[3] not in (_CENTRAL_KEYS if preset.get("kind") == "central-flow" else method.keys())
 
 
 def _swept(sc: Scenario) -> dict[str, str]:
