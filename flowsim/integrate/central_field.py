@@ -34,11 +34,16 @@ them and a resumed run is the same computation. The vectors at t = 0 come from j
 the last accepted point (`spectral_bound`), not from power iteration through the field. Its
 inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
 certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
-Measured on central-mlp (bench/results/central.md, `python bench/bench_central.py
---own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 25.8 gradient-equivalents
-(gradients + HVPs + third-derivative products) per GD step, 2.4 evaluations of 1 gradient +
-9 HVPs + 0.83 third-derivative products each, own error 5.4e-6 at step 600; Tsit5 at rtol
-1e-6 costs 61.4 (its explicit step held by stability: h·2/η inside its interval of 3.5).
+Each evaluation tracks only the block that matters (`WarmStart.columns`): a step's inner
+stages the candidates alone (below the edge none: the field is −∇L̃ at no product), its end
+point the candidates and one guard; the certificate at a checkpoint tracks all k.
+Measured on central-mlp (bench/results/central-cost.md, `python bench/bench_central.py
+--cost`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 8.02 gradient-equivalents
+(gradients + HVPs + third-derivative products) per GD step, 2.39 + 3.64 + 1.99 (every
+column tracked at every evaluation: 25.8 = 2.38 + 21.4 + 1.98), own error 7.7e-6 (‖Δθ‖ /
+‖θ_ref − θ0‖ at rows every 100 GD steps, against rtol 1e-8); Tsit5 at rtol 1e-6 cost 61.4
+with every column tracked (its explicit step held by stability: h·2/η inside its interval
+of 3.5).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
@@ -315,7 +320,10 @@ class WarmStart(eqx.Module):
         that is not held has X = 0 on it, and the complementarity problem without it has the
         same solution — and below the edge, without candidates, it is −∇L̃ at no product. The
         step's end point tracks one guard beneath the candidates, which becomes a candidate
-        (and the block grows) when its eigenvalue reaches the threshold."""
+        (and the block grows) when its eigenvalue reaches the threshold.
+        On central-mlp (rock4 at rtol 1e-5, k = 5, one direction held from step 200) the HVPs
+        per GD step fall from 21.4 (all five columns at every evaluation) to 3.64, 1.53 per
+        evaluation (bench/results/central-cost.md)."""
         candidates = jnp.sum(eta * self.lam / 2 >= threshold)
         return jnp.minimum(candidates + guards, self.U.shape[1])
 
