@@ -92,7 +92,9 @@ def sharpness(problem, params_rows, unravel):
 def flow_rows(integ, problem, p0, times):
     advance = eqx.filter_jit(integ.advance)
     certificate = eqx.filter_jit(integ.certificate)
-    state, rows, certs, spent = integ.init(problem, p0), [flat(p0)], [], {"vf_evals": 0, "hvps": 0, "accepted": 0,
+    # init compiled with the problem as an argument: called eagerly, jax's LOBPCG closes over the data
+    # and XLA constant-folds it (minutes on cohen-scale-quick's 500 × 192 inputs)
+    state, rows, certs, spent = eqx.filter_jit(integ.init)(problem, p0), [flat(p0)], [], {"vf_evals": 0, "hvps": 0, "accepted": 0,
                                                                           "rejected": 0}
     certs.append({k: float(v) for k, v in certificate(problem, state).items()} if integ.certificate_series else {})
     states = [state]
@@ -136,7 +138,7 @@ def central_leg(eta: float, k: int, method: str, rtol: float, pid) -> object:
                                      "rtol": rtol, "atol": rtol / 100, "pcoeff": pid[0], "icoeff": pid[1]}))
 
 
-def cost(args, problem, p0, steps: int) -> None:
+def cost_table(args, problem, p0, steps: int) -> None:
     """--cost: the central flow's cost by component and its own error against rtol 1e-8."""
     eta = args.eta
     times = np.arange(0, steps + 1, EVERY_COST) * eta
@@ -189,7 +191,7 @@ def main():
     w0, unravel = jax.flatten_util.ravel_pytree(p0)
     times = np.arange(0, steps + 1, EVERY) * eta
     if args.cost:
-        return cost(args, problem, p0, steps)
+        return cost_table(args, problem, p0, steps)
 
     print(f"[{args.scenario}] GD at η = {eta}, {steps} steps", flush=True)
     losses, gd_w = gd(problem, p0, eta, steps)
