@@ -3,6 +3,7 @@ bench/results/central.md.
 
     python bench/bench_central.py [--scenario NAME] [--eta ETA] [--steps N] [--quick]
                                   [--method M] [--rtol R] [--pid P I] [--own-error]
+    python bench/bench_central.py --cost [--scenario NAME] [--eta ETA] [--steps N] [--k K] [--rtol R]
 
 For the scenario's problem (seed 0; default central-mlp, the JAX central-flow package's
 example) and GD's step η:
@@ -23,6 +24,12 @@ Figures, after the onset (the first matched time where GD's sharpness reaches 2/
   beside the `spectral_bound` that ROCK4's ρ is made of;
 - with --own-error, the central flow's own error at step 600: max |Δθ| against the central
   flow by tsit5 at rtol 1e-9.
+With --cost, the central flow alone (no GD, flow or sharpness: writes
+bench/results/central-cost[-SCENARIO].md): its cost per GD step by component (evaluations =
+gradients, Hessian-vector products, third-derivative products; tries and the first point
+included), steps, events, and its own error: the same method at rtol 1e-8 (atol 1e-10) as the
+reference, ‖θ − θ_ref‖ / ‖θ_ref − θ0‖ (SCALE.md's measure) at the worst of the rows every
+EVERY_COST steps, and max |Δθ|.
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ REFERENCE_RTOL = 1e-9
 RADIUS_ITERATIONS = 40  # power iterations on the central field's finite-difference Jacobian
 SMOOTH_STEPS = 50     # σ of the Gaussian smoothing of GD's loss, in steps
 PERTURBATION = 1e-12
+EVERY_COST = 100      # --cost: GD steps between the rows the own error is read at
+COST_REFERENCE_RTOL = 1e-8
 
 
 def typed(preset) -> Preset:
@@ -83,7 +92,9 @@ def sharpness(problem, params_rows, unravel):
 def flow_rows(integ, problem, p0, times):
     advance = eqx.filter_jit(integ.advance)
     certificate = eqx.filter_jit(integ.certificate)
-    state, rows, certs, spent = integ.init(problem, p0), [flat(p0)], [], {"vf_evals": 0, "hvps": 0, "accepted": 0,
+    # init compiled with the problem as an argument: called eagerly, jax's LOBPCG closes over the data
+    # and XLA constant-folds it (minutes on cohen-scale-quick's 500 × 192 inputs)
+    state, rows, certs, spent = eqx.filter_jit(integ.init)(problem, p0), [flat(p0)], [], {"vf_evals": 0, "hvps": 0, "accepted": 0,
                                                                           "rejected": 0}
     certs.append({k: float(v) for k, v in certificate(problem, state).items()} if integ.certificate_series else {})
     states = [state]
@@ -122,6 +133,39 @@ def jacobian_radius(integ, problem, state, eps: float = 1e-4, iterations: int = 
     return norm, float(spectral_bound(point, f.eta, f.threshold))
 
 
+def central_leg(eta: float, k: int, method: str, rtol: float, pid) -> object:
+    return central_integrator(typed({"kind": "central-flow", "learning_rate": eta, "max_eigen": k, "method": method,
+                                     "rtol": rtol, "atol": rtol / 100, "pcoeff": pid[0], "icoeff": pid[1]}))
+
+
+def cost_table(args, problem, p0, steps: int) -> None:
+    """--cost: the central flow's cost by component and its own error against rtol 1e-8."""
+    eta = args.eta
+    times = np.arange(0, steps + 1, EVERY_COST) * eta
+    table = Table(f"The central flow's cost by component: {args.scenario}", ["figure", "value"])
+    table.add("scenario, η, GD steps, k, method, PID", f"{args.scenario}, {eta:g}, {steps}, {args.k}, {args.method}, "
+                                                       f"({args.pid[0]:g}, {args.pid[1]:g})")
+    rows = {}
+    for rtol in (args.rtol, COST_REFERENCE_RTOL):
+        print(f"  central flow ({args.method}, rtol {rtol:g}, k = {args.k})", flush=True)
+        w, certs, spent, wall, _ = flow_rows(central_leg(eta, args.k, args.method, rtol, args.pid), problem, p0, times)
+        rows[rtol] = w
+        end = certs[-1]
+        per = [end[f"central_{c}"] / steps for c in ("evals", "hvps", "thirds")]
+        table.add(f"rtol {rtol:g}: gradient-equivalents per GD step (gradients + HVPs + third-derivative products)",
+                  f"{fmt(sum(per))} = {fmt(per[0])} + {fmt(per[1])} + {fmt(per[2])}")
+        table.add(f"rtol {rtol:g}: steps accepted, rejected; events; per evaluation: HVPs, third-derivative products",
+                  f"{spent['accepted']}, {spent['rejected']}; {int(end['central_events'])}; "
+                  f"{fmt(end['central_hvps'] / end['central_evals'])}, {fmt(end['central_thirds'] / end['central_evals'])}")
+        table.add(f"rtol {rtol:g}: wall (s, this machine, compilation included)", fmt(wall))
+    w, ref = rows[args.rtol], rows[COST_REFERENCE_RTOL]
+    rel = np.linalg.norm(w - ref, axis=1)[1:] / np.linalg.norm(ref[1:] - ref[0], axis=1)
+    table.add(f"own error at rtol {args.rtol:g}: max over rows of ‖θ − θ_ref‖ / ‖θ_ref − θ0‖ (θ_ref: rtol "
+              f"{COST_REFERENCE_RTOL:g}); max |Δθ|", f"{fmt(rel.max())}; {fmt(np.abs(w - ref).max())}")
+    publish(table.markdown(), "central-cost" if args.scenario == "central-mlp" else f"central-cost-{args.scenario}",
+            args.quick)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--scenario", default="central-mlp")
@@ -135,6 +179,8 @@ def main():
     ap.add_argument("--own-error", action="store_true",
                     help=f"also the central flow at rtol {REFERENCE_RTOL:g} (tsit5) to step {OWN_ERROR_STEP}: "
                          "the own error")
+    ap.add_argument("--cost", action="store_true", help="the central flow alone: cost by component, own error")
+    ap.add_argument("--k", type=int, default=5, help="the central flow's max_eigen")
     args = ap.parse_args()
     steps = 300 if args.quick else args.steps
     eta = args.eta
@@ -144,6 +190,8 @@ def main():
     problem, p0 = b.problem, b.params
     w0, unravel = jax.flatten_util.ravel_pytree(p0)
     times = np.arange(0, steps + 1, EVERY) * eta
+    if args.cost:
+        return cost_table(args, problem, p0, steps)
 
     print(f"[{args.scenario}] GD at η = {eta}, {steps} steps", flush=True)
     losses, gd_w = gd(problem, p0, eta, steps)
@@ -153,9 +201,7 @@ def main():
     flow = flow_integrator(typed({"kind": "flow", "method": "tsit5", "rtol": 1e-8, "atol": 1e-10}))
     flow_w, _, flow_spent, flow_wall, _ = flow_rows(flow, problem, p0, times)
     print(f"  central flow ({args.method}, rtol {args.rtol:g}, k = 5)", flush=True)
-    central = central_integrator(typed({"kind": "central-flow", "learning_rate": eta, "max_eigen": 5,
-                                        "method": args.method, "rtol": args.rtol, "atol": args.rtol / 100,
-                                        "pcoeff": args.pid[0], "icoeff": args.pid[1]}))
+    central = central_leg(eta, args.k, args.method, args.rtol, args.pid)
     central_w, certs, central_spent, central_wall, central_states = flow_rows(central, problem, p0, times)
 
     print("  sharpness", flush=True)

@@ -281,6 +281,30 @@ def test_the_tracked_eigenvalues_are_the_hessians():
     assert np.allclose(np.asarray(point.lam), np.linalg.eigvalsh(H)[::-1][:3], rtol=1e-9, atol=0)
 
 
+def test_a_block_sized_to_the_candidates_gives_the_whole_blocks_field():
+    """A step's inner stages track the candidates alone (`columns`, `WarmStart.columns`): where
+    a direction is held (η puts λ1 1 % past 2/η) the field and X are the whole block's (both
+    tracked to 1e-10) for fewer products; with no column (below the edge) the field is
+    −∇L̃ exactly, at no product."""
+    problem, p0 = make_problem(seed=0)
+    cold = jax.jit(lambda w: central_point(problem, w, initial_vectors(250, 3, jnp.float64), 1.0, 3, 0.9,
+                                           iterations=500, cold=True))(p0)
+    eta = 2 / (1.01 * float(cold.lam[0]))
+    point = jax.jit(lambda w, columns: central_point(problem, w, cold.U, eta, 3, 0.9, tol=1e-10, columns=columns))
+    whole = point(p0, None)
+    m = int(np.sum(eta * np.asarray(whole.lam) / 2 >= 0.9))
+    sized = point(p0, jnp.asarray(m))
+    flat = lambda p: jax.flatten_util.ravel_pytree(p)[0]
+    assert int(whole.held) >= 1 and m < 3
+    assert rel_err(flat(sized.velocity), flat(whole.velocity)) <= 1e-9
+    assert np.abs(np.asarray(sized.X - whole.X)).max() <= 1e-9 * np.abs(np.asarray(whole.X)).max()
+    assert 0 < int(sized.hvps) < int(whole.hvps)
+    below = point(p0, jnp.asarray(0))
+    grad = jax.grad(lambda w: problem.rate * problem.loss(w))(p0)
+    assert int(below.hvps) == 0 and int(below.thirds) == 0
+    assert rel_err(flat(below.velocity), -flat(grad)) <= 1e-14
+
+
 def test_a_central_flow_refuses_methods_that_cannot_step_it():
     for method in ("kvaerno5", "filippov", "rkc2", "auto"):
         with pytest.raises(ScenarioError, match="cannot step a central flow"):

@@ -126,7 +126,8 @@ def test_the_central_section_equals_numpy_on_the_archive(short):
         cost_c = sum(c[n][-1] for n in ("central_evals", "central_hvps", "central_thirds")) / steps
         cost_f = (f.stats["vf_evals"] + f.stats["hvps"]) / steps
         assert tr.cost == pytest.approx({"central-0.1": cost_c, "tsit5": cost_f, "gd-0.1": 1.0}, rel=1e-12)
-        assert cost_c > cost_f > 1     # the central flow pays HVPs and third derivatives too
+        assert cost_c > 1 and cost_f > 1     # each pays more than GD's one gradient a step (the central flow by
+        # rock4, tracking only the candidates, can cost less than tsit5's exact flow at rtol 1e-8)
     text = compare_report.format_report(rep)
     assert "onset: t = 20 (step 200)" in text
     assert f"mean relative error {100 * err:.3g} %" in text

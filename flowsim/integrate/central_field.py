@@ -34,11 +34,16 @@ them and a resumed run is the same computation. The vectors at t = 0 come from j
 the last accepted point (`spectral_bound`), not from power iteration through the field. Its
 inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
 certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
-Measured on central-mlp (bench/results/central.md, `python bench/bench_central.py
---own-error`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 25.8 gradient-equivalents
-(gradients + HVPs + third-derivative products) per GD step, 2.4 evaluations of 1 gradient +
-9 HVPs + 0.83 third-derivative products each, own error 5.4e-6 at step 600; Tsit5 at rtol
-1e-6 costs 61.4 (its explicit step held by stability: h·2/η inside its interval of 3.5).
+Each evaluation tracks only the block that matters (`WarmStart.columns`): a step's inner
+stages the candidates alone (below the edge none: the field is −∇L̃ at no product), its end
+point the candidates and one guard; the certificate at a checkpoint tracks all k.
+Measured on central-mlp (bench/results/central-cost.md, `python bench/bench_central.py
+--cost`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 8.02 gradient-equivalents
+(gradients + HVPs + third-derivative products) per GD step, 2.39 + 3.64 + 1.99 (every
+column tracked at every evaluation: 25.8 = 2.38 + 21.4 + 1.98), own error 7.7e-6 (‖Δθ‖ /
+‖θ_ref − θ0‖ at rows every 100 GD steps, against rtol 1e-8); Tsit5 at rtol 1e-6 cost 61.4
+with every column tracked (its explicit step held by stability: h·2/η inside its interval
+of 3.5).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
@@ -86,6 +91,11 @@ GUARD_TOL = 1e-3
 # → 5.9, cost per GD step 32.7 → 25.1, own error at step 600 7.3e-7 → 1.1e-6
 # (bench/results/central.md, variants).
 STAGE_TRACK_TOL = 1e-4
+# The block an evaluation tracks: the candidates (ηλ/2 ≥ threshold at the last accepted point)
+# and this many guards beneath them, at a step's inner stages and at its end point
+# (`WarmStart.columns` says why the stages need none); max_eigen bounds the block.
+STAGE_GUARDS = 0
+END_GUARDS = 1
 # Block steps (LOBPCG iterations at t = 0) at most per evaluation.
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
@@ -136,12 +146,16 @@ def rank(X: jax.Array) -> jax.Array:
     return jnp.sum(e > RANK_SHARE * jnp.maximum(e[-1], 0.0) + jnp.finfo(X.dtype).tiny).astype(jnp.int32)
 
 
-def _ritz(B: jax.Array, HB: jax.Array, k: int):
-    """Rayleigh–Ritz on the orthonormal basis B (n, b) with HB = H·B: the top k Ritz values
-    (descending), their vectors and those vectors' images under H (combinations of HB: exact
-    products, no new ones)."""
+def _ritz(B: jax.Array, HB: jax.Array, k: int, on: jax.Array):
+    """Rayleigh–Ritz on the orthonormal basis B (n, b) with HB = H·B, restricted to the columns
+    `on` (b,): the top k Ritz values of span B[:, on] (descending, then values beneath them),
+    their vectors and those vectors' images under H (combinations of HB: exact products, no
+    new ones). The columns off `on` are decoupled and shifted beneath every Ritz value of the
+    others (Gershgorin: |θ| ≤ b·max|A|), so the Ritz pairs of span B[:, on] come first."""
     A = B.T @ HB
-    theta, W = jnp.linalg.eigh(0.5 * (A + A.T))
+    A = jnp.where(on[:, None] & on[None, :], 0.5 * (A + A.T), 0.0)
+    beneath = -(A.shape[0] * jnp.max(jnp.abs(A)) + 1.0)
+    theta, W = jnp.linalg.eigh(A + jnp.diag(jnp.where(on, 0.0, beneath)))
     W = W[:, ::-1][:, :k]
     return theta[::-1][:k], B @ W, HB @ W
 
@@ -157,12 +171,21 @@ def _complement(U: jax.Array, R: jax.Array) -> jax.Array:
     return jnp.linalg.qr(Q)[0]
 
 
-def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations: int):
-    """The top k eigenpairs of the symmetric H (`block(V)` = H·V) from the warm start U0 (n, k):
-    Rayleigh–Ritz on span U0 (k products), then, while a column's residual ‖Hu − λu‖ is above
-    its tolerance (times max|λ|), one block step on span[U, R] (R the residuals, k products per
-    step: the images of U are carried as combinations of earlier products, not recomputed —
-    jax's LOBPCG multiplies 3k vectors per iteration).
+def masked_block(hvp):
+    """`block(V, on)` = H·V on the columns `on`, zero elsewhere, one product per such column
+    (one after another: a block that tracks fewer columns spends fewer products)."""
+    def block(V, on):
+        column = lambda vo: jax.lax.cond(vo[1], hvp, jnp.zeros_like, vo[0])
+        return jax.lax.map(column, (V.T, on)).T
+    return block
+
+
+def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations: int, columns=None):
+    """The top eigenpairs of the symmetric H (`block(V, on)` = H·V on the columns `on`) from
+    the warm start U0 (n, k): Rayleigh–Ritz on span U0 (k products), then, while a column's
+    residual ‖Hu − λu‖ is above its tolerance (times max|λ|), one block step on span[U, R]
+    (R the residuals, k products per step: the images of U are carried as combinations of
+    earlier products, not recomputed — jax's LOBPCG multiplies 3k vectors per iteration).
     A column that may reach `floor` (λ + ‖r‖ ≥ floor: by the residual bound an eigenvalue lies
     within ‖r‖ of λ) — a candidate of the edge of stability — is converged to `tol`; the others
     to the looser `guard_tol`. They must be converged too: Ritz values bound the spectrum from
@@ -170,10 +193,21 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     onset. (Converging only the candidates, the tracker reported 11.1 for a top eigenvalue of
     20.5 on central-mlp at η = 0.05, t = 20: tests/test_central.py::
     test_tracking_follows_the_top_eigenvalues_beneath_the_edge.)
-    Returns the Ritz values (descending), vectors and the number of block steps."""
+    `columns` (traced, 0 … k; None: k): only U0's leading `columns` are tracked, on their own
+    span (the top `columns` eigenpairs when they hold the top eigenvectors' span); the others
+    are returned as U0's (orthonormalised), with eigenvalue 0, at no product.
+    Returns the Ritz values (descending), vectors and the products spent."""
     k = U0.shape[1]
-    U = jnp.linalg.qr(U0)[0]
-    lam, U, HU = _ritz(U, block(U), k)
+    on = jnp.ones(k, bool) if columns is None else jnp.arange(k) < columns
+    both = jnp.concatenate([on, on])
+    U0q = jnp.linalg.qr(U0)[0]
+
+    def ritz(B, HB, on_B):
+        lam, U, HU = _ritz(B, HB, k, on_B)
+        # the untracked columns keep the start's vectors (and no image: they are not tracked)
+        return jnp.where(on, lam, 0.0), jnp.where(on, U, U0q), jnp.where(on, HU, 0.0)
+
+    lam, U, HU = ritz(U0q, block(U0q, on), on)
 
     def pending(c):
         lam, U, HU, its = c
@@ -183,22 +217,24 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
 
     def one(c):
         lam, U, HU, its = c
-        Q = _complement(U, HU - U * lam)
+        Q = _complement(jnp.where(on, U, 0.0), HU - U * lam)
         B = jnp.concatenate([U, Q], axis=1)
-        HB = jnp.concatenate([HU, block(Q)], axis=1)
-        return (*_ritz(B, HB, k), its + 1)
+        HB = jnp.concatenate([HU, block(Q, on)], axis=1)
+        return (*ritz(B, HB, both), its + 1)
 
     lam, U, HU, its = jax.lax.while_loop(pending, one, (lam, U, HU, jnp.asarray(0)))
     # each vector's sign as the start's, so that the tracked vectors move continuously (the
     # extrapolated warm start of `CentralSolver` differences them)
-    return lam, U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0), its
+    return lam, U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0), jnp.sum(on) * (its + 1)
 
 
 def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, threshold: float,
-                  iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL) -> CentralPoint:
+                  iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL,
+                  columns=None) -> CentralPoint:
     """The central flow's field at W = y and everything it is made of, eigen-tracking
     started from U0 (n, k); `cold`: U0 is not a warm start (LOBPCG first, every column
-    converged: the vectors at t = 0 and any one-off eigen-decomposition)."""
+    converged: the vectors at t = 0 and any one-off eigen-decomposition); `columns` (traced):
+    track U0's leading columns alone (`WarmStart.columns`: a step's inner stages), None: all k."""
     w, unravel = ravel_pytree(y)
     n, dtype = w.size, w.dtype
     eta = jnp.asarray(eta, dtype)
@@ -213,15 +249,15 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
         lam, U = lam[::-1][:k], V[:, ::-1][:, :k]
         hvps = jnp.asarray(n)
     else:
-        block = jax.vmap(hvp, in_axes=1, out_axes=1)
         hvps = jnp.asarray(0)
         if cold:
             # from a start unrelated to the Hessian: jax's LOBPCG converges every column (it
             # applies H to 3k vectors per iteration and once to the start)
-            _, U0, its = lobpcg_standard(block, U0, m=iterations, tol=TRACK_TOL / (10 * n))
+            _, U0, its = lobpcg_standard(jax.vmap(hvp, in_axes=1, out_axes=1), U0, m=iterations, tol=TRACK_TOL / (10 * n))
             hvps = k * (3 * its + 1)
-        lam, U, its = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations)
-        hvps = hvps + k * (its + 1)
+        block = masked_block(hvp) if columns is not None else (lambda V, on: jax.vmap(hvp, in_axes=1, out_axes=1)(V))
+        lam, U, spent = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations, columns)
+        hvps = hvps + spent
 
     # third derivatives of the candidates (ηλ/2 ≥ threshold): the first m(m+1)/2 pairs
     m = jnp.sum(eta * lam / 2 >= threshold)
@@ -256,8 +292,10 @@ class WarmStart(eqx.Module):
     or O(h²) (the line through two points), and the block steps that correct them are fewer
     (`track` orthonormalises the start). On central-mlp (bench/bench_central.py, rock4 at
     rtol 1e-6, every stage tracked to 1e-6, steps ended on each matched time): HVPs per
-    evaluation 9.9 with the line, 8.5 with the quadratic."""
+    evaluation 9.9 with the line, 8.5 with the quadratic.
+    Its eigenvalues `lam` (at t) size the block a step's inner stages track (`columns`)."""
     U: jax.Array
+    lam: jax.Array          # (k,) the eigenvalues at t; +inf where unknown (every column is then tracked)
     D1: jax.Array           # (U(t) − U(t_before)) / (t − t_before); zero until a step is accepted
     D2: jax.Array           # the second divided difference; zero until two are
     t: jax.Array
@@ -265,19 +303,36 @@ class WarmStart(eqx.Module):
     points: jax.Array       # accepted points known, at most 3
 
     @classmethod
-    def first(cls, U: jax.Array, t) -> "WarmStart":
+    def first(cls, U: jax.Array, t, lam: jax.Array | None = None) -> "WarmStart":
         t = jnp.asarray(t, U.dtype)
-        return cls(U=U, D1=jnp.zeros_like(U), D2=jnp.zeros_like(U), t=t, t_before=t, points=jnp.asarray(1, jnp.int32))
+        lam = jnp.full(U.shape[1], jnp.inf, U.dtype) if lam is None else lam
+        return cls(U=U, lam=lam, D1=jnp.zeros_like(U), D2=jnp.zeros_like(U), t=t, t_before=t,
+                   points=jnp.asarray(1, jnp.int32))
 
     def at(self, t) -> jax.Array:
         return self.U + (t - self.t) * (self.D1 + (t - self.t_before) * self.D2)
 
-    def next(self, U: jax.Array, t) -> "WarmStart":
-        """The start after an accepted step ending at t with vectors U."""
+    def columns(self, eta, threshold: float, guards: int) -> jax.Array:
+        """The leading columns an evaluation within the next step tracks: the candidates at t
+        (ηλ/2 ≥ threshold) and `guards` more. The inner stages need no guard: within a step
+        whose held set does not change (a step where it does is rejected until it is
+        `EVENT_TOL`·η short), the field is a function of the candidates alone — a direction
+        that is not held has X = 0 on it, and the complementarity problem without it has the
+        same solution — and below the edge, without candidates, it is −∇L̃ at no product. The
+        step's end point tracks one guard beneath the candidates, which becomes a candidate
+        (and the block grows) when its eigenvalue reaches the threshold.
+        On central-mlp (rock4 at rtol 1e-5, k = 5, one direction held from step 200) the HVPs
+        per GD step fall from 21.4 (all five columns at every evaluation) to 3.64, 1.53 per
+        evaluation (bench/results/central-cost.md)."""
+        candidates = jnp.sum(eta * self.lam / 2 >= threshold)
+        return jnp.minimum(candidates + guards, self.U.shape[1])
+
+    def next(self, U: jax.Array, lam: jax.Array, t) -> "WarmStart":
+        """The start after an accepted step ending at t with vectors U and eigenvalues lam."""
         t = jnp.asarray(t, U.dtype)
         D1 = (U - self.U) / (t - self.t)
         D2 = jnp.where(self.points >= 2, (D1 - self.D1) / (t - self.t_before), 0.0)
-        return WarmStart(U=U, D1=D1, D2=D2, t=t, t_before=self.t, points=jnp.minimum(self.points + 1, 3))
+        return WarmStart(U=U, lam=lam, D1=D1, D2=D2, t=t, t_before=self.t, points=jnp.minimum(self.points + 1, 3))
 
 
 class CentralField(eqx.Module):
@@ -291,7 +346,8 @@ class CentralField(eqx.Module):
 
     def __call__(self, t, y, args) -> Params:
         problem, start = args
-        return central_point(problem, y, start.at(t), self.eta, self.k, self.threshold).velocity
+        return central_point(problem, y, start.at(t), self.eta, self.k, self.threshold,
+                             columns=start.columns(self.eta, self.threshold, STAGE_GUARDS)).velocity
 
 
 def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
@@ -386,26 +442,31 @@ class CentralSolver(dfx.AbstractSolver):
         if self.stabilised:     # f(y0) is the point's: no evaluation of its own
             inner = self._rock4_inner(point)
         else:
-            inner = self.inner.init(terms, t0, t1, y0, (args, WarmStart.first(point.U, t0)))
+            inner = self.inner.init(terms, t0, t1, y0, (args, WarmStart.first(point.U, t0, point.lam)))
         zero = jnp.zeros((), jnp.int32)
         cost = _cost(1, point)
-        return CentralState(inner=inner, start=WarmStart.first(point.U, t0), held=point.held, events=zero,
+        return CentralState(inner=inner, start=WarmStart.first(point.U, t0, point.lam), held=point.held, events=zero,
                             spent=cost, tried=cost)
 
     def point(self, problem: Problem, y: Params, state: CentralState, t=None,
-              tol: float = TRACK_TOL) -> CentralPoint:
+              tol: float = TRACK_TOL, guards: int | None = None) -> CentralPoint:
         """The field's point at y: at time t, from the extrapolated warm start; without t, at
-        the state's own time (from its vectors); tracked to `tol`."""
+        the state's own time (from its vectors); tracked to `tol`; `guards`: only the
+        candidates and this many more columns are tracked (`WarmStart.columns`), None: all k."""
         f = self.field
         U = state.start.U if t is None else state.start.at(t)
-        return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol)
+        columns = None if guards is None else state.start.columns(f.eta, f.threshold, guards)
+        return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol, columns=columns)
 
     def _rock4_step(self, t0, t1, y0, args, state: CentralState):
-        def end(t, y, tol=TRACK_TOL):
-            point = self.point(args, y, state, t, tol)
+        def end(t, y):
+            point = self.point(args, y, state, t, guards=END_GUARDS)
             return point.velocity, _cost(1, point), point
 
-        field = lambda t, y: end(t, y, STAGE_TRACK_TOL)[:2]
+        def field(t, y):
+            point = self.point(args, y, state, t, STAGE_TRACK_TOL, STAGE_GUARDS)
+            return point.velocity, _cost(1, point)
+
         y1, y_error, dense, _, point, tried, _ = rock4.advance(field, end, t0, t1, y0, state.inner.f0,
                                                                state.inner.rho, jnp.zeros(3, jnp.int64))
         return y1, y_error, dense, self._rock4_inner(point), point, tried, dfx.RESULTS.successful
@@ -416,14 +477,14 @@ class CentralSolver(dfx.AbstractSolver):
         else:
             y1, y_error, dense, inner, result = self.inner.step(terms, t0, t1, y0, (args, state.start),
                                                                 state.inner, made_jump)
-            end = self.point(args, y1, state, t1)
+            end = self.point(args, y1, state, t1, guards=END_GUARDS)
             # cost of the try: its stages, each paying about what the step's end paid
             tried = _cost(self.evals_per_step + 1, end)
         changed = end.held != state.held
         # a change of the held set inside a step longer than EVENT_TOL GD steps: rejected
         located = (t1 - t0) <= EVENT_TOL * self.field.eta
         y_error = jax.tree.map(lambda e: jnp.where(changed & ~located, _EVENT_ERROR, e), y_error)
-        new = CentralState(inner=inner, start=state.start.next(end.U, t1), held=end.held,
+        new = CentralState(inner=inner, start=state.start.next(end.U, end.lam, t1), held=end.held,
                            events=state.events + changed.astype(jnp.int32), spent=state.spent + tried, tried=tried)
         return y1, y_error, dense, new, result
 
