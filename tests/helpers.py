@@ -4,6 +4,8 @@ import contextlib
 import io
 from typing import NamedTuple
 
+import jax
+
 from flowsim.cli import command as cli
 
 
@@ -69,3 +71,15 @@ def pendulum_convergence_rates(solver, counts) -> list[float]:
     errs = [float(jnp.max(jnp.abs(dfx.diffeqsolve(term, solver, 0.0, 2.0, 2.0 / n, y0).ys[-1] - ref)))
             for n in counts]
     return list(np.log2(np.asarray(errs[:-1]) / np.asarray(errs[1:])))
+
+
+def counting(problem, calls: list):
+    """`problem` whose every evaluation of the velocity appends to `calls` (a host callback, so
+    it counts inside compiled code): the oracle of an integrator's evaluation counts."""
+
+    class Counting(type(problem)):
+        def velocity(self, params):
+            jax.debug.callback(lambda: calls.append(1))
+            return super().velocity(params)
+
+    return Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})

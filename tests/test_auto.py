@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import resumed_beside_uninterrupted
+from helpers import counting
 from test_engine import make_flow_integrator
 from test_rock4 import log_spaced_quadratic, quadratic
 
@@ -57,15 +58,9 @@ def test_every_evaluation_in_both_modes_is_counted():
     evaluates the field once, its primal) are every call."""
     problem, p0, _ = quadratic(1e3)
     calls = []
-
-    class Counting(type(problem)):
-        def velocity(self, params):
-            jax.debug.callback(lambda: calls.append(1))
-            return super().velocity(params)
-
-    counting = Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})
+    counted_problem = counting(problem, calls)
     integ = make_flow_integrator(PRESET | {"rho_every": 3})
-    state, stats = eqx.filter_jit(integ.advance)(counting, integ.init(counting, p0), jnp.asarray(2.0))
+    state, stats = eqx.filter_jit(integ.advance)(counted_problem, integ.init(counted_problem, p0), jnp.asarray(2.0))
     assert int(stats["stabilised_steps"]) > 0 and int(stats["stabilised_steps"]) < int(stats["accepted"])
     assert len(calls) == integ.init_evals + integ.init_hvps + int(stats["vf_evals"]) + int(stats["hvps"])
 

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import make_problem, rel_err, resumed_beside_uninterrupted
+from helpers import counting
 
 from flowsim.run import batch
 from flowsim.run.integrators import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
@@ -156,17 +157,11 @@ def test_vf_eval_count_matches_a_counting_callback(method):
     those reading the checkpoints inside steps (rock4, rkc2: a shorter step each)."""
     problem, p0 = make_problem()
     calls = []
-
-    class Counting(type(problem)):
-        def velocity(self, params):
-            jax.debug.callback(lambda: calls.append(1))
-            return super().velocity(params)
-
-    counting = Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})
+    counted_problem = counting(problem, calls)
     integ = make_flow_integrator({"kind": "flow", "method": method, "rtol": 1e-8, "atol": 1e-10, "rho_every": 3})
-    state, counted = integ.init(counting, p0), integ.init_evals + integ.init_hvps
+    state, counted = integ.init(counted_problem, p0), integ.init_evals + integ.init_hvps
     for t in (5.0, 10.0, 15.0, 20.0):   # the first three inside steps: the step ends only on the horizon
-        state, stats = eqx.filter_jit(integ.advance)(counting, state, jnp.asarray(t), jnp.asarray(20.0))
+        state, stats = eqx.filter_jit(integ.advance)(counted_problem, state, jnp.asarray(t), jnp.asarray(20.0))
         counted += int(stats["vf_evals"]) + int(stats["hvps"])
     assert len(calls) == counted
     if method != "tsit5":      # ρ every third accepted step, and after each rejection

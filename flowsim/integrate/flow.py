@@ -374,16 +374,23 @@ class FlowIntegrator(AbstractFlowIntegrator):
         return {}
 
 
-class StabilisedIntegrator(AbstractFlowIntegrator):
-    """A flow stepped by a stabilised method (`rock4.AbstractStabilised`): its stage count,
-    and so its cost, is the try's; it certifies its steps with its spectral radius estimate
-    and its last stage count."""
+class AbstractRhoCertified(AbstractFlowIntegrator):
+    """A flow whose solver state holds a spectral radius estimate ρ and the last try's stage
+    count, which certify its steps; its `init` evaluates f(y0) beside the step-size search."""
 
     certificate_series: ClassVar[tuple[str, ...]] = ("rho", "stages")
 
     @property
     def init_evals(self) -> int:
         return _INIT_EVALS_STEP_SEARCH + 1
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
+
+
+class StabilisedIntegrator(AbstractRhoCertified):
+    """A flow stepped by a stabilised method (`rock4.AbstractStabilised`): its stage count,
+    and so its cost, is the try's."""
 
     @property
     def init_hvps(self) -> int:
@@ -392,21 +399,11 @@ class StabilisedIntegrator(AbstractFlowIntegrator):
     def _cost(self, sstate: StabilisedState) -> tuple[jax.Array, jax.Array, jax.Array]:
         return sstate.stages, sstate.hvps, jnp.asarray(True)
 
-    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
 
-
-class AutoIntegrator(AbstractFlowIntegrator):
+class AutoIntegrator(AbstractRhoCertified):
     """A flow stepped by `auto` (`flowsim.integrate.auto`): Tsit5's six evaluations or ROCK4's
-    stages per try, as the try's mode was; certified like a stabilised method (in Tsit5's
-    steps ρ is Hairer's estimate). Its ρ is estimated only when it turns to ROCK4, in its
-    statistics."""
-
-    certificate_series: ClassVar[tuple[str, ...]] = ("rho", "stages")
-
-    @property
-    def init_evals(self) -> int:
-        return _INIT_EVALS_STEP_SEARCH + 1
+    stages per try, as the try's mode was (in Tsit5's steps ρ is Hairer's estimate). Its ρ is
+    estimated only when it turns to ROCK4, in its statistics."""
 
     @property
     def init_hvps(self) -> int:
@@ -414,9 +411,6 @@ class AutoIntegrator(AbstractFlowIntegrator):
 
     def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
         return sstate.stages, sstate.hvps, sstate.stepped
-
-    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
 
 
 # The factories the registry names (`FlowMethod.integrator`): each receives the method's
