@@ -294,14 +294,23 @@ def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
 
     batched = eqx.filter_jit(eqx.filter_vmap(advance, in_axes=(0, 0, None)))
     problems, bstate = _stack([p for p, _ in pairs]), _stack(states)
+    steps = []
     for t in (5.0, 10.0, 15.0):
-        bstate, _ = batched(problems, bstate, jnp.asarray(t))
+        bstate, stats = batched(problems, bstate, jnp.asarray(t))
+        steps.append(np.asarray(stats["steps"]))
     assert len(traces) == 1  # one trace for three segments of the same shape
     single = eqx.filter_jit(integ.advance)
+    # The same steps, so the same computation: what differs is rounding. Batched linear
+    # algebra (the central flow's eigensolve of its tracked block and its projection, which
+    # amplifies rounding where seed 0 reaches 2/η) sums in another order than unbatched:
+    # 1.6e-12 measured there, 1e-16 elsewhere. A batching fault (members mixed, a step
+    # sequence changed) shows at rtol's 1e-8, far above either bound.
+    bound = 1e-11 if kind == "central-flow" else 1e-12
     for i, ((p, _), s) in enumerate(zip(pairs, states)):
-        for t in (5.0, 10.0, 15.0):
-            s, _ = single(p, s, jnp.asarray(t))
-        assert rel_err(bstate.y["W"][i], s.y["W"]) <= 1e-12
+        for k, t in enumerate((5.0, 10.0, 15.0)):
+            s, stats = single(p, s, jnp.asarray(t))
+            assert int(stats["steps"]) == int(steps[k][i])
+        assert rel_err(bstate.y["W"][i], s.y["W"]) <= bound
 
 
 @pytest.mark.parametrize("kind", ["flow", "gd"])

@@ -197,15 +197,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_distributed(tmp_path, *args, processes=2, devices=2) -> list[subprocess.Popen]:
+# `python -m flowsim.cli` with a clock running 1 000× fast: its chunks look slow (size 1) and
+# a commit is due after each, where the other process's chunks double and it commits once a
+# second. Each process must still run the same chunks and commits, or their collectives wait
+# on each other for ever (as they did, under load, before the driver took process 0's
+# decisions on every process).
+_FAST_CLOCK = ("import sys, time\n"
+               "for name in ('perf_counter', 'monotonic'):\n"
+               "    setattr(time, name, (lambda f: lambda: 1e3 * f())(getattr(time, name)))\n"
+               "from flowsim.cli import main\n"
+               "sys.exit(main())")
+
+
+def _start_distributed(tmp_path, *args, processes=2, devices=2, fast_clock=()) -> list[subprocess.Popen]:
     """`flowsim run --distributed ARGS` as `processes` processes of `devices` CPU devices each,
-    joined through a local coordinator as a cluster job would be."""
+    joined through a local coordinator as a cluster job would be; the processes in
+    `fast_clock` see time pass 1 000× fast."""
     base = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}", JAX_PLATFORMS="cpu",
                 JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES=str(processes),
                 FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
-    return [subprocess.Popen([sys.executable, "-m", "flowsim.cli", "run", "--distributed", *map(str, args)],
-                             cwd=tmp_path, env=base | {"JAX_PROCESS_ID": str(i)}, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True) for i in range(processes)]
+    command = {i: [sys.executable, *(["-c", _FAST_CLOCK] if i in fast_clock else ["-m", "flowsim.cli"]),
+                   "run", "--distributed", *map(str, args)] for i in range(processes)}
+    return [subprocess.Popen(command[i], cwd=tmp_path, env=base | {"JAX_PROCESS_ID": str(i)},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(processes)]
 
 
 def _finish(procs) -> list[tuple[int, str]]:
@@ -218,8 +232,8 @@ def _finish(procs) -> list[tuple[int, str]]:
             p.kill()
 
 
-def _distributed(tmp_path, *args):
-    return _finish(_start_distributed(tmp_path, *args))
+def _distributed(tmp_path, *args, fast_clock=()):
+    return _finish(_start_distributed(tmp_path, *args, fast_clock=fast_clock))
 
 
 def _stats(path):
@@ -246,8 +260,9 @@ def test_one_run_over_two_processes_equals_one_process(tmp_path):
     """Two processes × two CPU devices, one program (jax.distributed): 3 seeds (replicated:
     gcd(3, 4) = 1), and a resume of 4 seeds (split over the 4 devices, so process 1 holds
     seeds 2 and 3 and must get their state from process 0) from an archive another run
-    left half done, equal the single-process results; bad input stops both processes with
-    exit 2 and leaves the archive as it was."""
+    left half done, equal the single-process results, though process 1's clock runs 1 000×
+    fast (`_FAST_CLOCK`); bad input stops both processes with exit 2 and leaves the archive
+    as it was."""
     three = ["seeds=[0, 1, 2]", "run.checkpoints={count=5}"]
     four = ["seeds=[0, 1, 2, 3]", "run.checkpoints={count=5}"]
     _drive(tmp_path, "one3", three)
@@ -260,7 +275,8 @@ def test_one_run_over_two_processes_equals_one_process(tmp_path):
     with archive.open(tmp_path / "two3.h5") as a:
         assert a.attrs["provenance"]["process_count"] == "2"
         assert a.attrs["provenance"]["device_count"] == "4"
-    resumed = _distributed(tmp_path, TINY, "-o", tmp_path / "half4.h5", "--resume", *set_args(four))
+    resumed = _distributed(tmp_path, TINY, "-o", tmp_path / "half4.h5", "--resume", *set_args(four),
+                           fast_clock=(1,))
     assert [c for c, _ in resumed] == [0, 0], resumed
     _assert_same_series(tmp_path / "one4.h5", tmp_path / "half4.h5", 2 * 4 * 2)
     before = (tmp_path / "two3.h5").read_bytes()

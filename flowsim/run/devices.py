@@ -137,6 +137,16 @@ def shared(fn):
     return value if jax.process_count() == 1 else _broadcast(value)
 
 
+def agree(*values: int) -> tuple[int, ...]:
+    """Process 0's integers on every process. A decision read from a clock (a chunk's size,
+    whether a commit is due) differs between processes; taken on one, it keeps them running
+    the same programs and collectives, where two clocks would leave them waiting on each
+    other."""
+    if jax.process_count() == 1:
+        return values
+    return tuple(int(v) for v in multihost_utils.broadcast_one_to_all(np.array(values, np.int64)))
+
+
 def any_process(flag: bool) -> bool:
     """True where `flag` is true on any process (a stop request reaching only some)."""
     if jax.process_count() == 1:

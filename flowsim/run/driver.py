@@ -25,7 +25,7 @@ from ..archive import ArchiveWriter
 from ..archive.format import COUNTS
 from .build import Built, data_seed, dataset_arrays, program_signature
 from ..config import Data, Preset, RunSpec, Scenario, to_dict
-from .devices import is_primary, shard, to_host
+from .devices import agree, is_primary, shard, to_host
 from ..integrate.base import AbstractIntegrator
 from .integrators import checkpoint_grid, make_integrator
 from ..nn.problem import Params
@@ -99,8 +99,11 @@ class _Commits:
     def wrote(self, j: int) -> None:
         self.dirty.add(j)
 
-    def maybe(self, state, *, force: bool) -> None:
-        if self.dirty and (force or time.monotonic() - self.at >= COMMIT_EVERY):
+    def due(self) -> bool:
+        return time.monotonic() - self.at >= COMMIT_EVERY
+
+    def maybe(self, state, *, due: bool) -> None:
+        if self.dirty and due:
             self.now(state)
 
     def now(self, state) -> None:
@@ -257,13 +260,14 @@ class Driver:
                 # than CHUNK_WALL, and shrinks after a slow one, so that a stop or a kill
                 # loses little.
                 per = (time.perf_counter() - tic) / len(rows)
-                size = int(max(1, min(most, 2 * size, CHUNK_WALL // per if per > 0 else most)))
+                size, due = agree(int(max(1, min(most, 2 * size, CHUNK_WALL // per if per > 0 else most))),
+                                  commit.due())
                 i = rows.stop
                 stop = self.should_stop()
-                commit.maybe(state, force=stop)
+                commit.maybe(state, due=due or stop)
                 if stop:   # the rows so far are committed: stop here, resumable
                     raise Interrupted(f"stopped after checkpoint {i} of {len(times)} ({name})")
-            commit.maybe(state, force=True)    # the end, or every member has ended
+            commit.maybe(state, due=True)    # the end, or every member has ended
         except BaseException:
             bar.close()      # stopped or failed: the JSON log gets no "finished" record
             commit.rescue()
