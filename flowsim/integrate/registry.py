@@ -146,21 +146,23 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("sgd", discrete=True, label="SGD", state_copies=4),
 )}
 
+
+def _diffrax(name: str, solver: str, state_copies: int, *, implicit: bool = False) -> FlowMethod:
+    """A Diffrax solver stepped by `FlowIntegrator` (an implicit one solves its stages by
+    Newton–Krylov)."""
+    return FlowMethod(name, implicit=implicit, state_copies=state_copies, diffrax=solver,
+                      reads=(*_DIFFRAX, "newton_krylov") if implicit else _DIFFRAX,
+                      integrator="flow:diffrax_integrator")
+
+
 FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
-    FlowMethod("tsit5", implicit=False, state_copies=21, diffrax="Tsit5",
-               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
-    FlowMethod("dopri5", implicit=False, state_copies=21, diffrax="Dopri5",
-               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
-    FlowMethod("dopri8", implicit=False, state_copies=35, diffrax="Dopri8",
-               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
-    FlowMethod("heun", implicit=False, state_copies=11, diffrax="Heun",
-               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
-    FlowMethod("bosh3", implicit=False, state_copies=15, diffrax="Bosh3",
-               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
-    FlowMethod("ralston", implicit=False, state_copies=11, diffrax="Ralston",
-               reads=_DIFFRAX, integrator="flow:diffrax_integrator"),
-    FlowMethod("kvaerno5", implicit=True, state_copies=50, diffrax="Kvaerno5",
-               reads=(*_DIFFRAX, "newton_krylov"), integrator="flow:diffrax_integrator"),
+    _diffrax("tsit5", "Tsit5", 21),
+    _diffrax("dopri5", "Dopri5", 21),
+    _diffrax("dopri8", "Dopri8", 35),
+    _diffrax("heun", "Heun", 11),
+    _diffrax("bosh3", "Bosh3", 15),
+    _diffrax("ralston", "Ralston", 11),
+    _diffrax("kvaerno5", "Kvaerno5", 50, implicit=True),
     # the recurrence's three iterates and a stage, four finishing stages, y1, f(y0), f(y1),
     # the error, the power iteration's vector, the last try's error; and the step held ahead (+ 6)
     FlowMethod("rock4", implicit=False, state_copies=21, diffrax="", reads=(*_DIFFRAX, "stabilised"),
