@@ -195,7 +195,9 @@ def test_the_architecture_page_maps_the_files():
 
 
 def test_the_model_builders_modules_are_indexed_by_their_registry():
-    assert _registered(PACKAGE / "models") == {"shallow.py", "embedded.py", "mlp.py", "module.py"}
+    registered = _registered(PACKAGE / "models")
+    assert {"shallow.py", "embedded.py", "mlp.py", "module.py"} <= registered
+    assert registered <= _packages_on_disk()[PACKAGE / "models"][0]    # no builder outside a module of models/
     assert _registered(PACKAGE / "nn") == set()
 
 
