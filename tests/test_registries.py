@@ -18,7 +18,7 @@ from flowsim import archive, plots
 from flowsim.nn import theory
 from flowsim.nn.activations import ACTIVATIONS
 from flowsim.run.build import build_run
-from flowsim.run.resources import estimate_resources
+from flowsim.run.resources import estimate_resources, point_estimates
 from flowsim.cli import show as show_module
 from flowsim.integrate.central_flow import make_central_integrator
 from flowsim.integrate.registry import (CENTRAL_METHODS, CENTRAL_READS, FLOW_METHODS, SETTING_GROUPS, SOLVER_KINDS,
@@ -102,8 +102,8 @@ MODEL_KEYS = {"shallow": "width = 8", "embedded": "width = 8", "mlp": "widths = 
 @pytest.mark.parametrize("kind", list(MODELS))
 def test_every_model_kind_validates_and_builds(kind):
     """Each kind a scenario names builds a network of its registry family, whose trainable
-    leaves number what its config's `size` says (where known before building), and whose
-    loss and NTG evaluate."""
+    leaves number what `flowsim show` prints (its config's `size`, where known before
+    building), and whose loss and NTG evaluate."""
     sc = loads_scenario(f"""
 seeds = [0]
 [data]
@@ -124,9 +124,11 @@ observe = ["loss"]
     assert math.isclose(float(built.problem.loss(built.params)), float(built.init["loss0"]), rel_tol=1e-12)
     assert built.problem.ntg(built.params).shape == (6, 6)
     assert isinstance(built.problem.net, ShallowNet if kind in SHALLOW_KINDS else ModuleNet)
-    size = r.settings.model.size(3, 1)    # d = 3 inputs, one output
-    assert (size is None) == (not MODEL_KINDS[kind].sized)
-    assert size is None or size == leaf_count(built.params)
+    (_, est), = point_estimates(sc)     # the config's `size`, as `flowsim show` and the resource check use it
+    assert (est is None) == (not MODEL_KINDS[kind].sized)
+    if est is not None:
+        assert int(est["params"]) == leaf_count(built.params)
+        assert f"{leaf_count(built.params)} parameters per seed" in show_module.show(sc)
 
 
 # ------------------------------------------------------------------------ observables
