@@ -74,8 +74,8 @@ writer = session.open_archive(job)
 mark("create the archive")
 from flowsim.run import driver
 real = driver.Driver._chunk
-def first(self, *a, **k):
-    out = real(self, *a, **k)
+def first(self, batch, state, rows, ahead=False):
+    out = real(self, batch, state, rows, ahead)
     if len(marks) == 3:
         mark("driver set-up and the first compiled call")
     return out

@@ -36,16 +36,7 @@ if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__`
     from .archive import Archive, ArchiveError, open  # noqa: A004
     from .run.build import build_run
     from .config import RunSpec, Scenario, ScenarioError, load_scenario, loads_scenario, solver_preset
-    from .config import (
-        Config, Data, Model, Scaling, Checkpoints, Preset, SphereSineData, SingleReluData,
-        RandomLabelsData, XorNoiseData, QuadraticTeacherData, UciData, Split, DigitsData, CsvData,
-        NpzData, MnistData, CifarData, SyntheticImagesData, ArraysData, NtkScaling, AsymmetricScaling,
-        SingleScaling, FiniteScaling,
-        CustomScaling, MeanFieldScaling, StandardScaling, ShallowModel, EmbeddedModel, MlpModel,
-        PythonModel, ModuleModel, Loss, CheckpointEvery, CheckpointCount, CheckpointTimes,
-        FlowPreset, DescentPreset, Run, Sweep, PruneAnalysis, TransferAnalysis, PcaAnalysis,
-        Analysis, Plot,
-    )
+    from .config.typed import *  # noqa: F403 - every configuration table's class (typed.__all__)
     from .data import DataError
     from .models import BuildError
     from .nn.net import AbstractNet
@@ -54,26 +45,12 @@ if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__`
     from .session import InputError, run_scenario
     from .simulation import simulate
 
-# Every configuration table's class, as `flowsim.config` exports it (a test keeps this list
-# and flowsim.config.typed.__all__ the same).
-_CONFIG_CLASSES = (
-    "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset", "SphereSineData",
-    "SingleReluData", "RandomLabelsData", "XorNoiseData", "QuadraticTeacherData", "UciData",
-    "Split", "DigitsData", "CsvData", "NpzData", "MnistData", "CifarData", "SyntheticImagesData",
-    "ArraysData", "NtkScaling", "AsymmetricScaling",
-    "SingleScaling", "FiniteScaling", "CustomScaling", "MeanFieldScaling", "StandardScaling",
-    "ShallowModel", "EmbeddedModel", "MlpModel", "PythonModel", "ModuleModel", "Loss",
-    "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset", "Run",
-    "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
-)
-
 # Each public name and the module it is loaded from when first used. The modules outside
 # _READERS load JAX and Equinox.
 _EXPORTS: dict[str, str] = {
     "open": "flowsim.archive", "Archive": "flowsim.archive", "ArchiveError": "flowsim.archive",
     "load_scenario": "flowsim.config", "loads_scenario": "flowsim.config", "solver_preset": "flowsim.config",
     "Scenario": "flowsim.config", "RunSpec": "flowsim.config", "ScenarioError": "flowsim.config",
-    **dict.fromkeys(_CONFIG_CLASSES, "flowsim.config"),
     "DataError": "flowsim.data",
     "simulate": "flowsim.simulation",
     "run_scenario": "flowsim.session", "InputError": "flowsim.session",
@@ -83,7 +60,19 @@ _EXPORTS: dict[str, str] = {
 }
 _READERS = frozenset({"flowsim.archive", "flowsim.config", "flowsim.data"})   # they import no JAX
 
-__all__ = ["__version__", *_EXPORTS]
+
+def _config_classes() -> tuple[str, ...]:
+    """Every configuration table's class, as `flowsim.config` exports it: the names are
+    declared once, in `flowsim.config.typed.__all__` (imported when first asked for: it
+    takes a second, and `import flowsim` stays light)."""
+    from .config import typed
+
+    return tuple(typed.__all__)
+
+
+def _public() -> list[str]:
+    """`flowsim.__all__`: the version, `_EXPORTS` and the configuration classes."""
+    return ["__version__", *_EXPORTS, *_config_classes()]
 
 
 def __getattr__(name: str):
@@ -92,7 +81,12 @@ def __getattr__(name: str):
     # be a window in which a scheduler's stop kills instead of stopping; and reading an
     # archive needs no JAX. (`simulate` lives in `flowsim.simulation`: a submodule named
     # `simulate` would replace this attribute once imported.)
+    if name == "__all__":
+        globals()[name] = value = _public()
+        return value
     module = _EXPORTS.get(name)
+    if module is None and name[:1].isupper() and name in _config_classes():   # (a submodule's name is lower case)
+        module = "flowsim.config"
     if module is None:
         raise AttributeError(f"module 'flowsim' has no attribute {name!r}")
     if module not in _READERS:
@@ -105,4 +99,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), *_public()})

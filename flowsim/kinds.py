@@ -73,16 +73,26 @@ class ModelKind:
     # Equinox module run through `ModuleNet` (per-leaf series, the NTG by autodiff).
     family: str
     size_key: str            # the scenario key that sets the network's size
-    in_files: bool = True    # a scenario may name it (`module`: flowsim.simulate's own)
+    # "module:function" of the builder a scenario's `model.kind` runs (flowsim.models.MODELS
+    # imports it: this is the one list of the builders, and of their modules); "" for the
+    # kind no scenario names (`module`: flowsim.simulate's own)
+    builder: str = ""
     sized: bool = True       # its size is known before it is built (`python`: once its factory ran)
+
+    @property
+    def in_files(self) -> bool:
+        """Whether a scenario may name it."""
+        return bool(self.builder)
 
 
 MODELS: dict[str, ModelKind] = {m.name: m for m in (
-    ModelKind("shallow", family="shallow", size_key="model.width"),
-    ModelKind("embedded", family="shallow", size_key="model.width"),
-    ModelKind("mlp", family="module", size_key="model.widths"),
-    ModelKind("python", family="module", size_key="model.factory", sized=False),
-    ModelKind("module", family="module", size_key="model", in_files=False),
+    ModelKind("shallow", family="shallow", size_key="model.width", builder="flowsim.models.shallow:build_shallow"),
+    ModelKind("embedded", family="shallow", size_key="model.width",
+              builder="flowsim.models.embedded:build_embedded"),
+    ModelKind("mlp", family="module", size_key="model.widths", builder="flowsim.models.mlp:build_mlp"),
+    ModelKind("python", family="module", size_key="model.factory", builder="flowsim.models.module:build_python",
+              sized=False),
+    ModelKind("module", family="module", size_key="model"),
 )}
 # The one-hidden-layer networks (ShallowNet), in the registry's order (every message's order).
 SHALLOW_KINDS = tuple(name for name, m in MODELS.items() if m.family == "shallow")

@@ -4,7 +4,9 @@ import contextlib
 import io
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
+import numpy as np
 
 from flowsim.cli import command as cli
 
@@ -83,3 +85,8 @@ def counting(problem, calls: list):
             return super().velocity(params)
 
     return Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})
+
+
+def leaf_count(params) -> int:
+    """The sum of the sizes of the trainable array leaves."""
+    return sum(int(np.size(x)) for x in jax.tree.leaves(eqx.filter(params, eqx.is_inexact_array)))

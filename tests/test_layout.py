@@ -124,13 +124,25 @@ def _named(text: str) -> tuple[set[str], set[str]]:
     return {t for t in tokens if t.endswith(".py")}, {t for t in tokens if t.endswith("/")}
 
 
+def _registered(folder: Path) -> set[str]:
+    """The modules of `folder` that a registry names, which is their index: the model kinds'
+    builders (`flowsim.kinds.MODELS`, "module:function")."""
+    from flowsim.kinds import MODELS
+
+    if not folder.is_relative_to(PACKAGE.parent):
+        return set()
+    package = ".".join(folder.relative_to(PACKAGE.parent).parts)
+    modules = (k.builder.partition(":")[0].rpartition(".") for k in MODELS.values() if k.builder)
+    return {name + ".py" for parent, _, name in modules if parent == package}
+
+
 def _holds(what: str, text: str, folder: Path, disk: dict) -> None:
-    """`text` names every module and subpackage of `folder`, and no module that is not one of
-    its own or of its subpackages."""
+    """`text` names every module and subpackage of `folder` (a registry's modules aside:
+    `_registered`), and no module that is not one of its own or of its subpackages."""
     modules, subs = disk[folder]
     below = set().union(*(disk[folder / s.rstrip("/")][0] for s in subs)) if subs else set()
     named, dirs = _named(text)
-    assert sorted(modules - named) == [], f"{what} does not name these modules of {folder.name}/"
+    assert sorted(modules - named - _registered(folder)) == [], f"{what} does not name these modules of {folder.name}/"
     assert sorted(named - modules - below) == [], f"{what} names modules {folder.name}/ lacks"
     assert sorted(subs - dirs) == [], f"{what} does not name these subpackages of {folder.name}/"
 
@@ -180,6 +192,13 @@ def test_the_architecture_page_maps_the_files():
     for name, text in entries.items():
         if name.endswith("/"):
             _holds(f"docs/architecture.md's {name}", text, PACKAGE / name.rstrip("/"), disk)
+
+
+def test_the_model_builders_modules_are_indexed_by_their_registry():
+    registered = _registered(PACKAGE / "models")
+    assert {"shallow.py", "embedded.py", "mlp.py", "module.py"} <= registered
+    assert registered <= _packages_on_disk()[PACKAGE / "models"][0]    # no builder outside a module of models/
+    assert _registered(PACKAGE / "nn") == set()
 
 
 def test_the_index_check_finds_a_missing_and_a_stale_module(tmp_path):

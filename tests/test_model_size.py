@@ -5,9 +5,6 @@ parameter count is the built network's trainable leaves, for every scenario of t
 import dataclasses
 import typing
 
-import equinox as eqx
-import jax
-import numpy as np
 import pytest
 
 from flowsim import kinds
@@ -16,18 +13,17 @@ from flowsim.config import find_scenario, list_scenarios, load_scenario, typed
 from flowsim.models import MODELS, ModuleNet, ShallowNet
 from flowsim.run.build import _dataset
 from flowsim.run.resources import point_estimates
-
-
-def leaf_count(params) -> int:
-    """The sum of the sizes of the trainable array leaves."""
-    return sum(int(np.size(x)) for x in jax.tree.leaves(eqx.filter(params, eqx.is_inexact_array)))
+from tests.helpers import leaf_count
 
 
 def test_the_model_kinds_are_declared_once_and_implemented_in_order():
     assert [c.kind for c in typing.get_args(typed.Model)] == list(kinds.MODELS)
     assert list(MODELS) == [n for n, k in kinds.MODELS.items() if k.in_files]
     assert kinds.SHALLOW_KINDS == ("shallow", "embedded") and typed.SHALLOW_KINDS is kinds.SHALLOW_KINDS
-    assert set(kinds.PER_LEAF_MODELS) == {"mlp", "python", "module"}
+    # the families part the kinds (each builder's network is its family's:
+    # tests/test_registries.py builds every kind)
+    assert {"mlp", "python", "module"} <= set(kinds.PER_LEAF_MODELS)
+    assert set(kinds.PER_LEAF_MODELS) == set(kinds.MODELS) - set(kinds.SHALLOW_KINDS)
     assert all(k.size_key.startswith("model") for k in kinds.MODELS.values())
 
 

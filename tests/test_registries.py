@@ -18,19 +18,21 @@ from flowsim import archive, plots
 from flowsim.nn import theory
 from flowsim.nn.activations import ACTIVATIONS
 from flowsim.run.build import build_run
-from flowsim.run.resources import estimate_resources
+from flowsim.run.resources import estimate_resources, point_estimates
 from flowsim.cli import show as show_module
 from flowsim.integrate.central_flow import make_central_integrator
 from flowsim.integrate.registry import (CENTRAL_METHODS, CENTRAL_READS, FLOW_METHODS, SETTING_GROUPS, SOLVER_KINDS,
                                         group_keys, settings_of, state_copies)
 from flowsim.run.integrators import factory
 from flowsim.nn.losses import LOSSES
-from flowsim.models import MODELS, ShallowNet, init_shallow
+from flowsim.kinds import MODELS as MODEL_KINDS, SHALLOW_KINDS
+from flowsim.models import MODELS, ModuleNet, ShallowNet, init_shallow
 from flowsim.observe.observables import NET_AXES, OBSERVABLES, observe, reference, series_axes
 from flowsim.nn.problem import Problem
 from flowsim.nn.scaling import output_scale
 from flowsim.config import Config, FlowPreset, load_scenario, loads_scenario, to_dict
 from flowsim.config import scenarios_dir
+from tests.helpers import leaf_count
 
 QUICKSTART = scenarios_dir() / "quickstart.toml"
 # quickstart.toml at toy size: one sweep point, one seed, two checkpoints
@@ -92,11 +94,16 @@ def test_every_loss_gives_a_finite_value_and_gradient_and_an_unbiased_batch(kind
 # ------------------------------------------------------------------------ models
 
 
-MODEL_KEYS = {"mlp": "widths = [8]", "python": 'factory = "tests.helpers:mlp_factory"'}
+# the keys a kind needs beside its defaults (a factory; narrower networks than the defaults)
+MODEL_KEYS = {"shallow": "width = 8", "embedded": "width = 8", "mlp": "widths = [8]",
+              "python": 'factory = "tests.helpers:mlp_factory"'}
 
 
 @pytest.mark.parametrize("kind", list(MODELS))
 def test_every_model_kind_validates_and_builds(kind):
+    """Each kind a scenario names builds a network of its registry family, whose trainable
+    leaves number what `flowsim show` prints (its config's `size`, where known before
+    building), and whose loss and NTG evaluate."""
     sc = loads_scenario(f"""
 seeds = [0]
 [data]
@@ -106,7 +113,7 @@ d = 3
 n_test = 2
 [model]
 kind = "{kind}"
-{MODEL_KEYS.get(kind, "width = 8")}
+{MODEL_KEYS.get(kind, "")}
 [run]
 t_end = 0.5
 solvers = ["gd-lr0.1"]
@@ -116,6 +123,12 @@ observe = ["loss"]
     built = build_run(r.settings, r.seed)
     assert math.isclose(float(built.problem.loss(built.params)), float(built.init["loss0"]), rel_tol=1e-12)
     assert built.problem.ntg(built.params).shape == (6, 6)
+    assert isinstance(built.problem.net, ShallowNet if kind in SHALLOW_KINDS else ModuleNet)
+    (_, est), = point_estimates(sc)     # the config's `size`, as `flowsim show` and the resource check use it
+    assert (est is None) == (not MODEL_KINDS[kind].sized)
+    if est is not None:
+        assert int(est["params"]) == leaf_count(built.params)
+        assert f"{leaf_count(built.params)} parameters per seed" in show_module.show(sc)
 
 
 # ------------------------------------------------------------------------ observables

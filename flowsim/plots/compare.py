@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from flowsim import archive as _archive
-from flowsim.analysis.compare import SUMMARY_GAPS, Report, cell_text, series_of, sharp_source, sweep_summary
+from flowsim.analysis.compare import (SUMMARY_GAPS, Ladder, Pair, Report, Stability, cell_text, series_of, sharp_source,
+                                      sweep_summary)
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Preset
 from flowsim.integrate.registry import SOLVER_KINDS
@@ -44,157 +46,210 @@ def _drawable(t: np.ndarray, values: np.ndarray) -> np.ndarray:
     return (t > 0) & np.isfinite(values)
 
 
-def figure_run(rep: Report, run: str):   # -> Figure | None
-    """Up to four panels for one run, each only when the archive holds what it shows: the
-    relative weight distance vs t with the certificate band, the loss gap vs t, η-scaled
-    sharpness with the stability line 2/η, and the step-size ladders with their orders."""
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
+# each gap's panel: the flow's error estimate its certificate band scales (None: no band),
+# the y label and the title; in the order of the table's columns (SUMMARY_GAPS)
+_GAP_PANELS = {
+    "weight_gap_rel": ("flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖", "relative weight distance"),
+    "loss_gap": ("flow_loss_error", "|L_GD − L_flow|", "loss gap"),
+    "ntg_gap_rel": (None, "‖Θ̂_GD − Θ̂_flow‖ / ‖Θ̂_flow‖ (spectral)", "NTG gap"),
+    "weight_change_gap": (None, "max |‖w_GD − w₀‖ − ‖w_flow − w₀‖|", "weight-change gap"),
+}
+# the line style of a gap against each kind of flow
+_FLOW_STYLE = {"flow": "-", "modified-flow": (0, (1.5, 1.5)), "central-flow": (0, (6, 2, 1, 2))}
 
+
+@dataclass
+class _RunFigure:
+    """What one run's figure draws: its pairs, stability verdicts and ladders, a colour per
+    step size, and the flow's own sharpness (times, values, solver name) where recorded."""
+
+    rep: Report
+    pairs: list[Pair]
+    stab: list[Stability]
+    lads: list[Ladder]
+    col: dict[float, tuple]
+    flow_sharp: tuple[np.ndarray, np.ndarray, str] | None
+
+
+def _flow_sharpness(rep: Report, run: str) -> tuple[np.ndarray, np.ndarray, str] | None:
+    """The first flow solver's recorded sharpness (times, values, its name), where it has a
+    point a log-log panel can show."""
+    with _archive.open(rep.path) as arch:
+        found = next(((np.asarray(v.t, float), series_of(v, sharp_source(v)), v.name)
+                      for v in arch.runs[run].solvers.values()
+                      if from_dict(Preset, v.preset).kind == "flow" and sharp_source(v)), None)
+    if found is not None and not _drawable(*found[:2]).any():
+        return None      # a flow that ended at t = 0 has nothing to draw on a log axis
+    return found
+
+
+def _gather(rep: Report, run: str) -> _RunFigure:
     pairs = [p for p in rep.pairs if p.run == run]
     stab = [s for s in rep.stability if s.run == run]
-    lads = [x for x in rep.ladders if x.run == run]
-    col = _colours([p.eta for p in pairs] + [s.eta for s in stab])
-    style = {"flow": "-", "modified-flow": (0, (1.5, 1.5)), "central-flow": (0, (6, 2, 1, 2))}
-    with _archive.open(rep.path) as arch:
-        flow_sharp = next(((np.asarray(v.t, float), series_of(v, sharp_source(v)), v.name)
-                           for v in arch.runs[run].solvers.values()
-                           if from_dict(Preset, v.preset).kind == "flow" and sharp_source(v)), None)
-    if flow_sharp is not None and not _drawable(*flow_sharp[:2]).any():
-        flow_sharp = None      # a flow that ended at t = 0 has nothing to draw on a log axis
+    col = _colours([p.eta for p in pairs] + [s.eta for s in stab])    # before the undrawable are left out
     stab = [s for s in stab if s.sharp is None or _drawable(s.t, s.sharp).any()]
-    # a panel per gap the table reports (as its columns), then sharpness and the ladder
-    shown = {g: any(p.gaps.get(g) is not None and p.t.size for p in pairs) for g in SUMMARY_GAPS} | {
-        "sharpness": flow_sharp is not None or any(s.sharp is not None for s in stab), "ladder": bool(lads)}
-    count = sum(shown.values())
-    if not count:
-        return None
+    return _RunFigure(rep=rep, pairs=pairs, stab=stab, lads=[x for x in rep.ladders if x.run == run], col=col,
+                      flow_sharp=_flow_sharpness(rep, run))
+
+
+def _shown(f: _RunFigure) -> list[str]:
+    """The panels the figure shows, in order: a panel per gap the table reports (as its
+    columns), then sharpness and the ladder, each only where there is something to draw."""
+    shown = [g for g in SUMMARY_GAPS if any(p.gaps.get(g) is not None and p.t.size for p in f.pairs)]
+    if f.flow_sharp is not None or any(s.sharp is not None for s in f.stab):
+        shown.append("sharpness")
+    return shown + ["ladder"] * bool(f.lads)
+
+
+def _layout(f: _RunFigure, run: str, shown: list[str]):   # -> Figure, {panel: (Axes, letter)}
+    """A grid of two columns (three past four panels) with the run's title; each shown
+    panel gets an axes and its letter, in order."""
+    from matplotlib.figure import Figure
+
+    count = len(shown)
     cols = min(count, 2 if count <= 4 else 3)
     rows = -(-count // cols)
     fig = Figure(figsize=(max(6.5 * cols, 9.0), 4.6 * rows), layout="constrained")
     grid = fig.subplots(rows, cols, squeeze=False).ravel()
     for ax in grid[count:]:   # e.g. three panels: the fourth cell stays empty, without axes
         ax.remove()
-    axes = iter(grid)
-    panel = {k: next(axes) if on else None for k, on in shown.items()}
-    ax_s, ax_o = panel["sharpness"], panel["ladder"]
-    letters = iter("abcdef")
-    label = rep.runs.get(run, "")
-    fig.suptitle(f"{rep.name} · {run} — GD vs flow at t = kη" + (f"\n{label}" if label else ""), fontsize=12)
+    label = f.rep.runs.get(run, "")
+    fig.suptitle(f"{f.rep.name} · {run} — GD vs flow at t = kη" + (f"\n{label}" if label else ""), fontsize=12)
+    return fig, {key: (ax, letter) for key, ax, letter in zip(shown, grid, "abcdef")}
 
-    def gap_panel(ax, gap, err_name, ylabel, title):
-        if ax is None:
-            return
-        title = f"({next(letters)}) {title}"
-        band_done = set()
-        bands = []
-        for p in pairs:
-            g = p.gaps.get(gap)
-            if g is None or not p.t.size:
-                continue
-            ax.plot(p.t, _positive(g), ls=style.get(p.flow_kind, "-"), color=col[p.eta], lw=1.6,
-                    marker="o", ms=3)
-            if p.unresolved is not None and p.unresolved.any():
-                u = p.unresolved
-                ax.plot(p.t[u], _positive(g)[u], ls="none", marker="o", ms=8, mfc="none", mec="k", mew=1.0)
-            err = {"flow_error": p.flow_error, "flow_loss_error": p.flow_loss_error}.get(err_name)
-            if err is not None and p.flow not in band_done:
-                band_done.add(p.flow)
-                level = rep.factor * err
-                if gap == "weight_gap_rel" and p.flow_displacement is not None:
-                    with np.errstate(divide="ignore", invalid="ignore"):
-                        level = level / p.flow_displacement
-                ax.fill_between(p.t, 1e-300, _positive(level), color="0.6", alpha=0.35, lw=0, zorder=0)
-                if np.isfinite(_positive(level)).any():
-                    bands.append(float(np.nanmax(_positive(level))))
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ys = np.concatenate([_positive(p.gaps[gap]) for p in pairs if p.gaps.get(gap) is not None])
-        ys = ys[np.isfinite(ys)]
-        if ys.size:
-            lo = ys.min() / 20
-            ax.set_ylim(lo, ys.max() * 3)
-            if bands and max(bands) < lo:
-                title += (f"\ngrey band ({rep.factor:g} × flow error, ≤ {max(bands):.2g}) lies below the axis: "
-                          "every gap resolved")
-        ax.set_xlabel("flow time t = kη")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="major", alpha=0.3)
 
-    gap_panel(panel["weight_gap_rel"], "weight_gap_rel", "flow_error", "‖W_GD − W_flow‖ / ‖W_flow − W₀‖",
-              "relative weight distance")
-    gap_panel(panel["loss_gap"], "loss_gap", "flow_loss_error", "|L_GD − L_flow|", "loss gap")
-    gap_panel(panel["ntg_gap_rel"], "ntg_gap_rel", None, "‖Θ̂_GD − Θ̂_flow‖ / ‖Θ̂_flow‖ (spectral)", "NTG gap")
-    gap_panel(panel["weight_change_gap"], "weight_change_gap", None,
-              "max |‖w_GD − w₀‖ − ‖w_flow − w₀‖|", "weight-change gap")
+def _gap_panel(ax, f: _RunFigure, gap: str, letter: str) -> None:
+    """One gap against t for every pair (unresolved points ringed), under the grey band of
+    `factor` × the flow's error estimate (once per flow)."""
+    err_name, ylabel, title = _GAP_PANELS[gap]
+    title = f"({letter}) {title}"
+    band_done = set()
+    bands = []
+    for p in f.pairs:
+        g = p.gaps.get(gap)
+        if g is None or not p.t.size:
+            continue
+        ax.plot(p.t, _positive(g), ls=_FLOW_STYLE.get(p.flow_kind, "-"), color=f.col[p.eta], lw=1.6,
+                marker="o", ms=3)
+        if p.unresolved is not None and p.unresolved.any():
+            u = p.unresolved
+            ax.plot(p.t[u], _positive(g)[u], ls="none", marker="o", ms=8, mfc="none", mec="k", mew=1.0)
+        err = {"flow_error": p.flow_error, "flow_loss_error": p.flow_loss_error}.get(err_name)
+        if err is not None and p.flow not in band_done:
+            band_done.add(p.flow)
+            level = f.rep.factor * err
+            if gap == "weight_gap_rel" and p.flow_displacement is not None:
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    level = level / p.flow_displacement
+            ax.fill_between(p.t, 1e-300, _positive(level), color="0.6", alpha=0.35, lw=0, zorder=0)
+            if np.isfinite(_positive(level)).any():
+                bands.append(float(np.nanmax(_positive(level))))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ys = np.concatenate([_positive(p.gaps[gap]) for p in f.pairs if p.gaps.get(gap) is not None])
+    ys = ys[np.isfinite(ys)]
+    if ys.size:
+        lo = ys.min() / 20
+        ax.set_ylim(lo, ys.max() * 3)
+        if bands and max(bands) < lo:
+            title += (f"\ngrey band ({f.rep.factor:g} × flow error, ≤ {max(bands):.2g}) lies below the axis: "
+                      "every gap resolved")
+    ax.set_xlabel("flow time t = kη")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
 
-    # sharpness
-    if ax_s is not None:
-        for s in stab:
-            if s.sharp is None:
-                continue
-            ok = _drawable(s.t, s.sharp)
-            ax_s.plot(s.t[ok], s.sharp[ok], color=col[s.eta], lw=1.6, ls="--")
-            ax_s.axhline(s.limit / s.eta, color=col[s.eta], lw=1.0, ls=":", alpha=0.9)
-            ax_s.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta),
-                          xycoords=("axes fraction", "data"), xytext=(-4, 2), textcoords="offset points",
-                          ha="right", va="bottom", fontsize=7, color=col[s.eta])
-            if s.verdict == "diverged":
-                ax_s.plot(s.t[ok][-1], s.sharp[ok][-1], marker="x", ms=9, mew=2, color=col[s.eta])
-        if flow_sharp is not None:
-            t, lam, flow_name = flow_sharp
-            ok = _drawable(t, lam)
-            ax_s.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
-            ax_s.annotate(f"flow `{flow_name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
-                          textcoords="offset points", fontsize=8, color="0.3")
-        ax_s.set_xscale("log")
-        ax_s.set_yscale("log")
-        ax_s.set_xlabel("flow time t")
-        src = next((s.source for s in stab if s.source), "sharpness")
-        ax_s.set_ylabel("rate · λ_max(∇²L)" if src == "sharpness" else "rate · λ_max(Gauss–Newton)")
-        ax_s.set_title(f"({next(letters)}) sharpness; dotted: stability limit 2/η (× marks divergence)",
-                       fontsize=10)
-        ax_s.grid(True, which="major", alpha=0.3)
 
-    # step-size ladder
-    if ax_o is not None:
-        for lad in lads:
-            mk = "o" if lad.flow_kind == "flow" else "s"
-            c = "tab:blue" if lad.flow_kind == "flow" else "tab:red"
-            ok = np.isfinite(lad.gaps) & (lad.gaps > 0)
-            ax_o.plot(lad.etas[ok & lad.used], lad.gaps[ok & lad.used], ls="none", marker=mk, color=c, ms=7)
-            ax_o.plot(lad.etas[ok & ~lad.used], lad.gaps[ok & ~lad.used], ls="none", marker=mk, mfc="none",
-                      mec=c, ms=7)
-            name = "GD → flow" if lad.flow_kind == "flow" else "GD → modified flow"
-            if math.isfinite(lad.order):
-                e = np.geomspace(lad.etas.min(), lad.etas.max(), 20)
-                se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else ""
-                ax_o.plot(e, np.exp(lad.intercept) * e**lad.order, color=c, lw=1.2,
-                          label=f"{name}: order {lad.order:.2f}{se}")
-            else:
-                ax_o.plot([], [], color=c, marker=mk, ls="none", label=f"{name}: not fitted")
-        ax_o.set_xscale("log", base=2)
-        ax_o.set_yscale("log")
-        ax_o.set_xlabel("step η")
-        meas = lads[0].measure
-        ax_o.set_ylabel("max_t ‖W_GD − W‖" if meas == "weight_gap" else "max_t |L_GD − L|")
-        ax_o.set_title(f"({next(letters)}) step-size ladder (open: left out of the fit)", fontsize=10)
-        ax_o.grid(True, which="both", alpha=0.3)
-        ax_o.legend(fontsize=8, loc="lower right")
+def _sharpness_panel(ax, f: _RunFigure, letter: str) -> None:
+    """η-scaled sharpness of each discrete solver with its stability line 2/η (× where it
+    diverged), over the flow's own sharpness as a wide grey line."""
+    for s in f.stab:
+        if s.sharp is None:
+            continue
+        ok = _drawable(s.t, s.sharp)
+        ax.plot(s.t[ok], s.sharp[ok], color=f.col[s.eta], lw=1.6, ls="--")
+        ax.axhline(s.limit / s.eta, color=f.col[s.eta], lw=1.0, ls=":", alpha=0.9)
+        ax.annotate(f"{s.limit:g}/η, η={s.eta:g}", xy=(1.0, s.limit / s.eta),
+                    xycoords=("axes fraction", "data"), xytext=(-4, 2), textcoords="offset points",
+                    ha="right", va="bottom", fontsize=7, color=f.col[s.eta])
+        if s.verdict == "diverged":
+            ax.plot(s.t[ok][-1], s.sharp[ok][-1], marker="x", ms=9, mew=2, color=f.col[s.eta])
+    if f.flow_sharp is not None:
+        t, lam, flow_name = f.flow_sharp
+        ok = _drawable(t, lam)
+        ax.plot(t[ok], lam[ok], color="0.25", lw=4.0, alpha=0.45, zorder=0, solid_capstyle="butt")
+        ax.annotate(f"flow `{flow_name}`", xy=(t[ok][0], lam[ok][0]), xytext=(2, 5),
+                    textcoords="offset points", fontsize=8, color="0.3")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("flow time t")
+    src = next((s.source for s in f.stab if s.source), "sharpness")
+    ax.set_ylabel("rate · λ_max(∇²L)" if src == "sharpness" else "rate · λ_max(Gauss–Newton)")
+    ax.set_title(f"({letter}) sharpness; dotted: stability limit 2/η (× marks divergence)", fontsize=10)
+    ax.grid(True, which="major", alpha=0.3)
 
-    # legend: colours = η, styles = flow kind, grey band = certificate
-    handles = [Line2D([], [], color=col[e], lw=2, label=f"η = {e:g}") for e in sorted(col, reverse=True)]
-    kinds = sorted({p.flow_kind for p in pairs})
-    handles += [Line2D([], [], color="0.2", ls=style[k], lw=1.6,
+
+def _ladder_panel(ax, f: _RunFigure, letter: str) -> None:
+    """Each ladder's gap against η (open: left out of the fit) with its fitted order."""
+    for lad in f.lads:
+        mk = "o" if lad.flow_kind == "flow" else "s"
+        c = "tab:blue" if lad.flow_kind == "flow" else "tab:red"
+        ok = np.isfinite(lad.gaps) & (lad.gaps > 0)
+        ax.plot(lad.etas[ok & lad.used], lad.gaps[ok & lad.used], ls="none", marker=mk, color=c, ms=7)
+        ax.plot(lad.etas[ok & ~lad.used], lad.gaps[ok & ~lad.used], ls="none", marker=mk, mfc="none",
+                mec=c, ms=7)
+        name = "GD → flow" if lad.flow_kind == "flow" else "GD → modified flow"
+        if math.isfinite(lad.order):
+            e = np.geomspace(lad.etas.min(), lad.etas.max(), 20)
+            se = f" ± {lad.stderr:.2g}" if math.isfinite(lad.stderr) else ""
+            ax.plot(e, np.exp(lad.intercept) * e**lad.order, color=c, lw=1.2,
+                    label=f"{name}: order {lad.order:.2f}{se}")
+        else:
+            ax.plot([], [], color=c, marker=mk, ls="none", label=f"{name}: not fitted")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("step η")
+    meas = f.lads[0].measure
+    ax.set_ylabel("max_t ‖W_GD − W‖" if meas == "weight_gap" else "max_t |L_GD − L|")
+    ax.set_title(f"({letter}) step-size ladder (open: left out of the fit)", fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+
+
+def _legend(ax, f: _RunFigure) -> None:
+    """On the first panel: colours = η, line styles = flow kind, grey band = certificate."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Line2D([], [], color=f.col[e], lw=2, label=f"η = {e:g}") for e in sorted(f.col, reverse=True)]
+    kinds = sorted({p.flow_kind for p in f.pairs})
+    handles += [Line2D([], [], color="0.2", ls=_FLOW_STYLE[k], lw=1.6,
                        label=f"vs {SOLVER_KINDS[k].label}" + (" (same η)" if SOLVER_KINDS[k].of_gd else ""))
                 for k in kinds]
-    from matplotlib.patches import Patch
-    if any(p.unresolved is not None for p in pairs):
-        handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {rep.factor:g} × flow error (unresolved)"))
+    if any(p.unresolved is not None for p in f.pairs):
+        handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {f.rep.factor:g} × flow error (unresolved)"))
         handles.append(Line2D([], [], ls="none", marker="o", mfc="none", mec="k", ms=8, label="unresolved gap"))
-    next(ax for ax in panel.values() if ax is not None).legend(
-        handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
+    ax.legend(handles=handles, fontsize=8, loc="best", ncol=2, framealpha=0.85)
+
+
+def figure_run(rep: Report, run: str):   # -> Figure | None
+    """Up to six panels for one run, each only when the archive holds what it shows: each
+    gap the table reports vs t (the weight and loss gaps with their certificate band),
+    η-scaled sharpness with the stability line 2/η, and the step-size ladders with their
+    orders."""
+    f = _gather(rep, run)
+    shown = _shown(f)
+    if not shown:
+        return None
+    fig, panels = _layout(f, run, shown)
+    for key, (ax, letter) in panels.items():
+        if key in SUMMARY_GAPS:
+            _gap_panel(ax, f, key, letter)
+        elif key == "sharpness":
+            _sharpness_panel(ax, f, letter)
+        else:
+            _ladder_panel(ax, f, letter)
+    _legend(next(iter(panels.values()))[0], f)
     return fig
 
 

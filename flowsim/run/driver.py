@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import jax
 import numpy as np
 
-from . import batch, state_arrays
+from . import batch as kernels, state_arrays   # kernels: the batch's jitted programs
 from .advice import STAT_KEYS as ADVICE_KEYS, advise
 from ..archive import ArchiveWriter
 from ..archive.format import COUNTS
@@ -127,6 +127,36 @@ class _Commits:
                 print(f"flowsim: could not commit the last rows ({err})", file=sys.stderr)
 
 
+@dataclass
+class _Batch:
+    """One solver over one batch of seeds: what its chunks share, built once (`Driver._start`)."""
+
+    preset: Preset
+    label: str                  # the sweep point's label (or the scenario's name), for reports
+    integ: AbstractIntegrator
+    problems: Any               # the members' problems, stacked and sharded (`kernels.stack_problems`)
+    members: list[_Member]
+    start: int                  # the first checkpoint row some member lacks (0, or where a resume starts)
+    times: np.ndarray           # the checkpoint times (`checkpoint_grid`)
+    refs: Any                   # what the observables compare with (`kernels.references`)
+    names: tuple[str, ...]      # the observables
+    most: int                   # checkpoints per compiled call, at most (`chunk_size`)
+    bar: BatchProgress
+    commit: _Commits
+
+    @property
+    def name(self) -> str:
+        """The solver preset's name (its group in the archive)."""
+        return self.preset.name
+
+    def advice(self) -> str | None:
+        """The solver advisor's word on a flow preset, from its seeds' statistics summed."""
+        method = getattr(self.preset, "method", None)
+        if method is None:
+            return None
+        return advise(method, {k: sum(m.stats.get(k, 0) for m in self.members) for k in ADVICE_KEYS}, self.name)
+
+
 def _data_key(r: RunSpec) -> tuple[Data, int]:
     return r.settings.data, data_seed(r.settings, r.seed)
 
@@ -201,19 +231,46 @@ class Driver:
         """Run one solver over a batch of seeds; returns run → final status, and the final
         weights (stacked, host arrays). `horizons`: the archive's earlier t_ends (an
         extended run, see `checkpoint_grid`)."""
+        batch, state = self._start(preset, integ, runs, built_runs, horizons)
+        state = self._advance(batch, state)
+        return self._finish(batch, state)
+
+    def _start(self, preset: Preset, integ: AbstractIntegrator, runs: list[RunSpec], built_runs: list[Built],
+               horizons: tuple[float, ...]) -> tuple[_Batch, Any]:
+        """The batch's record and its state at its first chunk: the solver's groups in the
+        archive, the integrator's state (initial, or each resumed member's checkpoint), the
+        references the observables compare with, and the start-up's times charged to every
+        member."""
         name = preset.name
         config = runs[0].settings
         names = config.run.observe
-        problems = batch.stack_problems([b.problem for b in built_runs])
+        problems = kernels.stack_problems([b.problem for b in built_runs])
         problems = problems._replace(tree=shard(problems.tree, problems.axes))
-        params0 = shard(batch.stack([b.params for b in built_runs]))
+        params0 = shard(kernels.stack([b.params for b in built_runs]))
         spec = _series_spec(integ, built_runs[0].problem, built_runs[0].params, names)
         for r in runs:
             self.writer.create_solver(r.name, name, preset=to_dict(preset), series=spec, discrete=integ.discrete,
                                       conventions=integ.conventions, counts=STAT_KEYS)
         # compiled ahead (seconds for a large model; a stop meanwhile acts at once too)
         state, init_compile, init_wall = self._run_compiled(
-            batch.init, integ, problems, params0, shard(batch.stack([b.key for b in built_runs])))
+            kernels.init, integ, problems, params0, shard(kernels.stack([b.key for b in built_runs])))
+        members, state = self._members(runs, name, integ, state)
+        refs, refs_compile, refs_wall = self._run_compiled(kernels.references, problems, params0)
+        for m in members:   # the batch's start-up, in this process (a resumed run's again)
+            m.stats["compile_time"] = m.stats.get("compile_time", 0.0) + init_compile + refs_compile
+            m.stats["wall_time"] = m.stats.get("wall_time", 0.0) + init_wall + refs_wall
+        times = checkpoint_grid(preset, config.run, horizons)
+        start = min(m.done_rows for m in members)
+        label = runs[0].label or config.name
+        bar = self.progress.batch(label, name, [r.name for r in runs], float(times[start - 1]) if start else 0.0,
+                                  float(times[-1]))
+        return _Batch(preset=preset, label=label, integ=integ, problems=problems, members=members, start=start,
+                      times=times, refs=refs, names=names, most=chunk_size(spec), bar=bar,
+                      commit=_Commits(self.writer, name, members)), state
+
+    def _members(self, runs: list[RunSpec], name: str, integ: AbstractIntegrator, state) -> tuple[list[_Member], Any]:
+        """Each seed's book-keeping, and the batch's state with every member the archive
+        holds a checkpoint of restored from it (a resume)."""
         members, restored = [], None
         for i, r in enumerate(runs):
             stored = self.writer.read_checkpoint(r.name, name)
@@ -228,89 +285,86 @@ class Driver:
                 member.stats = {k: v for k, v in attrs.items() if k != "code"}
                 member.code = attrs["code"]
             members.append(member)
-        if restored is not None:
-            state = shard(restored)
-        refs, refs_compile, refs_wall = self._run_compiled(batch.references, problems, params0)
-        for m in members:   # the batch's start-up, in this process (a resumed run's again)
-            m.stats["compile_time"] = m.stats.get("compile_time", 0.0) + init_compile + refs_compile
-            m.stats["wall_time"] = m.stats.get("wall_time", 0.0) + init_wall + refs_wall
-        times = checkpoint_grid(preset, config.run, horizons)
-        start = min(m.done_rows for m in members)
-        t_start = float(times[start - 1]) if start else 0.0
-        bar = self.progress.batch(runs[0].label or config.name, name, [r.name for r in runs], t_start,
-                                  float(times[-1]))
-        most = chunk_size(spec)
-        commit = _Commits(self.writer, name, members)
-        i, size = start, 1
+        return members, state if restored is None else shard(restored)
+
+    def _advance(self, batch: _Batch, state):
+        """The chunk loop: from the batch's first row to its last checkpoint (or until every
+        member has ended), committing as `_Commits` decides; a stop raises `Interrupted`
+        after a commit, and a stop or a failure commits the chunks that completed."""
+        times, i, size = batch.times, batch.start, 1
         advised = False
         try:
-            while i < len(times) and any(m.code == Status.RUNNING for m in members):
+            while i < len(times) and any(m.code == Status.RUNNING for m in batch.members):
                 rows = range(i, min(i + size, len(times)))
                 tic = time.perf_counter()
-                state = self._chunk(name, integ, problems, state, members, rows, most, times, refs, names, bar, commit,
-                                    ahead=i == start)
+                state = self._chunk(batch, state, rows, ahead=i == batch.start)
                 if not advised:     # as soon as the statistics show it, not after the run
-                    advice = _advice(preset, members)
+                    advice = batch.advice()
                     if advice is not None:
                         advised = True
-                        self.report(f"flowsim: {runs[0].label or config.name} · {name}: advice: {advice}")
-                        bar.advise(advice)
+                        self.report(f"flowsim: {batch.label} · {batch.name}: advice: {advice}")
+                        batch.bar.advise(advice)
                 # Each checkpoint is its own stretch inside the chunk, so where chunks end
                 # does not change the numbers: a chunk grows (doubling) while it takes less
                 # than CHUNK_WALL, and shrinks after a slow one, so that a stop or a kill
-                # loses little.
+                # loses little. Process 0's size and commit on every process (`agree`).
                 per = (time.perf_counter() - tic) / len(rows)
-                size, due = agree(int(max(1, min(most, 2 * size, CHUNK_WALL // per if per > 0 else most))),
-                                  commit.due())
+                size, due = agree(int(max(1, min(batch.most, 2 * size, CHUNK_WALL // per if per > 0 else batch.most))),
+                                  batch.commit.due())
                 i = rows.stop
                 stop = self.should_stop()
-                commit.maybe(state, due=due or stop)
+                batch.commit.maybe(state, due=due or stop)
                 if stop:   # the rows so far are committed: stop here, resumable
-                    raise Interrupted(f"stopped after checkpoint {i} of {len(times)} ({name})")
-            commit.maybe(state, due=True)    # the end, or every member has ended
+                    raise Interrupted(f"stopped after checkpoint {i} of {len(times)} ({batch.name})")
+            batch.commit.maybe(state, due=True)    # the end, or every member has ended
         except BaseException:
-            bar.close()      # stopped or failed: the JSON log gets no "finished" record
-            commit.rescue()
+            batch.bar.close()      # stopped or failed: the JSON log gets no "finished" record
+            batch.commit.rescue()
             raise
+        return state
+
+    def _finish(self, batch: _Batch, state) -> tuple[dict[str, str], Params]:
+        """Each member's final status and statistics in the archive, the batch's summary
+        reported; returns run → final status and the final weights (stacked, host arrays)."""
         out = {}
-        ends = to_host(integ.time(state))   # where each member stopped (held still after)
+        ends = to_host(batch.integ.time(state))   # where each member stopped (held still after)
         # The chunk program interleaves stepping and observing; what observing costs is told
         # apart by timing one observation, and charged to every row the member recorded.
-        per_row = self._observation_cost(integ, problems, state, refs, names, most, times)
-        for m in members:
+        per_row = self._observation_cost(batch, state)
+        for m in batch.members:
             m.stats["observe_time"] = min(per_row * m.done_rows, m.stats["wall_time"])
-        for j, m in enumerate(members):
+        for j, m in enumerate(batch.members):
             final = Status.DONE if m.code == Status.RUNNING else m.code
-            self.writer.set_status(m.run.name, name, status=Status.of(final).label, stats=m.stats,
+            self.writer.set_status(m.run.name, batch.name, status=Status.of(final).label, stats=m.stats,
                                    message=Status.of(final).advice,
                                    status_time=float(ends[j]))
             out[m.run.name] = Status.of(final).label
-        wall = max(m.stats["wall_time"] for m in members)
-        observing = max(m.stats["observe_time"] for m in members)
-        bar.close(out, wall=wall, observe=observing)
-        self._summarise(runs[0].label or config.name, name, members, out, _advice(preset, members))
-        return out, to_host(integ.params(state))
+        wall = max(m.stats["wall_time"] for m in batch.members)
+        observing = max(m.stats["observe_time"] for m in batch.members)
+        batch.bar.close(out, wall=wall, observe=observing)
+        self._summarise(batch, out)
+        return out, to_host(batch.integ.params(state))
 
-    def _chunk(self, name, integ, problems, state, members, rows: range, size: int, times, refs, names, bar,
-               commit: "_Commits", ahead: bool = False):
-        """Advance the batch through checkpoints `rows` in one compiled call (`batch.chunk`,
-        padded to `size` checkpoints: one compilation, `ahead` of the batch's first call and
-        timed apart), observing at each, and append each member's rows with their cumulative
-        counts."""
+    def _chunk(self, batch: _Batch, state, rows: range, ahead: bool = False):
+        """Advance the batch through checkpoints `rows` in one compiled call (`kernels.chunk`,
+        padded to `batch.most` checkpoints: one compilation, `ahead` of the batch's first
+        call and timed apart), observing at each, and append each member's rows with their
+        cumulative counts."""
+        integ, members, times, bar = batch.integ, batch.members, batch.times, batch.bar
         here = to_host(integ.time(state))
-        k = np.arange(size)
+        k = np.arange(batch.most)
         index = np.minimum(rows.start + k, rows.stop - 1)
         moving = np.array([[m.code == Status.RUNNING and m.done_rows <= i and i < rows.stop
                             for m in members] for i in rows.start + k])
         targets = np.where(moving, times[index][:, None], here[None, :]).astype(here.dtype)
         steps = np.array([m.stats["steps"] for m in members], dtype=np.int64)
-        args = (integ, problems, state, targets, moving, k < len(rows), steps, refs, names,
+        args = (integ, batch.problems, state, targets, moving, k < len(rows), steps, batch.refs, batch.names,
                 np.asarray(times[-1], here.dtype))
-        compiling = self._interruptible(lambda: _compile(batch.chunk, *args)) if ahead else 0.0
+        compiling = self._interruptible(lambda: _compile(kernels.chunk, *args)) if ahead else 0.0
         tic = time.perf_counter()
 
         def work():
-            new, out = batch.chunk(*args)
+            new, out = kernels.chunk(*args)
             # one transfer to numpy per chunk; slicing members in JAX would dispatch (and
             # compile) a small kernel per leaf
             return new, to_host(out)
@@ -329,29 +383,30 @@ class Driver:
                 code = int(seg["status"][r, j])
                 if code != Status.DONE:
                     m.code = code
-                self.writer.append(m.run.name, name, t=float(position[r, j]),
+                self.writer.append(m.run.name, batch.name, t=float(position[r, j]),
                                    step=None if step is None else int(step[r, j]),
                                    values={key: v[r, j] for key, v in values.items()},
                                    counts=[m.stats.get(key, 0) for key in STAT_KEYS])
                 m.done_rows = i + 1
-                commit.wrote(j)
+                batch.commit.wrote(j)
             bar.update(float(times[i]), [m.stats["steps"] for m in members], [Status.of(m.code).label for m in members])
-        commit.last = state
+        batch.commit.last = state
         return state
 
-    def _observation_cost(self, integ, problems, state, refs, names, size: int, times) -> float:
+    def _observation_cost(self, batch: _Batch, state) -> float:
         """Seconds the batch's observation at one checkpoint takes: the chunk program (the
         one compiled for the run, nothing new to compile) called with no member moving, with
-        one real row of its `size` less with none (the call's own cost), timed. Its values
-        are discarded."""
-        here = to_host(integ.time(state))
-        still = np.zeros((size, here.size), bool)
+        one real row of its `batch.most` less with none (the call's own cost), timed. Its
+        values are discarded."""
+        here = to_host(batch.integ.time(state))
+        still = np.zeros((batch.most, here.size), bool)
 
         def call(rows: int) -> float:
             tic = time.perf_counter()
-            jax.block_until_ready(batch.chunk(integ, problems, state, np.broadcast_to(here, still.shape).copy(),
-                                              still, np.arange(size) < rows, np.zeros(here.size, np.int64), refs,
-                                              names, np.asarray(times[-1], here.dtype)))
+            jax.block_until_ready(kernels.chunk(batch.integ, batch.problems, state,
+                                                np.broadcast_to(here, still.shape).copy(), still,
+                                                np.arange(batch.most) < rows, np.zeros(here.size, np.int64),
+                                                batch.refs, batch.names, np.asarray(batch.times[-1], here.dtype)))
             return time.perf_counter() - tic
 
         return max(call(1) - call(0), 0.0)
@@ -397,8 +452,8 @@ class Driver:
             raise out["error"]
         return out["value"]
 
-    def _summarise(self, label: str, solver: str, members: list[_Member], out: dict[str, str],
-                   advice: str | None) -> None:
+    def _summarise(self, batch: _Batch, out: dict[str, str]) -> None:
+        members, advice = batch.members, batch.advice()
         counts: dict[str, int] = {}
         for s in out.values():
             counts[s] = counts.get(s, 0) + 1
@@ -407,7 +462,7 @@ class Driver:
         observing = max(m.stats["observe_time"] for m in members)
         compiling = max(m.stats["compile_time"] for m in members)
         states = ", ".join(f"{v} {k}" for k, v in counts.items())
-        self.report(f"{label} · {solver}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s, "
+        self.report(f"{batch.label} · {batch.name}: {states} ({steps} steps over {len(members)} seeds, {wall:.1f} s, "
                     f"of which observing ≈ {observing:.1f} s; compiling {compiling:.1f} s)"
                     + (f"\n  advice: {advice}" if advice else ""))
 
@@ -420,11 +475,3 @@ def _compile(fn, *args) -> float:
     tic = time.perf_counter()
     fn.lower(*args).compile()
     return time.perf_counter() - tic
-
-
-def _advice(preset: Preset, members: list[_Member]) -> str | None:
-    """The solver advisor's word on a flow preset, from its seeds' statistics summed."""
-    method = getattr(preset, "method", None)
-    if method is None:
-        return None
-    return advise(method, {k: sum(m.stats.get(k, 0) for m in members) for k in ADVICE_KEYS}, preset.name)
