@@ -17,8 +17,7 @@ builders' modules is that registry, and `MODELS` is read from it. Beside them:
 What every builder takes and returns (`Model`, `Network`, `Built`, `BuildError`) is `base.py`'s.
 """
 
-import importlib
-
+from .. import plugins
 from ..kinds import MODELS as KINDS
 from .base import BuildError as BuildError
 from .base import Built as Built
@@ -29,10 +28,4 @@ from .shallow import ShallowNet as ShallowNet
 from .shallow import init_shallow as init_shallow
 
 
-def _builder(path: str):
-    """The function at "module:function" (a builder the registry names)."""
-    module, _, name = path.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-MODELS: dict[str, Model] = {name: Model(name, _builder(kind.builder)) for name, kind in KINDS.items() if kind.builder}
+MODELS: dict[str, Model] = {name: Model(name, plugins.load(kind.builder)) for name, kind in KINDS.items() if kind.builder}
