@@ -28,6 +28,23 @@ both: Tsit5's fourth-order interpolant, or ROCK4's cubic Hermite one, by the ste
 checkpoint inside a ROCK4 step is read by ROCK4's shorter step instead (`Rock4.read`).
 
 Under `vmap` (seeds in a batch) a mode that differs between members runs both steps for all.
+
+Why no third mode, RKC2 where ROCK4's round-off ceiling holds its steps (h·ρ ≤ 463 at rtol
+1e-6, `rock4.roundoff_bound`; there ROCK4's cost grows like λ_max): tried (branch
+`auto-rkc2-mode`, traced by its `bench/trace_auto_modes.py`) on the log-spaced quadratic at
+λ_max = 1e4, rtol 1e-6, PI control, where this auto costs 100 445 evaluations + HVPs.
+- Handed over directly, RKC2's error estimate (12(y0 − y1) + 6h(f0 + f1))/15 reads the round-off
+  that ROCK4 leaves along the top eigen-directions (up to a tenth of rtol, by the ceiling's
+  design) amplified by about 0.4·h·λ, against its local tolerance rtol^(3/2): its first try at
+  h·ρ = 464 and every smaller one down to h·ρ ≈ 0.5 were rejected (961 of 6 472 tries; 129 836).
+- Ten Tsit5 steps at h·ρ = 2.4 in between damp that round-off (18 of 5 902 tries rejected), but
+  RKC2, second order at rtol^(3/2), then steps at h·ρ ≈ 5–9 where ROCK4 held at its ceiling is
+  the cheaper, and hands back (121 089).
+- The bound on any switch between the two: the cheaper of pure ROCK4 and pure RKC2 in each
+  stretch of time (t < 1, 1–3, 3–10, 10–30, 30–100: ROCK4 2 040, 1 981, 7 015, 20 246, 69 256;
+  RKC2 27 444, 8 309, 13 672, 22 675, 42 809) sums to 74 091, 0.74× this auto's, a growth
+  of λ_max^0.78 from λ_max = 1e2: short of λ^0.6 for a day's complexity, so not built. At rtol
+  1e-4 RKC2 alone grows like λ^0.42 (the `rkc2` preset).
 """
 
 from collections.abc import Callable
