@@ -86,3 +86,12 @@ def test_the_advisor_speaks_on_cohen_eos_quick_under_tsit5_and_not_on_quickstart
     rc, _, err = call_cli("run", "quickstart", "-o", tmp_path / "q.h5")
     assert rc == 0 and "advice" not in err
     assert "advice" not in run_cli("inspect", tmp_path / "q.h5")
+
+
+def test_a_central_flow_gets_no_advice_and_a_modified_flow_does():
+    """A central flow's rejections are its events (an eigenvalue joining the held set), not
+    kinks: central-scale's tanh network once drew the kink advice at 35 of 139 steps; a
+    modified flow's field is smooth, and is advised as a gradient flow's."""
+    assert advise("rock4", stats(139, rejected=35), "central-0.04", kind="central-flow") is None
+    assert advise("tsit5", stats(1000, held=1000), "central-0.04", kind="central-flow") is None
+    assert "35 of 139 steps" in advise("rock4", stats(139, rejected=35), "m", kind="modified-flow")

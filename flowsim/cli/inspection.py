@@ -88,7 +88,7 @@ def inspect_archive(path) -> None:
                     else ""
                 wall = "" if name != together[0] else f", wall {sv.wall_time:.3g} s" + (
                     f" for its {len(together)} seeds together" if len(together) > 1 else "") + _split(sv)
-                advice = advise(sv.preset.get("method", ""), sv.stats, sname)
+                advice = advise(sv.preset.get("method", ""), sv.stats, sname, sv.preset.get("kind", "flow"))
                 print(f"    {sname:<14} {sv.state:<11} {sv.n_checkpoints:>4} checkpoints, {reach}{loss}"
                       + (f", {stats}" if stats else "") + wall
                       + (f"\n{'':20}{sv.status} at t = {sv.status_time:.6g}: {sv.message}" if sv.message else "")

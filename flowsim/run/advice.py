@@ -15,7 +15,11 @@ after each chunk, and `inspect` can ask of an archive. Two patterns:
   method at its stability limit rejects tries too (controller chatter at the limit, or ROCK4's
   round-off ceiling: the log-spaced quadratic, a smooth field, once rejected 34 % of rock4's
   steps there), and those are counted apart (`stiff_rejections`): only the others count here.
-Never the preset already running. Each piece of advice names the figures it read.
+Never the preset already running. Each piece of advice names the figures it read. A central
+flow (kind "central-flow") gets none: its field changes where an eigenvalue reaches 2/η and
+joins the held set, and its steps are cut back to those events (`central_field`), so its
+rejections say nothing of kinks (central-scale's tanh network: 35 of 139 steps of its leg at
+η = 0.04 by t = 19), and the presets either pattern advises integrate gradient flows.
 Pure Python (no JAX), so that reading an archive does not import the engine.
 """
 
@@ -35,11 +39,11 @@ STIFF_PRESETS = ("auto", "rock4")
 KINK_PRESETS = ("filippov", "bosh3-relu")
 
 
-def advise(method: str, stats: Mapping[str, int], preset: str = "") -> str | None:
-    """One line of advice for a flow integrated by `method` (its preset named `preset`) with
-    `stats` (summed over the seeds of a batch, or one member's), or None."""
+def advise(method: str, stats: Mapping[str, int], preset: str = "", kind: str = "flow") -> str | None:
+    """One line of advice for a flow of `kind` integrated by `method` (its preset named
+    `preset`) with `stats` (summed over the seeds of a batch, or one member's), or None."""
     flow = FLOW_METHODS.get(method)
-    if flow is None:
+    if flow is None or kind == "central-flow":
         return None
     steps, accepted, rejected, held, at_limit = (int(stats.get(k, 0)) for k in STAT_KEYS)
     explicit = not (flow.implicit or flow.filippov or flow.stabilised or flow.switching)

@@ -154,7 +154,8 @@ class _Batch:
         method = getattr(self.preset, "method", None)
         if method is None:
             return None
-        return advise(method, {k: sum(m.stats.get(k, 0) for m in self.members) for k in ADVICE_KEYS}, self.name)
+        return advise(method, {k: sum(m.stats.get(k, 0) for m in self.members) for k in ADVICE_KEYS}, self.name,
+                      self.preset.kind)
 
 
 def _data_key(r: RunSpec) -> tuple[Data, int]:
