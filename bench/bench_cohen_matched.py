@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from bench_core import Table, fmt, preset, publish
-from bench_scale_flow import FULL, GD_ETA, QUICK, cached_reference, checkpoints, relative_errors, run_cohen, run_preset, \
-    scale_problem
+from bench_scale_flow import (FULL, GD_ETA, QUICK, cached_reference, checkpoints, relative_errors, run_cohen,
+                              run_preset, scale_problem)
 from bench_stiff import flat
 from flowsim.run.precision import enable_x64
 
@@ -47,7 +47,8 @@ def main(argv=None) -> int:
     cohen = run_cohen(problem, p0, times[:k], math.inf)
     cohen_err = relative_errors(cohen.theta, ref.theta[:k], theta0)
     t = Table(f"cohen-scale-quick{' (--quick: a small student)' if args.quick else ''} to T = {horizon:g}: cost "
-              f"(evaluations + HVPs) over GD η = {GD_ETA:g}'s {gd_gradients} gradients; worst error over the {k} checkpoints",
+              f"(evaluations + HVPs) over GD η = {GD_ETA:g}'s {gd_gradients} gradients; worst error over the {k} "
+              f"checkpoints",
               ["method", "steps (rejected)", "cost ÷ GD", "worst error", "error at T", "Cohen et al. ÷ this",
                "at equal or worse error"])
     t.add(f"Cohen et al.: RK4 at h = 1/λ_max, eigsh per unit time ({cohen.note})", cohen.steps[-1],

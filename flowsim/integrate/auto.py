@@ -43,8 +43,8 @@ Why no third mode, RKC2 where ROCK4's round-off ceiling holds its steps (h·ρ �
 - The bound on any switch between the two: the cheaper of pure ROCK4 and pure RKC2 in each
   stretch of time (t < 1, 1–3, 3–10, 10–30, 30–100: ROCK4 2 040, 1 981, 7 015, 20 246, 69 256;
   RKC2 27 444, 8 309, 13 672, 22 675, 42 809) sums to 74 091, 0.74× this auto's, a growth
-  of λ_max^0.78 from λ_max = 1e2: short of λ^0.6 for a third mode's complexity, so not built. At rtol
-  1e-4 RKC2 alone grows like λ^0.42 (the `rkc2` preset).
+  of λ_max^0.78 from λ_max = 1e2: short of λ^0.6 for a third mode's complexity, so not
+  built. At rtol 1e-4 RKC2 alone grows like λ^0.42 (the `rkc2` preset).
 """
 
 from collections.abc import Callable
