@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench_core import Table, fmt, preset, publish
+from bench_auto import variant
+from bench_core import Table, fmt, publish
 from bench_scale_flow import (FULL, GD_ETA, QUICK, cached_reference, checkpoints, relative_errors, run_cohen,
                               run_preset, scale_problem)
 from bench_stiff import flat
@@ -54,9 +55,7 @@ def main(argv=None) -> int:
     t.add(f"Cohen et al.: RK4 at h = 1/λ_max, eigsh per unit time ({cohen.note})", cohen.steps[-1],
           fmt(cohen.cost[-1] / gd_gradients), f"{cohen_err.max():.2e}", f"{cohen_err[-1]:.2e}", "", "")
     for rtol in args.rtols:
-        spec = preset({"name": f"auto-{rtol:g}", "kind": "flow", "method": "auto", "rtol": rtol,
-                       "atol": rtol * 1e-2, "pcoeff": 0.3, "icoeff": 0.3})
-        tr = run_preset(problem, p0, spec, times[:k], math.inf, cost_cap=math.inf)
+        tr = run_preset(problem, p0, variant("auto", rtol, pi=True), times[:k], math.inf, cost_cap=math.inf)
         err = relative_errors(tr.theta, ref.theta[:k], theta0)
         t.add(f"auto, rtol {rtol:g}", f"{tr.steps[-1]} ({tr.rejected[-1]})", fmt(tr.cost[-1] / gd_gradients),
               f"{err.max():.2e}", f"{err[-1]:.2e}", fmt(cohen.cost[-1] / tr.cost[-1]),
