@@ -13,7 +13,7 @@ from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 from flowsim.config import Preset, from_dict, load_solver
 from flowsim.config.spec import ScenarioError
 from flowsim.integrate import sdcp
-from flowsim.integrate.central_field import ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors
+from flowsim.integrate.central_field import ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors, masked_block, track
 from flowsim.run.integrators import central_integrator, flow_integrator
 from flowsim.nn.net import AbstractNet
 from flowsim.nn.ntg import vector_product_ntg
@@ -279,6 +279,32 @@ def test_the_tracked_eigenvalues_are_the_hessians():
     flat, unravel = jax.flatten_util.ravel_pytree(p0)
     H = jax.hessian(lambda v: problem.rate * problem.loss(unravel(v)))(flat)
     assert np.allclose(np.asarray(point.lam), np.linalg.eigvalsh(H)[::-1][:3], rtol=1e-9, atol=0)
+
+
+@pytest.mark.parametrize("columns", [1, 2, None])
+def test_track_converges_to_the_top_eigenpairs(columns):
+    """`track` (LOBPCG with images carried as combinations) from a random start on a 250 × 250
+    Wishart matrix whose top eigenvalues are 3 % apart: the tracked columns' Ritz values are
+    the top eigenvalues to their residuals' bound, never above the largest (Rayleigh–Ritz on an
+    orthonormal basis with exact images cannot exceed it: a conjugate direction whose image
+    lost track of it once reported 4.19 for 3.93), and each residual ‖Hu − λu‖ computed afresh
+    meets the tolerance. Measured: 21, 48, 38 products for 1, 2, all columns (102 for two
+    without the conjugate direction)."""
+    rng = np.random.default_rng(0)
+    M = rng.standard_normal((250, 250))
+    H = (M @ M.T) / 250
+    true = np.linalg.eigvalsh(H)[::-1]
+    block = masked_block(lambda v: jnp.asarray(H) @ v)
+    lam, U, spent = jax.jit(lambda U0: track(block, U0, 0.0, 1e-6, 1e-6, 200, columns))(
+        jnp.asarray(rng.standard_normal((250, 2))))
+    m = 2 if columns is None else columns
+    lam, U = np.asarray(lam)[:m], np.asarray(U)[:, :m]
+    r = np.linalg.norm(H @ U - U * lam, axis=0)
+    assert np.all(r <= 1e-6 * true[0] * (1 + 1e-9))
+    assert np.all(lam <= true[0] * (1 + 1e-12))
+    assert np.all(np.abs(lam - true[:m]) <= r ** 2 / (true[m - 1] - true[m]) + 1e-12)
+    assert np.abs(U.T @ U - np.eye(m)).max() <= 1e-12
+    assert 0 < int(spent) <= 200 * m
 
 
 def test_a_block_sized_to_the_candidates_gives_the_whole_blocks_field():

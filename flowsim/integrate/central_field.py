@@ -38,23 +38,32 @@ Each evaluation tracks only the block that matters (`WarmStart.columns`): a step
 stages the candidates alone (below the edge none: the field is −∇L̃ at no product), its end
 point the candidates and one guard; the certificate at a checkpoint tracks all k.
 Measured on central-mlp (bench/results/central-cost.md, `python bench/bench_central.py
---cost`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 8.02 gradient-equivalents
-(gradients + HVPs + third-derivative products) per GD step, 2.39 + 3.64 + 1.99 (every
-column tracked at every evaluation: 25.8 = 2.38 + 21.4 + 1.98), own error 7.7e-6 (‖Δθ‖ /
-‖θ_ref − θ0‖ at rows every 100 GD steps, against rtol 1e-8); Tsit5 at rtol 1e-6 cost 61.4
-with every column tracked (its explicit step held by stability: h·2/η inside its interval
-of 3.5).
+--cost`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 7.26 gradient-equivalents
+(gradients + HVPs + third-derivative products) per GD step, 2.19 + 3.27 + 1.80 (every
+column tracked at every evaluation, by block steepest descent, events located to 1e-6·η:
+25.8 = 2.38 + 21.4 + 1.98), own error 7.7e-6 (‖Δθ‖ / ‖θ_ref − θ0‖ at rows every 100 GD
+steps, against rtol 1e-8); Tsit5 at rtol 1e-6 cost 61.4 with every column tracked (its
+explicit step held by stability: h·2/η inside its interval of 3.5). On central-scale
+(80 810 parameters, two directions held by the end) 7.85 and 8.91 at η = 0.04 and 0.05
+(bench/results/central-cost-central-scale.md).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
 the step that holds the change is no longer than `EVENT_TOL`·η, and then accepted and counted
-(`events`). The event is thus located to `EVENT_TOL`·η in time, not stepped over.
-Measured on the valley of tests/test_central.py (one event, the onset): at rtol 1e-6 and 1e-8
-the located run ends 3.5e-7 and 8.8e-10 from the closed form at t = 12, in 77 and 98 steps
-(33 and 31 rejected); with location switched off, 3.5e-7 and 8.2e-10 in 29 and 65 steps. The
-relaxed field is continuous across the event (only its derivative jumps), so the error
-control alone already resolves it there: the location costs about 30 rejected tries per
-event and buys the event's time, not accuracy (Tsit5; ROCK4 at rtol 1e-10: 20 rejected).
+(`events`). The event is thus located to `EVENT_TOL`·η in time (a hundredth of a GD step),
+not stepped over; the located step is still under error control.
+Measured on the valley of tests/test_central.py (one event, the onset), with location to
+1e-6·η: at rtol 1e-6 and 1e-8 the located run ends 3.5e-7 and 8.8e-10 from the closed form at
+t = 12, in 77 and 98 steps (33 and 31 rejected); with location switched off, 3.5e-7 and
+8.2e-10 in 29 and 65 steps. The relaxed field is continuous across the event (only its
+derivative jumps), so the error control alone already resolves it there: the location buys
+the event's time, not accuracy, and each factor of 5 in it costs a rejected try. On
+central-scale at η = 0.05 (two events; rock4, rtol 1e-5) locating to 1e-2·η instead of 1e-6·η
+cut the rejected tries from 38 to 17 and the cost from 10.0 to 8.9 gradient-equivalents per GD
+step; its rows lie 1.14e-4 (relative to the displacement) from those of the run that located
+to 1e-6·η with the tracking before LOBPCG, and 1.08e-4 with LOBPCG alone. What is left of an event's cost is the
+arrival itself: the margin closing at rate κ = 1/η holds ROCK4's steps to about η/3 for a few
+GD steps (23 accepted steps in the 8 GD steps of the second arrival).
 """
 
 from typing import ClassVar, NamedTuple
@@ -76,8 +85,9 @@ RELAX_STEPS = 1.0
 # of |λ| + ‖Hu‖; jax's criterion is tol·10·n·(…), hence the division by 10·n below). The
 # eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py,
 # tsit5 at rtol 1e-6, linear warm start) the warm-started `track` spends 12.2 HVPs per
-# evaluation (k = 5: Rayleigh–Ritz on the start and 1.4 block steps on average) against jax's
-# LOBPCG's 115 from the last accepted vectors, with the same tracking figures.
+# evaluation (k = 5: Rayleigh–Ritz on the start and 1.4 block steps on average, then block
+# steepest descent: `track` is LOBPCG since) against jax's LOBPCG's 115 from the last accepted
+# vectors, with the same tracking figures.
 TRACK_TOL = 1e-6
 # The columns that cannot reach the edge (λ + ‖r‖ < 2·threshold/η) are converged to this share
 # instead: enough to keep the block on the top eigenvectors (`track`). On central-mlp at
@@ -96,13 +106,17 @@ STAGE_TRACK_TOL = 1e-4
 # (`WarmStart.columns` says why the stages need none); max_eigen bounds the block.
 STAGE_GUARDS = 0
 END_GUARDS = 1
+# A conjugate direction (`_conjugate`) is kept while its part off span[U, R] has at least this
+# eigenvalue in the Gram matrix of the unit directions: its image, carried as combinations of
+# earlier products, then has at most 1e5× their rounding.
+CONJUGATE_FLOOR = 1e-10
 # Block steps (LOBPCG iterations at t = 0) at most per evaluation.
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
 # Models this small (n ≤ DENSE·k: LOBPCG needs n > 5k) form the Hessian and use eigh.
 DENSE = 5
 # An accepted step that holds a change of the held set is at most this many GD steps long.
-EVENT_TOL = 1e-6
+EVENT_TOL = 1e-2
 # An eigenvalue of X above this share of X's largest (and above ZERO_X) counts as held.
 RANK_SHARE = 1e-8
 # A held direction has arrived at the edge (series `central_held`) once |ηλ/2 − 1| ≤ this.
@@ -148,16 +162,16 @@ def rank(X: jax.Array) -> jax.Array:
 
 def _ritz(B: jax.Array, HB: jax.Array, k: int, on: jax.Array):
     """Rayleigh–Ritz on the orthonormal basis B (n, b) with HB = H·B, restricted to the columns
-    `on` (b,): the top k Ritz values of span B[:, on] (descending, then values beneath them),
-    their vectors and those vectors' images under H (combinations of HB: exact products, no
-    new ones). The columns off `on` are decoupled and shifted beneath every Ritz value of the
-    others (Gershgorin: |θ| ≤ b·max|A|), so the Ritz pairs of span B[:, on] come first."""
+    `on` (b,): the top k Ritz values of span B[:, on] (descending, then values beneath them)
+    and their vectors' coefficients W (b, k) in B — the vectors are B·W, their images under H
+    HB·W (exact products, no new ones). The columns off `on` are decoupled and shifted beneath
+    every Ritz value of the others (Gershgorin: |θ| ≤ b·max|A|), so the Ritz pairs of
+    span B[:, on] come first."""
     A = B.T @ HB
     A = jnp.where(on[:, None] & on[None, :], 0.5 * (A + A.T), 0.0)
     beneath = -(A.shape[0] * jnp.max(jnp.abs(A)) + 1.0)
     theta, W = jnp.linalg.eigh(A + jnp.diag(jnp.where(on, 0.0, beneath)))
-    W = W[:, ::-1][:, :k]
-    return theta[::-1][:k], B @ W, HB @ W
+    return theta[::-1][:k], W[:, ::-1][:, :k]
 
 
 def _complement(U: jax.Array, R: jax.Array) -> jax.Array:
@@ -169,6 +183,26 @@ def _complement(U: jax.Array, R: jax.Array) -> jax.Array:
     Q = jnp.linalg.qr(R)[0]
     Q = Q - U @ (U.T @ Q)
     return jnp.linalg.qr(Q)[0]
+
+
+def _conjugate(U: jax.Array, HU: jax.Array, Q: jax.Array, HQ: jax.Array, P: jax.Array, HP: jax.Array):
+    """LOBPCG's conjugate directions: P's part off span[U, Q] (U, Q orthonormal, HU, HQ their
+    images), orthonormalised, with its image carried along as the same combinations (no
+    product). Directions that P holds no more of than `CONJUGATE_FLOOR` (in the Gram matrix
+    of its unit columns) are dropped, as their images' rounding would be amplified; the
+    returned mask says which columns are kept."""
+    # unit columns first, so that the Gram matrix below measures what is left after projection
+    # (the cancellation that amplifies the images' rounding)
+    norm = jnp.linalg.norm(P, axis=0)
+    unit = jnp.where(norm > 0, 1.0 / jnp.where(norm > 0, norm, 1.0), 0.0)
+    P, HP = P * unit, HP * unit
+    for _ in range(2):
+        a, b = U.T @ P, Q.T @ P
+        P, HP = P - U @ a - Q @ b, HP - HU @ a - HQ @ b
+    s, V = jnp.linalg.eigh(P.T @ P)
+    keep = s > CONJUGATE_FLOOR
+    scale = jnp.where(keep, 1.0 / jnp.sqrt(jnp.where(keep, s, 1.0)), 0.0)
+    return P @ V * scale, HP @ V * scale, keep
 
 
 def masked_block(hvp):
@@ -183,9 +217,16 @@ def masked_block(hvp):
 def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations: int, columns=None):
     """The top eigenpairs of the symmetric H (`block(V, on)` = H·V on the columns `on`) from
     the warm start U0 (n, k): Rayleigh–Ritz on span U0 (k products), then, while a column's
-    residual ‖Hu − λu‖ is above its tolerance (times max|λ|), one block step on span[U, R]
-    (R the residuals, k products per step: the images of U are carried as combinations of
-    earlier products, not recomputed — jax's LOBPCG multiplies 3k vectors per iteration).
+    residual ‖Hu − λu‖ is above its tolerance (times max|λ|), one LOBPCG step (Knyazev 2001):
+    Rayleigh–Ritz on span[U, R, P], R the residuals and P the conjugate directions (the last
+    step's move outside span U, `_conjugate`). k products per step: the images of U and P are
+    carried as combinations of earlier products, not recomputed (jax's LOBPCG multiplies 3k
+    vectors per iteration). Without P (block steepest descent, as before 2026-11-28) the steps
+    were 2–2.5× as many where the next eigenvalue is close: on central-scale at η = 0.05, t = 38
+    (two directions held at 2/η, the guard's eigenvalue 0.8 % above the next), from the
+    vectors of 8 GD steps before, 51 products → 24 to track the held pair and a guard; on a
+    random 250 × 250 Wishart matrix 102 → 48 for the top two
+    (tests/test_central.py::test_track_converges_to_the_top_eigenpairs).
     A column that may reach `floor` (λ + ‖r‖ ≥ floor: by the residual bound an eigenvalue lies
     within ‖r‖ of λ) — a candidate of the edge of stability — is converged to `tol`; the others
     to the looser `guard_tol`. They must be converged too: Ritz values bound the spectrum from
@@ -199,30 +240,38 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     Returns the Ritz values (descending), vectors and the products spent."""
     k = U0.shape[1]
     on = jnp.ones(k, bool) if columns is None else jnp.arange(k) < columns
-    both = jnp.concatenate([on, on])
     U0q = jnp.linalg.qr(U0)[0]
 
-    def ritz(B, HB, on_B):
-        lam, U, HU = _ritz(B, HB, k, on_B)
-        # the untracked columns keep the start's vectors (and no image: they are not tracked)
-        return jnp.where(on, lam, 0.0), jnp.where(on, U, U0q), jnp.where(on, HU, 0.0)
+    def tracked(lam, U, HU, P, HP):
+        # the untracked columns keep the start's vectors (and no image, no conjugate direction)
+        return (jnp.where(on, lam, 0.0), jnp.where(on, U, U0q), jnp.where(on, HU, 0.0), jnp.where(on, P, 0.0),
+                jnp.where(on, HP, 0.0))
 
-    lam, U, HU = ritz(U0q, block(U0q, on), on)
+    HU0 = block(U0q, on)
+    lam, W = _ritz(U0q, HU0, k, on)
+    zero = jnp.zeros_like(U0q)
 
     def pending(c):
-        lam, U, HU, its = c
+        lam, U, HU, _, _, its = c
         r = jnp.linalg.norm(HU - U * lam, axis=0)
         want = jnp.where(lam + r >= floor, tol, guard_tol) * jnp.max(jnp.abs(lam))
         return jnp.any(r > want) & (its < iterations)
 
     def one(c):
-        lam, U, HU, its = c
-        Q = _complement(jnp.where(on, U, 0.0), HU - U * lam)
-        B = jnp.concatenate([U, Q], axis=1)
-        HB = jnp.concatenate([HU, block(Q, on)], axis=1)
-        return (*ritz(B, HB, both), its + 1)
+        lam, U, HU, P, HP, its = c
+        U_on = jnp.where(on, U, 0.0)
+        Q = _complement(U_on, HU - U * lam)
+        HQ = block(Q, on)
+        # Q's untracked columns (arbitrary directions, without images) are not in the basis
+        P, HP, P_on = _conjugate(U_on, HU, jnp.where(on, Q, 0.0), HQ, P, HP)
+        B = jnp.concatenate([U, Q, P], axis=1)
+        HB = jnp.concatenate([HU, HQ, HP], axis=1)
+        lam, W = _ritz(B, HB, k, jnp.concatenate([on, on, P_on]))
+        # the move outside span U: the next step's conjugate directions
+        return (*tracked(lam, B @ W, HB @ W, B[:, k:] @ W[k:], HB[:, k:] @ W[k:]), its + 1)
 
-    lam, U, HU, its = jax.lax.while_loop(pending, one, (lam, U, HU, jnp.asarray(0)))
+    start = (*tracked(lam, U0q @ W, HU0 @ W, zero, zero), jnp.asarray(0))
+    lam, U, HU, _, _, its = jax.lax.while_loop(pending, one, start)
     # each vector's sign as the start's, so that the tracked vectors move continuously (the
     # extrapolated warm start of `CentralSolver` differences them)
     return lam, U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0), jnp.sum(on) * (its + 1)
