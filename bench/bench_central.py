@@ -167,8 +167,8 @@ def cost_table(args, problem, p0, steps: int) -> None:
                   f"{fmt(rel.max())} ({(int(np.argmax(rel)) + 1) * EVERY_COST}), "
                   f"{fmt((np.linalg.norm(w - ref, axis=1) / np.linalg.norm(ref, axis=1)).max())}; "
                   f"{fmt(np.abs(w - ref).max())}")
-    publish(table.markdown(), "central-cost" if args.scenario == "central-mlp" else f"central-cost-{args.scenario}",
-            args.quick)
+    publish(table.markdown(), "central-cost" if args.scenario == "central-mlp" else
+            f"central-cost-{args.scenario}-{eta:g}", args.quick)
 
 
 def main():
