@@ -45,7 +45,8 @@ column tracked at every evaluation, by block steepest descent, events located to
 steps, against rtol 1e-8); Tsit5 at rtol 1e-6 cost 61.4 with every column tracked (its
 explicit step held by stability: h·2/η inside its interval of 3.5). On central-scale
 (80 810 parameters, two directions held by the end; rtol 3e-6) 6.61 and 9.41 at η = 0.04 and
-0.05, own error 4.8e-6 and 6.0e-6 relative to the weights (bench/results/central-cost-central-scale-*.md).
+0.05, own error 4.8e-6 and 6.0e-6 relative to the weights
+(bench/results/central-cost-central-scale-*.md).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
@@ -61,9 +62,9 @@ the event's time, not accuracy, and each factor of 5 in it costs a rejected try.
 central-scale at η = 0.05 (two events; rock4, rtol 1e-5) locating to 1e-2·η instead of 1e-6·η
 cut the rejected tries from 38 to 17 and the cost from 10.0 to 8.9 gradient-equivalents per GD
 step; its rows lie 1.14e-4 (relative to the displacement) from those of the run that located
-to 1e-6·η with the tracking before LOBPCG, and 1.08e-4 with LOBPCG alone. What is left of an event's cost is the
-arrival itself: the margin closing at rate κ = 1/η holds ROCK4's steps to about η/3 for a few
-GD steps (23 accepted steps in the 8 GD steps of the second arrival).
+to 1e-6·η with the tracking before LOBPCG, and 1.08e-4 with LOBPCG alone. What is left of an
+event's cost is the arrival itself: the margin closing at rate κ = 1/η holds ROCK4's steps to
+about η/3 for a few GD steps (23 accepted steps in the 8 GD steps of the second arrival).
 """
 
 from typing import ClassVar, NamedTuple
