@@ -161,11 +161,12 @@ def cost_table(args, problem, p0, steps: int) -> None:
     ref = rows[COST_REFERENCE_RTOL]
     for rtol in (args.rtol, *args.also):
         w = rows[rtol]
-        rel = np.linalg.norm(w - ref, axis=1)[1:] / np.linalg.norm(ref[1:] - ref[0], axis=1)
+        off = np.linalg.norm(w - ref, axis=1)
+        rel = off[1:] / np.linalg.norm(ref[1:] - ref[0], axis=1)
         table.add(f"own error at rtol {rtol:g}: max over rows of ‖θ − θ_ref‖ / ‖θ_ref − θ0‖ (at GD step), of "
                   f"‖θ − θ_ref‖ / ‖θ_ref‖ (θ_ref: rtol {COST_REFERENCE_RTOL:g}); max |Δθ|",
                   f"{fmt(rel.max())} ({(int(np.argmax(rel)) + 1) * EVERY_COST}), "
-                  f"{fmt((np.linalg.norm(w - ref, axis=1) / np.linalg.norm(ref, axis=1)).max())}; "
+                  f"{fmt((off / np.linalg.norm(ref, axis=1)).max())}; "
                   f"{fmt(np.abs(w - ref).max())}")
     publish(table.markdown(), "central-cost" if args.scenario == "central-mlp" else
             f"central-cost-{args.scenario}-{eta:g}", args.quick)

@@ -13,7 +13,8 @@ from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 from flowsim.config import Preset, from_dict, load_solver
 from flowsim.config.spec import ScenarioError
 from flowsim.integrate import sdcp
-from flowsim.integrate.central_field import ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors, masked_block, track
+from flowsim.integrate.central_field import (ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors, masked_block,
+                                              track)
 from flowsim.run.integrators import central_integrator, flow_integrator
 from flowsim.nn.net import AbstractNet
 from flowsim.nn.ntg import vector_product_ntg
