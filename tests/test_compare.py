@@ -22,7 +22,7 @@ from flowsim.config import Config, DescentPreset, Preset, from_dict, load_solver
 from flowsim.cli.command import main
 from flowsim.nn.losses import loss_fn
 from flowsim.observe.observables import OBSERVABLES, observe
-from flowsim.observe.stability import gn_sharpness, lanczos_top, sharpness
+from flowsim.observe.stability import LANCZOS_RTOL, LANCZOS_STEPS, gn_sharpness, lanczos_top, sharpness
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -277,7 +277,7 @@ def test_sharpness_equals_dense_hessian_top_eigenvalue(kw):
     flat, unravel = ravel_pytree(p)
     H = np.asarray(jax.jit(jax.hessian(lambda f: problem.loss(unravel(f))))(flat))
     top = np.linalg.eigvalsh(0.5 * (H + H.T))[-1] * problem.rate
-    s, res = jax.jit(sharpness)(problem, p)
+    s, res, _ = jax.jit(sharpness)(problem, p)
     assert abs(float(s) - top) <= 1e-6 * abs(top)
     assert float(res) <= 1e-6 * abs(top)
     # Gauss–Newton: Jᵀ ∇²ℓ J, dense
@@ -302,12 +302,37 @@ def test_gn_sharpness_is_the_scaled_top_eigenvalue_of_the_full_ntg(loss, factor)
 @pytest.mark.slow
 def test_lanczos_survives_an_early_invariant_subspace():
     A = np.diag([5.0, 1.0, 0.5])   # 3 dimensions, 32 steps: breakdown after 3
-    lam, res = jax.jit(lambda v: lanczos_top(lambda u: jnp.asarray(A) @ u, v, 32))(jnp.ones(3))
-    assert abs(float(lam) - 5.0) <= 1e-12 and float(res) <= 1e-12
+    lam, res, steps = jax.jit(lambda v: lanczos_top(lambda u: jnp.asarray(A) @ u, v, 32))(jnp.ones(3))
+    assert abs(float(lam) - 5.0) <= 1e-12 and float(res) <= 1e-12 and int(steps) == 3
     B = jnp.asarray(np.diag(np.arange(1.0, 101.0)))   # low rank start: invariant after 2 steps
     v0 = jnp.zeros(100).at[0].set(1.0).at[99].set(1.0)
-    lam, _ = jax.jit(lambda v: lanczos_top(lambda u: B @ u, v, 32))(v0)
-    assert abs(float(lam) - 100.0) <= 1e-12
+    lam, _, steps = jax.jit(lambda v: lanczos_top(lambda u: B @ u, v, 32))(v0)
+    assert abs(float(lam) - 100.0) <= 1e-12 and int(steps) == 2
+    # a negative definite operator: the top is -1, not the 0 that padding a broken-down
+    # Krylov space with zero vectors would add
+    lam, _, _ = jax.jit(lambda v: lanczos_top(lambda u: -jnp.asarray(A) @ u, v, 32))(jnp.ones(3))
+    assert abs(float(lam) + 0.5) <= 1e-12
+
+
+def test_lanczos_stops_at_its_tolerance_and_not_before():
+    """A separated top eigenvalue: Lanczos stops early with the residual it promises, and
+    θ is within it of the top (a dense eigvalsh oracle). A top cluster 1e-7 wide: the
+    residual cannot reach 1e-10 · θ, and all 32 steps are taken."""
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.standard_normal((200, 200)))
+    v0 = jnp.asarray(rng.standard_normal(200))
+    for spectrum, early in ((np.concatenate([[10.0], rng.uniform(0, 4, 199)]), True),
+                            (np.concatenate([1 + 1e-7 * rng.uniform(0, 1, 20), rng.uniform(0, 0.5, 180)]), False)):
+        A = jnp.asarray(Q @ np.diag(spectrum) @ Q.T)
+        lam, res, steps = jax.jit(lambda v: lanczos_top(lambda u: A @ u, v))(v0)
+        top = spectrum.max()
+        assert float(lam) <= top * (1 + 1e-14)                        # a Ritz value: a lower bound
+        assert top - float(lam) <= float(res) + 1e-14 * top
+        if early:
+            assert float(res) <= LANCZOS_RTOL * top and int(steps) < LANCZOS_STEPS
+            assert abs(float(lam) - top) <= 1e-12 * top
+        else:
+            assert float(res) > LANCZOS_RTOL * top and int(steps) == LANCZOS_STEPS
 
 
 # ---------------------------------------------------------------- the two scenarios, end to end

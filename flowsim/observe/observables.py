@@ -88,7 +88,7 @@ def _hidden(s: Snapshot) -> dict[str, jax.Array]:
 
 
 def _sharpness(s: Snapshot) -> dict[str, jax.Array]:
-    top, residual = sharpness(s.problem, s.params)
+    top, residual, _ = sharpness(s.problem, s.params)
     return {"sharpness": top, "sharpness_residual": residual}
 
 
