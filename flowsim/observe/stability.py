@@ -39,9 +39,9 @@ from ..nn.problem import Params, Problem, hessian_vector_product
 LANCZOS_STEPS = 32
 # Lanczos stops once ‖A u − θ u‖ ≤ LANCZOS_RTOL · |θ|: θ is then within that of an eigenvalue
 # (within residual² / gap of it where the top is separated by a gap), below any flow
-# tolerance a scenario can ask for. On cohen-scale-quick's network the sharpness needs 13–21
-# steps for it, along the flow, GD at the edge of stability and the central flow holding two
-# eigenvalues at 2/η (bench/bench_observe.py), where 32 were always taken before.
+# tolerance a scenario can ask for. On central-scale's network that takes 13–26 steps along
+# the flow, GD at the edge of stability and the central flow holding two eigenvalues at 2/η
+# (bench/bench_sharpness.py), where 32 were always taken before.
 LANCZOS_RTOL = 1e-10
 
 
@@ -90,7 +90,8 @@ def lanczos_top(matvec, v0: jax.Array, steps: int = LANCZOS_STEPS,
         theta, res = _top_ritz(alpha, beta, i, scale)
         return i + 1, Q, alpha, beta, scale, theta, res
 
-    start = (jnp.zeros((), jnp.int32), Q, jnp.zeros(k, dtype), jnp.zeros(k, dtype), zero, zero, jnp.full((), jnp.inf, dtype))
+    start = (jnp.zeros((), jnp.int32), Q, jnp.zeros(k, dtype), jnp.zeros(k, dtype), zero, zero,
+             jnp.full((), jnp.inf, dtype))
     i, _, _, _, _, theta, res = jax.lax.while_loop(more, body, start)
     return theta, res, i
 
