@@ -23,7 +23,7 @@ import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from bench_core import ROOT, Table, fmt, interleaved_best, publish
+from bench_core import ROOT, Table, fmt, gd_run, interleaved_best, publish
 from flowsim.config import load_scenario
 from flowsim.observe.stability import LANCZOS_RTOL, LANCZOS_STEPS, sharpness
 from flowsim.run.build import build_run
@@ -33,26 +33,18 @@ POINTS = ((0.02, 0), (0.02, 1000), (0.05, 100), (0.05, 300), (0.05, 800))   # (�
 QUICK_POINTS = ((0.05, 0), (0.05, 300))
 
 
-def gd(problem, params, eta: float, steps: int):
-    """`steps` GD steps of learning rate η from `params` (the problem's flow rate included)."""
-    grad = jax.grad(problem.loss)
-    return jax.lax.fori_loop(0, steps, lambda _, p: jax.tree.map(lambda w, g: w - eta * problem.rate * g,
-                                                                 p, grad(p)), params)
-
-
 def measure(problem, p0, points, rounds: int) -> tuple[Table, list[int], list[float]]:
     """The table of `points` ((η, GD steps) from `p0`), the steps of each observation and
     the wall of each over the 32-step one."""
     n = ravel_pytree(p0)[0].size
     adaptive = jax.jit(lambda p: sharpness(problem, p))
     fixed = jax.jit(lambda p: sharpness(problem, p, rtol=0.0))     # every one of the 32 steps
-    run_gd = jax.jit(lambda p, eta, k: gd(problem, p, eta, k), static_argnums=(1, 2))
     tb = Table(f"central-scale's network ({n} parameters), one sharpness observation",
                ["weights", "sharpness", "2/η", "steps (of 32)", "difference / 32-step value", "residual / sharpness",
                 "wall / 32 steps"])
     steps_all, walls = [], []
     for eta, k in points:
-        p = run_gd(p0, eta, k)
+        p = gd_run(problem, p0, eta * k, 1, eta=eta)[0].y if k else p0   # the engine's GD, k steps
         lam, res, steps = map(float, adaptive(p))
         lam32 = float(fixed(p)[0])
         best = interleaved_best({"adaptive": lambda: adaptive(p), "fixed": lambda: fixed(p)}, rounds)
