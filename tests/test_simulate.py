@@ -242,24 +242,29 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------
 
 _INTERRUPTIBLE = """
-import sys
+import os, sys
 import equinox as eqx, jax, jax.numpy as jnp, numpy as np
 import flowsim
 from flowsim.run.progress import Progress
 
+# The suite's compilation cache (conftest sets FLOWSIM_CACHE_DIR): the script is compiled
+# once, not once per process (about 17 s each here); what is tested is the interrupt.
+jax.config.update("jax_compilation_cache_dir", os.environ["FLOWSIM_CACHE_DIR"])
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 out, resume, log, count = sys.argv[1], sys.argv[2] == "resume", sys.argv[3], int(sys.argv[4])
+t_end = float(sys.argv[5])
 rng = np.random.default_rng(0)
 X = rng.normal(size=(256, 4))
 y = np.sin(X[:, :1] * X[:, 1:2])
 model = eqx.nn.MLP(4, 1, 64, 2, activation=jnp.tanh, key=jax.random.PRNGKey(0))
-flowsim.simulate(model, data=(X, y), loss="mse", solvers=["tsit5"], t_end=120.0, checkpoints={"count": count},
+flowsim.simulate(model, data=(X, y), loss="mse", solvers=["tsit5"], t_end=t_end, checkpoints={"count": count},
                  observe=["loss", "weights"], output=out, resume=resume, progress=Progress(False, jsonl=log))
 """
 
 
-def _simulate_until(tmp_path, out, *, resume: bool, signum=None, after: int = 3, count: int = 120):
-    """Run the script above in a fresh process (`count` checkpoints); with `signum`, send it
-    once the JSON log shows `after` more committed checkpoints. Returns (exit status, stderr)."""
+def _simulate_until(tmp_path, out, *, resume: bool, signum=None, after: int = 3, count: int = 40, t_end: float = 40.0):
+    """Run the script above in a fresh process (`count` checkpoints to `t_end`); with `signum`,
+    send it once the JSON log shows `after` more committed checkpoints. Returns (exit status, stderr)."""
     import json
     import subprocess
     import sys
@@ -268,7 +273,7 @@ def _simulate_until(tmp_path, out, *, resume: bool, signum=None, after: int = 3,
     script, log = tmp_path / "interruptible.py", tmp_path / f"{out.stem}.jsonl"
     script.write_text(_INTERRUPTIBLE)
     seen = len(log.read_text().splitlines()) if log.exists() else 0
-    proc = subprocess.Popen([sys.executable, script, out, "resume" if resume else "new", log, str(count)],
+    proc = subprocess.Popen([sys.executable, script, out, "resume" if resume else "new", log, str(count), str(t_end)],
                             stderr=subprocess.PIPE, text=True)
     if signum is not None:
         while proc.poll() is None:
@@ -295,7 +300,7 @@ def test_an_interrupted_simulate_says_how_to_resume_and_resumes_exactly(tmp_path
     whole = tmp_path / "whole.h5"
     assert _simulate_until(tmp_path, whole, resume=False)[0] == 0
     state, expected, stats = _flow(whole)
-    assert state == "done" and expected["t"].size == 121
+    assert state == "done" and expected["t"].size == 41
 
     cut = tmp_path / "cut.h5"
     for signum, resume in ((signal.SIGINT, False), (signal.SIGTERM, True)):
@@ -305,7 +310,7 @@ def test_an_interrupted_simulate_says_how_to_resume_and_resumes_exactly(tmp_path
         assert "terminate called" not in err and "FATAL" not in err and "Aborted" not in err, err
         assert "\nKeyboardInterrupt: flowsim.simulate: interrupted" in err and "resume=True" in err, err
         state, part, _ = _flow(cut)
-        assert state == "interrupted" and 0 < part["t"].size < 121, (state, part["t"].size)
+        assert state == "interrupted" and 0 < part["t"].size < 41, (state, part["t"].size)
     assert _simulate_until(tmp_path, cut, resume=True)[0] == 0
     state, got, resumed_stats = _flow(cut)
     assert state == "done"
@@ -321,7 +326,7 @@ def test_an_interrupt_during_a_long_segment_leaves_without_an_abort(tmp_path):
     import signal
 
     out = tmp_path / "long.h5"
-    code, err = _simulate_until(tmp_path, out, resume=False, signum=signal.SIGINT, after=1, count=1)
+    code, err = _simulate_until(tmp_path, out, resume=False, signum=signal.SIGINT, after=1, count=1, t_end=120.0)
     assert code == -signal.SIGINT and "terminate called" not in err and "resume=True" in err, (code, err)
     state, part, _ = _flow(out)
     assert state == "interrupted" and part["t"].size == 1     # t = 0 only: the segment was abandoned
