@@ -242,15 +242,16 @@ def test_the_readme_example_runs_as_written(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------
 
 _INTERRUPTIBLE = """
-import os, sys
+import sys
 import equinox as eqx, jax, jax.numpy as jnp, numpy as np
 import flowsim
+from flowsim.cli.lifecycle import compilation_cache
 from flowsim.run.progress import Progress
 
-# The suite's compilation cache (conftest sets FLOWSIM_CACHE_DIR): the script is compiled
-# once, not once per process (about 17 s each here); what is tested is the interrupt.
-jax.config.update("jax_compilation_cache_dir", os.environ["FLOWSIM_CACHE_DIR"])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+# The suite's compilation cache (conftest sets FLOWSIM_CACHE_DIR), as the CLI turns it on:
+# the script is compiled once, not once per process (about 17 s each here); what is tested
+# is the interrupt.
+compilation_cache()
 out, resume, log, count = sys.argv[1], sys.argv[2] == "resume", sys.argv[3], int(sys.argv[4])
 t_end = float(sys.argv[5])
 rng = np.random.default_rng(0)
