@@ -81,6 +81,20 @@ def test_no_recompilation_per_segment_or_seed(tmp_path):
     assert 0 < three <= warm, f"3 seeds × 12 segments compiled {three} programs; 2 seeds × 3 segments {warm}"
 
 
+@pytest.mark.parametrize("method, activation", [("tsit5", "swish"), ("rock4", "swish"), ("filippov", "relu")])
+def test_another_tolerance_compiles_nothing(tmp_path, method, activation):
+    """The rungs of a tolerance ladder (this project's own oracle for a flow) share one
+    compiled program: rtol and atol reach the step control as arrays, not as constants of
+    the program, so a second and a third rtol compile nothing."""
+    def rung(rtol):
+        solver = f'{{name = "f", kind = "flow", method = "{method}", rtol = {rtol}, atol = {rtol}}}'
+        return _drive(tmp_path, f"{method}-{rtol}", ["seeds=[0]", "run.checkpoints={count=3}", "run.t_end=5.0",
+                                                      f'model.activation="{activation}"',
+                                                      'run.observe=["loss"]', f"run.solvers=[{solver}]"])
+    assert rung(1e-6) > 0
+    assert [rung(1e-7), rung(1e-9)] == [0, 0]
+
+
 _LOGGED_RUN = textwrap.dedent("""
     import logging, sys
     from flowsim import cli

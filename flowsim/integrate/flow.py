@@ -447,7 +447,7 @@ def rock4_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: Step
                      learning_rate: float | None = None, stop_loss: float = 0.0) -> StabilisedIntegrator:
     """ROCK4, its steps no longer than round-off at this tolerance allows (rock4's docstring)."""
     solver = Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
-                   h_rho_max=roundoff_bound(accuracy.rtol))
+                   h_rho_max=jnp.asarray(roundoff_bound(accuracy.rtol)))
     return StabilisedIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss),
                                 term=flow_term(learning_rate), stiffness_probe=None)
 
@@ -467,7 +467,7 @@ def auto_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepC
     """Tsit5 and ROCK4, switched per step (`flowsim.integrate.auto`); ROCK4's steps no longer
     than round-off at this tolerance allows."""
     solver = Auto(rock4=Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
-                              h_rho_max=roundoff_bound(accuracy.rtol)))
+                              h_rho_max=jnp.asarray(roundoff_bound(accuracy.rtol))))
     return AutoIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate),
                           stiffness_probe=stiffness_probe(solver.tsit5.tableau))
 
@@ -475,7 +475,10 @@ def auto_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepC
 def stepping(accuracy: Accuracy, step_control: StepControl, stop_loss: float) -> dict:
     """The fields of an `AbstractFlowIntegrator` that the step control sets: the controller,
     the step budget and where a run stops."""
-    pid = dfx.PIDController(rtol=accuracy.rtol, atol=accuracy.atol, pcoeff=step_control.pcoeff,
+    # The tolerances go in as (weakly typed) arrays, not Python floats: a float would be a
+    # constant of the compiled program, and every rung of a tolerance ladder would compile
+    # the solver again.
+    pid = dfx.PIDController(rtol=jnp.asarray(accuracy.rtol), atol=jnp.asarray(accuracy.atol), pcoeff=step_control.pcoeff,
                             icoeff=step_control.icoeff, dtmin=step_control.dtmin or None,
                             dtmax=step_control.dtmax or None)
     return dict(controller=ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol), max_steps=int(accuracy.max_steps),

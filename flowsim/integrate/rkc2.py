@@ -101,7 +101,7 @@ class Rkc2(AbstractStabilised):
 
     rho_every: int = eqx.field(static=True, default=10)
     rho_safety: float = eqx.field(static=True, default=1.2)
-    h_rho_max: float = eqx.field(static=True, default=MAX_H_RHO)
+    h_rho_max: float | jax.Array = MAX_H_RHO
 
     def order(self, terms) -> int:
         return 2

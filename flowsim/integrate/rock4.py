@@ -285,8 +285,9 @@ class Rock4(AbstractStabilised):
     rho_every: int = eqx.field(static=True, default=10)
     rho_safety: float = eqx.field(static=True, default=1.2)
     # the longest h·ρ a step may take: `MAX_H_RHO`, or the round-off ceiling of the run's
-    # tolerance (`roundoff_bound`), which `flowsim.integrate.flow` passes
-    h_rho_max: float = eqx.field(static=True, default=MAX_H_RHO)
+    # tolerance (`roundoff_bound`), which `flowsim.integrate.flow` passes as an array, not a
+    # static field, so that another tolerance runs the same compiled program
+    h_rho_max: float | jax.Array = MAX_H_RHO
 
     def order(self, terms) -> int:
         return 4

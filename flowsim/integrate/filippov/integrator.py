@@ -51,8 +51,9 @@ def _with_slots(state: FilippovState, k: int, n: int) -> FilippovState:
 class FilippovIntegrator(AbstractIntegrator):
     """Advances a `FilippovState` to a later time (see the module's docstring)."""
 
-    rtol: float = eqx.field(static=True)
-    atol: float = eqx.field(static=True)
+    # arrays, not static fields: another tolerance runs the same compiled program
+    rtol: jax.Array
+    atol: jax.Array
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
     slots: int = eqx.field(static=True)
@@ -231,5 +232,5 @@ def filippov_integrator(spec: FlowMethod, *, accuracy: Accuracy, filippov: Filip
     if learning_rate is not None:
         raise ValueError("the filippov method integrates the gradient flow itself, not GD's modified flow "
                          f"(learning_rate = {learning_rate!r}); use a `flow` preset")
-    return FilippovIntegrator(rtol=accuracy.rtol, atol=accuracy.atol, max_steps=int(accuracy.max_steps),
+    return FilippovIntegrator(rtol=jnp.asarray(accuracy.rtol), atol=jnp.asarray(accuracy.atol), max_steps=int(accuracy.max_steps),
                               stop_loss=float(stop_loss), slots=filippov.slots)
