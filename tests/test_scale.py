@@ -81,6 +81,7 @@ def test_no_recompilation_per_segment_or_seed(tmp_path):
     assert 0 < three <= warm, f"3 seeds × 12 segments compiled {three} programs; 2 seeds × 3 segments {warm}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, activation", [("tsit5", "swish"), ("rock4", "swish"), ("filippov", "relu")])
 def test_another_tolerance_compiles_nothing(tmp_path, method, activation):
     """The rungs of a tolerance ladder (this project's own oracle for a flow) share one
