@@ -70,8 +70,8 @@ class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
     """
 
     pid: dfx.PIDController
-    rtol: float
-    atol: float
+    rtol: jax.Array     # the PID's own (Diffrax's controllers carry them)
+    atol: jax.Array
     norm: Callable = optx.rms_norm
 
     def wrap(self, direction):
@@ -478,8 +478,8 @@ def stepping(accuracy: Accuracy, step_control: StepControl, stop_loss: float) ->
     # The tolerances go in as (weakly typed) arrays, not Python floats: a float would be a
     # constant of the compiled program, and every rung of a tolerance ladder would compile
     # the solver again.
-    pid = dfx.PIDController(rtol=jnp.asarray(accuracy.rtol), atol=jnp.asarray(accuracy.atol), pcoeff=step_control.pcoeff,
-                            icoeff=step_control.icoeff, dtmin=step_control.dtmin or None,
+    pid = dfx.PIDController(rtol=jnp.asarray(accuracy.rtol), atol=jnp.asarray(accuracy.atol),
+                            pcoeff=step_control.pcoeff, icoeff=step_control.icoeff, dtmin=step_control.dtmin or None,
                             dtmax=step_control.dtmax or None)
     return dict(controller=ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol), max_steps=int(accuracy.max_steps),
                 stop_loss=float(stop_loss))

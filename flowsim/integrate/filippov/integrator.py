@@ -232,5 +232,5 @@ def filippov_integrator(spec: FlowMethod, *, accuracy: Accuracy, filippov: Filip
     if learning_rate is not None:
         raise ValueError("the filippov method integrates the gradient flow itself, not GD's modified flow "
                          f"(learning_rate = {learning_rate!r}); use a `flow` preset")
-    return FilippovIntegrator(rtol=jnp.asarray(accuracy.rtol), atol=jnp.asarray(accuracy.atol), max_steps=int(accuracy.max_steps),
-                              stop_loss=float(stop_loss), slots=filippov.slots)
+    return FilippovIntegrator(rtol=jnp.asarray(accuracy.rtol), atol=jnp.asarray(accuracy.atol),
+                              max_steps=int(accuracy.max_steps), stop_loss=float(stop_loss), slots=filippov.slots)
