@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from flowsim.cli.lifecycle import compilation_cache
 from flowsim.models import init_shallow
 from flowsim.run.precision import enable_x64
 from flowsim.nn.problem import Problem
@@ -31,8 +32,7 @@ enable_x64()
 # subprocesses the end-to-end tests start (the CLI reads FLOWSIM_CACHE_DIR): each solver
 # program is compiled once per machine instead of once per test.
 os.environ.setdefault("FLOWSIM_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
-jax.config.update("jax_compilation_cache_dir", os.environ["FLOWSIM_CACHE_DIR"])
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+compilation_cache()
 
 
 def sphere(rng, n, d):

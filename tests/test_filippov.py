@@ -47,8 +47,8 @@ def _gd(problem, params, eta, T):
 def _integrator(rtol=1e-8, slots=8, few_slots=4):
     # tolerances as arrays, as the registry's factory passes them: every rung of a ladder
     # (and every test on a problem of the same shapes) runs one compiled program
-    return FilippovIntegrator(rtol=jnp.asarray(rtol), atol=jnp.asarray(rtol * 1e-2), max_steps=100_000, stop_loss=0.0,
-                              slots=slots, few_slots=few_slots)
+    return FilippovIntegrator(rtol=jnp.asarray(rtol), atol=jnp.asarray(rtol * 1e-2), max_steps=100_000,
+                              stop_loss=0.0, slots=slots, few_slots=few_slots)
 
 
 def _flow(problem, params, times, rtol=1e-8, slots=8, expect=Status.DONE, few_slots=4, totals=None):

@@ -115,7 +115,6 @@ def test_a_second_identical_run_compiles_nothing(tmp_path):
     kvaerno5 stand for them) and one sweep point: every program once, not 13 legs twice.
     The cache is the suite's (conftest): the first run compiles only what no other test has,
     and a program the cache cannot hold misses in the second run all the same."""
-    env = dict(os.environ)
     # one flow method per integrator that runs on the tiny scenario's swish network
     # (filippov needs ReLU)
     family = {(spec.integrator, spec.implicit): m for m, spec in reversed(FLOW_METHODS.items()) if not spec.filippov}
@@ -129,7 +128,7 @@ def test_a_second_identical_run_compiles_nothing(tmp_path):
     for i in range(2):
         proc = subprocess.run([sys.executable, "-c", _LOGGED_RUN, "run", scenario, "-o", tmp_path / f"{i}.h5", "-q",
                                "--set", "run.checkpoints={count=3}", "--set", f"run.solvers=[{solvers}]"],
-                              env=env, capture_output=True, text=True, timeout=600)
+                              capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-3000:]
         logs.append(proc.stderr)
     assert "Persistent compilation cache hit" in logs[1]         # the log is on: the second run read the cache
