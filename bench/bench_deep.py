@@ -7,8 +7,9 @@
 output), two ways, timed interleaved in one process (best of `rounds`):
   - jacrev: reverse-mode Jacobian J (p × P), then J Jᵀ (`flowsim.nn.ntg.jacobian_ntg`, the oracle);
   - ntk-vp: Θ·e_i = J (Jᵀ e_i) column by column (a VJP then a JVP per point, no J stored;
-    the "NTK-vector products" strategy of neural-tangents): `flowsim.nn.ntg.vector_product_ntg`,
-    which `ModuleNet` uses since this measurement (it was jacrev before).
+    the "NTK-vector products" strategy of neural-tangents): `flowsim.nn.ntg.vector_product_ntg`.
+`ModuleNet` uses the one this measured faster on its backend (`flowsim.nn.ntg.ntg_strategy`):
+ntk-vp on CPU, jacrev on a GPU; the summary says whether that still holds.
 Forward mode (jacfwd) is left out: it takes P = 300 000 JVPs where reverse mode takes p = 100
 VJPs, and vmapped it would hold P × n × width activations (over 100 GiB).
 neural-tangents itself is not measured: installing it beside this project's JAX pulls
@@ -40,7 +41,7 @@ from flowsim.config import load_scenario, solver_preset
 from flowsim.run.integrators import make_integrator
 from flowsim.models.mlp import init_mlp
 from flowsim.models.module import ModuleNet
-from flowsim.nn.ntg import jacobian_ntg, vector_product_ntg
+from flowsim.nn.ntg import jacobian_ntg, ntg_strategy, vector_product_ntg
 from flowsim.run.precision import enable_x64
 
 
@@ -75,8 +76,10 @@ def case_ntg(cfg, tables, summary):
         t.add(k, f"{fmt(best[k] / best['jacrev'])}×", fmt(err) if k != "jacrev" else "—")
     tables.append(t)
     fastest = min(best, key=best.get)
-    summary.add("fastest generic NTG strategy (flowsim's ModuleNet uses ntk-vp)", fastest,
-                "ntk-vp", "yes" if fastest == "ntk-vp" else "**no**")
+    backend = jax.default_backend()
+    chosen = {jacobian_ntg: "jacrev", vector_product_ntg: "ntk-vp"}[ntg_strategy(backend)]
+    summary.add(f"fastest generic NTG strategy (flowsim's ModuleNet uses {chosen} on {backend})", fastest,
+                chosen, "yes" if fastest == chosen else "**no**")
 
 
 def case_eos(cfg, tables, summary):

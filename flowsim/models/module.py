@@ -4,8 +4,8 @@
 The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it by the
 user's `trainable` filter: the trainable leaves are the `Params` (the ODE state, GD's state,
 the checkpoint), the rest stays inside `ModuleNet` and never moves. The NTG is J Jᵀ by
-autodiff (`flowsim.nn.ntg`); the weight measures are per trainable leaf, named by their
-pytree paths (`leaf_paths`).
+autodiff, by the strategy measured faster on the backend (`flowsim.nn.ntg.ntg_strategy`); the
+weight measures are per trainable leaf, named by their pytree paths (`leaf_paths`).
 """
 
 from typing import ClassVar
@@ -20,7 +20,7 @@ from .. import plugins
 from ..config.typed import Config
 from ..data import Dataset
 from ..nn.net import AbstractNet
-from ..nn.ntg import vector_product_ntg
+from ..nn.ntg import ntg_strategy
 from ..nn.problem import Params
 from .base import BuildError, Network, dtype_of
 
@@ -43,7 +43,8 @@ class ModuleNet(AbstractNet):
         return jax.vmap(self.model(params))(X)
 
     def ntg(self, params: Params, X: jax.Array) -> jax.Array:
-        return vector_product_ntg(self, params, X)
+        # Chosen when the program is traced, so a program compiled for a backend keeps its strategy.
+        return ntg_strategy(jax.default_backend())(self, params, X)
 
     def weights(self, params: Params) -> jax.Array:
         return ravel_pytree(params)[0]

@@ -94,7 +94,8 @@ def estimate_resources(config: Config, n: int, n_test: int, d: int, seeds: int, 
     p = min(int(config.run.ntg_points), n)
     params, m = model.size(d, k), model.hidden()
     if MODEL_KINDS[model.kind].family == "module":
-        ntg_work, row_m, row_d = p * params, params, 1   # J (p × P) for the NTG; per-leaf rows
+        # J (p × P) for the NTG (an accelerator's strategy; CPU's vector products need less); per-leaf rows
+        ntg_work, row_m, row_d = p * params, params, 1
     else:   # a ShallowNet: the NTG in closed form, per-node rows of its inputs
         ntg_work, row_m, row_d = 2 * p * m, m, model.inputs(d)
     solvers = config.run.solvers
