@@ -78,6 +78,28 @@ def test_inspect_shows_a_batch_wall_time_once_and_the_final_loss(no_weights):
                     assert f", wall {sv.wall_time:.3g} s for its 2 seeds together (observing ≈ " in line, line
 
 
+@pytest.mark.slow
+def test_bench_e2e_counts_a_batch_of_seeds_once(no_weights):
+    """Each seed of a vmapped batch records the batch's wall (docs/archive.md), so summing
+    `wall_time` over runs counts a batch once per seed: the bench's 7× for 5 GPU seeds."""
+    import sys
+
+    import flowsim
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from bench_e2e import batches_wall
+
+    with flowsim.open(no_weights) as arch:
+        for solver in ("tsit5", "gd-lr1"):
+            walls: dict[int, list[float]] = {}
+            for run in arch.runs.values():
+                walls.setdefault(run.point, []).append(run.solvers[solver].wall_time)
+            assert sorted(len(w) for w in walls.values()) == [2, 2]     # two points of two seeds
+            assert all(w[0] == w[1] > 0 for w in walls.values()), walls
+            assert batches_wall(arch, solver) == pytest.approx(sum(w[0] for w in walls.values()), rel=1e-12)
+            assert sum(sum(w) for w in walls.values()) == pytest.approx(2 * batches_wall(arch, solver), rel=1e-12)
+
+
 @pytest.mark.parametrize("solver, shown, hidden", [
     ("tsit5", {"rtol", "pcoeff", "dtmax", "max_steps"},
      {"newton_rtol", "linear_atol", "krylov_restart", "slots", "rho_every"}),
