@@ -430,3 +430,17 @@ def test_a_gd_that_crossed_is_named_by_how_it_went_on(t, el, named):
     text = s.text()
     assert f"{named} (η·sharpness ≥ 2 at {100 * share:.0f} % of the checkpoints from the crossing on)" in text
     assert s.at_edge == ("catapult" not in text)
+
+
+def test_a_gd_that_crosses_at_its_last_checkpoint_is_named_neither_way():
+    """cohen-scale-quick's GD at η = 0.02 reaches 2/η at t = 40, its last checkpoint: one
+    checkpoint says nothing of staying at the edge or coming back."""
+    eta, t = 0.02, np.arange(0.0, 44.0, 4.0)
+    el = np.asarray([0.545, 0.592, 0.716, 0.833, 0.953, 1.089, 1.245, 1.424, 1.616, 1.811, 2.002])
+    s = compare._stability(types.SimpleNamespace(name="r"), _Sharp(t, el / eta),
+                           DescentPreset(name="gd", kind="gd", learning_rate=eta))
+    assert s.verdict == "crossed" and s.t_cross == s.t_judged == 40.0
+    assert s.text().startswith("crossed 2/η at t = 40, its last recorded checkpoint: it reaches the limit at the "
+                               "end, how it goes on is not recorded, judged at its 11 recorded checkpoints: "
+                               "max η·sharpness = 2, final 2"), s.text()
+    assert "stayed" not in s.text() and "catapult" not in s.text()

@@ -42,7 +42,8 @@ crossed is named by how it went on: at the edge of stability while it keeps comi
 the limit, i.e. its last checkpoint at or above the limit lies in the later half of the time
 from the crossing to its last checkpoint (GD hovering about 2/η dips below it between
 returns, and its last checkpoint may be one of the dips); else a catapult: back below the
-limit early and below it to the end.
+limit early and below it to the end. A run that crosses at its last checkpoint is named
+neither: it reaches the limit there, and how it goes on is not recorded.
 
 Central flow. Each `gd` solver beside the central flow of its η is scored by
 `flowsim.analysis.compare_central` (onset, distances against the noise floor, predicted loss, costs):
@@ -167,7 +168,9 @@ class Stability:
             return (f"stayed below {lim} {at}: max η·{what} = {self.max_eta_lambda:.3g} < {self.limit:.3g} "
                     "(between checkpoints unknown)")
         over = f"η·{what} ≥ {self.limit:.3g} at {100 * self.over_share:.0f} % of the checkpoints from the crossing on"
-        if self.at_edge:
+        if self.t_cross >= self.t_judged:
+            how = ", its last recorded checkpoint: it reaches the limit at the end, how it goes on is not recorded"
+        elif self.at_edge:
             how = (f" and stayed at the edge of stability, back at or above it until t = {self.t_last_over:.4g} "
                    f"of {self.t_judged:.4g} ({over})")
         else:
