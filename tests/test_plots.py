@@ -191,3 +191,14 @@ def test_log_spaced_times_use_symlog_axis(tmp_path):
     with A.open(path) as arch:
         fig = plots.figure_fig1(plots.gather(arch), "log")
     assert all(ax.get_xscale() == "symlog" for ax in fig.axes)
+
+
+@pytest.mark.parametrize("rows, marked", [(11, True), (21, False)])
+def test_a_line_of_few_rows_marks_each(tmp_path, rows, marked):
+    """cohen-scale-quick's 11 rows are marked, so the straight segments between them (100 GD
+    steps) are not read as dynamics; a line of more than `MARKED_ROWS` is not."""
+    path = make_archive(tmp_path / "few.h5", seeds=(0,), points=POINTS[:1], k=rows, diverge=False)
+    with A.open(path) as arch:
+        fig = plots.figure_fig1(plots.gather(arch), "few")
+    lines = [ln for ax in fig.axes for ln in ax.get_lines() if len(ln.get_xdata()) == rows]
+    assert lines and all((ln.get_marker() == "o") == marked for ln in lines), [ln.get_marker() for ln in lines]

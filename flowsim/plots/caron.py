@@ -37,8 +37,8 @@ _IMP_NAME = {"weight": "λ‖w‖² (as written)", "lambda": "λ‖a‖² (as ru
 
 
 def _mean_band(ax, x, ys, colour, ls="-", label=None):
-    """`mean_band` with markers where the curve has few points (pruning, transfer)."""
-    mean_band(ax, x, ys, colour, ls=ls, lw=1.7, label=label, marker="o" if len(x) < 12 else None, ms=3)
+    """`mean_band` at the pruning and transfer figures' line width."""
+    mean_band(ax, x, ys, colour, ls=ls, lw=1.7, label=label)
 
 
 def collect(arch) -> dict:

@@ -23,6 +23,10 @@ _STYLES = {"flow": ["-", (0, (8, 1.5)), (0, (12, 2, 2, 2))],
            "discrete": ["--", "-.", (0, (5, 1, 1, 1, 1, 1)), (0, (2, 1))],
            "modified-flow": [":", (0, (1, 3)), (0, (3, 1, 1, 1, 1, 1))]}
 _NOT_RECORDED = "not recorded"
+# A line of this many rows or fewer marks each row, so that the straight segments between rows
+# are not read as dynamics (cohen-scale-quick: 11 rows, 100 GD steps apart, over an edge of
+# stability whose oscillations take a few steps).
+MARKED_ROWS = 20
 
 
 @dataclass
@@ -53,11 +57,18 @@ def quiet(fn: Callable, *args, **kw):
         return fn(*args, **kw)
 
 
+def row_marks(rows: int) -> dict:
+    """Line keywords that mark each of `rows` points where they are few (`MARKED_ROWS`)."""
+    return {"marker": "o", "ms": 3} if rows <= MARKED_ROWS else {}
+
+
 def mean_band(ax: Axes, x: np.ndarray, ys, colour, *, ls: object = "-", lw: float = 1.6, alpha: float = 1.0,
               band: bool = True, **line) -> None:
     """The mean over the rows of `ys` (seeds), and their min–max band when there are several:
-    the one way every figure draws seeds (NaN-aware, without numpy's all-NaN warnings)."""
+    the one way every figure draws seeds (NaN-aware, without numpy's all-NaN warnings). Few
+    points are marked (`row_marks`)."""
     ys = np.asarray(ys, float)
+    line = {**row_marks(len(x)), **line}
     ax.plot(x, quiet(np.nanmean, ys, axis=0), color=colour, ls=ls, lw=lw, alpha=alpha, **line)
     if band and ys.shape[0] > 1:
         lo, hi = quiet(np.nanmin, ys, axis=0), quiet(np.nanmax, ys, axis=0)
