@@ -63,8 +63,12 @@ def test_without_a_terminal_a_line_comes_at_most_every_30_seconds():
         lines.append(stream.getvalue().count("\n"))
     assert lines == [0, 0, 1, 1, 1, 2]
     first, second = stream.getvalue().splitlines()
-    assert first == "flowsim: p0 · tsit5: t = 5 of 200 (2 %), 110 steps, 1 running, 1 diverged"
-    assert second.startswith("flowsim: p0 · tsit5: t = 20 of 200 (10 %), 440 steps")
+    # the time left at the pace since the first row (t = 1 at 1 s): 4 time units in 30 s,
+    # 195 to go; then 19 in 60 s, 180 to go
+    assert first == ("flowsim: p0 · tsit5: t = 5 of 200 (2 %), 110 steps, 1 running, 1 diverged; "
+                     "about 24 min left at its pace so far")
+    assert second == ("flowsim: p0 · tsit5: t = 20 of 200 (10 %), 440 steps, 1 running, 1 diverged; "
+                      "about 9 min left at its pace so far")
     clock.now = 95           # a segment still computing also gets its line
     bar.waiting(40.0)
     assert stream.getvalue().splitlines()[-1] == \
@@ -79,6 +83,14 @@ def test_without_a_terminal_a_line_comes_at_most_every_30_seconds():
     assert stream.getvalue().splitlines()[-1] == "flowsim: p0 · gd: t = 0 of 10 (0 %), compiling"
     first_row.close(None)
     bar.close({"p0-seed0": "done"})
+    long = progress.batch("p1", "rock4", ["p1-seed0"], 0.0, 1000.0)
+    clock.now = 200          # its first row: no pace yet
+    long.update(0.0, [0], ["running"])
+    assert stream.getvalue().splitlines()[-1] == "flowsim: p1 · rock4: t = 0 of 1000 (0 %), 0 steps, 1 running"
+    clock.now = 300          # 8 time units in 100 s, 992 to go: 12 400 s
+    long.update(8.0, [90], ["running"])
+    assert stream.getvalue().splitlines()[-1].endswith("1 running; about 3.4 h left at its pace so far")
+    long.close(None)
 
 
 @pytest.mark.parametrize("show", [False, True])

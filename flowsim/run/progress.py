@@ -3,7 +3,8 @@
 On a terminal: a bar per batch whose length is the simulated horizon, so that its rate and
 ETA count simulated time (a log-spaced grid puts most checkpoints early, and an ETA in
 checkpoints would be wrong by orders of magnitude). Without one (a batch job's log file): one
-line at most every `every` seconds, so that a minutes-long segment is not silence. With a
+line at most every `every` seconds, so that a minutes-long segment is not silence, with the
+time left at the batch's pace in simulated time since its first row (after compilation). With a
 `jsonl` path: one JSON object per committed checkpoint and per finished batch, for
 dashboards; that file is appended to, so a resumed run continues its log.
 """
@@ -63,6 +64,7 @@ class BatchProgress:
         self.owner, self.label, self.solver, self.runs = owner, label, solver, runs
         self.t, self.t_end = t_start, t_end
         self._waiting_for, self._waiting_since = None, 0.0     # the segment `waiting` was last called for
+        self._first: tuple[float, float] | None = None     # (t, clock) of the first row, compiled by then
         self.bar = tqdm(total=t_end, initial=t_start, disable=not owner.bars, leave=False, file=owner.stream,
                         desc=f"{label} · {solver}"[:60], unit="t", unit_scale=False,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| t={n:.4g}/{total:.4g} "
@@ -77,10 +79,21 @@ class BatchProgress:
         record = {"event": "checkpoint", "label": self.label, "runs": self.runs, "solver": self.solver,
                   "t": t, "t_end": self.t_end, "steps": [int(s) for s in steps], "status": list(statuses)}
         self.owner._log(record)
+        if self._first is None:
+            self._first = (t, self.owner.clock())
         if self.owner.lines and self.owner._due():
             states = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
             print(f"flowsim: {self.label} · {self.solver}: t = {t:.6g} of {self.t_end:.6g} "
-                  f"({100 * t / self.t_end:.0f} %), {total} steps, {states}", file=self.owner.stream, flush=True)
+                  f"({100 * t / self.t_end:.0f} %), {total} steps, {states}{self._left(t)}",
+                  file=self.owner.stream, flush=True)
+
+    def _left(self, t: float) -> str:
+        """The time left at the pace since the first row: a stiff flow slows as its sharpness
+        grows, so this is a lower bound there."""
+        t0, c0 = self._first
+        if not t0 < t < self.t_end:
+            return ""
+        return f"; about {_duration((self.t_end - t) * (self.owner.clock() - c0) / (t - t0))} left at its pace so far"
 
     def advise(self, advice: str) -> None:
         """The solver advisor spoke (the driver prints it): a JSON record."""
@@ -117,3 +130,11 @@ class BatchProgress:
             self.owner._log({"event": "finished", "label": self.label, "solver": self.solver,
                              "t": self.t, "t_end": self.t_end, "status": statuses, "wall_s": round(wall, 3),
                              "observe_s": round(observe, 3), "integrate_s": round(wall - observe, 3)})
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
