@@ -69,14 +69,14 @@ def test_without_a_terminal_a_line_comes_at_most_every_30_seconds():
                      "about 24 min left at its pace so far")
     assert second == ("flowsim: p0 · tsit5: t = 20 of 200 (10 %), 440 steps, 1 running, 1 diverged; "
                       "about 9 min left at its pace so far")
-    clock.now = 95           # a segment still computing also gets its line
+    clock.now = 95           # a segment still computing also gets its line; 34 s of the 568 have passed
     bar.waiting(40.0)
-    assert stream.getvalue().splitlines()[-1] == \
-        "flowsim: p0 · tsit5: t = 20 of 200 (10 %), computing the segment to t = 40"
+    assert stream.getvalue().splitlines()[-1] == ("flowsim: p0 · tsit5: t = 20 of 200 (10 %), computing the segment "
+                                                  "to t = 40; about 9 min left at its pace so far")
     clock.now = 130          # the same segment, a line later: for how long, not the same line again
     bar.waiting(40.0)
-    assert stream.getvalue().splitlines()[-1] == \
-        "flowsim: p0 · tsit5: t = 20 of 200 (10 %), computing the segment to t = 40 (for 35 s)"
+    assert stream.getvalue().splitlines()[-1] == ("flowsim: p0 · tsit5: t = 20 of 200 (10 %), computing the segment "
+                                                  "to t = 40 (for 35 s); about 8 min left at its pace so far")
     first_row = progress.batch("p0", "gd", ["p0-seed0"], 0.0, 10.0)
     clock.now = 170          # the segment to where the batch is: its first row, compiling
     first_row.waiting(0.0)

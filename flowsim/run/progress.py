@@ -64,7 +64,9 @@ class BatchProgress:
         self.owner, self.label, self.solver, self.runs = owner, label, solver, runs
         self.t, self.t_end = t_start, t_end
         self._waiting_for, self._waiting_since = None, 0.0     # the segment `waiting` was last called for
-        self._first: tuple[float, float] | None = None     # (t, clock) of the first row, compiled by then
+        # (t, clock) of the first row (compiled by then) and of the last: the pace between them
+        self._first: tuple[float, float] | None = None
+        self._last: tuple[float, float] | None = None
         self.bar = tqdm(total=t_end, initial=t_start, disable=not owner.bars, leave=False, file=owner.stream,
                         desc=f"{label} · {solver}"[:60], unit="t", unit_scale=False,
                         bar_format="{desc}: {percentage:3.0f}%|{bar}| t={n:.4g}/{total:.4g} "
@@ -79,21 +81,22 @@ class BatchProgress:
         record = {"event": "checkpoint", "label": self.label, "runs": self.runs, "solver": self.solver,
                   "t": t, "t_end": self.t_end, "steps": [int(s) for s in steps], "status": list(statuses)}
         self.owner._log(record)
-        if self._first is None:
-            self._first = (t, self.owner.clock())
+        self._last = (t, self.owner.clock())
+        self._first = self._first or self._last
         if self.owner.lines and self.owner._due():
             states = ", ".join(f"{statuses.count(s)} {s}" for s in dict.fromkeys(statuses))
             print(f"flowsim: {self.label} · {self.solver}: t = {t:.6g} of {self.t_end:.6g} "
-                  f"({100 * t / self.t_end:.0f} %), {total} steps, {states}{self._left(t)}",
+                  f"({100 * t / self.t_end:.0f} %), {total} steps, {states}{self._left()}",
                   file=self.owner.stream, flush=True)
 
-    def _left(self, t: float) -> str:
-        """The time left at the pace since the first row: a stiff flow slows as its sharpness
-        grows, so this is a lower bound there."""
-        t0, c0 = self._first
-        if not t0 < t < self.t_end:
+    def _left(self) -> str:
+        """The time left at the pace from the first row to the last, less the time since the
+        last: a stiff flow slows as its sharpness grows, so this is a lower bound there."""
+        if self._last is None:
             return ""
-        return f"; about {_duration((self.t_end - t) * (self.owner.clock() - c0) / (t - t0))} left at its pace so far"
+        (t0, c0), (t1, c1) = self._first, self._last
+        left = (self.t_end - t1) * (c1 - c0) / (t1 - t0) - (self.owner.clock() - c1) if t0 < t1 < self.t_end else 0
+        return f"; about {_duration(left)} left at its pace so far" if left > 0 else ""
 
     def advise(self, advice: str) -> None:
         """The solver advisor spoke (the driver prints it): a JSON record."""
@@ -117,8 +120,8 @@ class BatchProgress:
         what = "compiling" if target <= self.t else f"computing the segment to t = {target:.6g}"
         since = now - self._waiting_since
         print(f"flowsim: {self.label} · {self.solver}: t = {self.t:.6g} of {self.t_end:.6g} "
-              f"({100 * self.t / self.t_end:.0f} %), {what}" + (f" (for {since:.0f} s)" if since > 0 else ""),
-              file=self.owner.stream, flush=True)
+              f"({100 * self.t / self.t_end:.0f} %), {what}" + (f" (for {since:.0f} s)" if since > 0 else "")
+              + self._left(), file=self.owner.stream, flush=True)
 
     def close(self, statuses: dict[str, str] | None = None, *, wall: float = float("nan"),
               observe: float = float("nan")) -> None:
