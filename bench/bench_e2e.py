@@ -18,6 +18,11 @@ checkpoint; writes bench/results/e2e.md (bench/results/gpu/e2e.md with `--device
    steps do not depend on its checkpoints (it reads a checkpoint inside a step from the
    step's dense output): its table gives both runs' step counts, which must be equal.
    Target ≤ 1 ms.
+On a GPU (`bench/run --device gpu`), two runs of the papers' scale, compilation included:
+4. `caron-fig1` (4 scalings × 5 seeds, m = 2000): the flow against GD, and 5 vmapped seeds
+   against one (`paper_scale`).
+5. `cohen-scale` (Cohen et al.'s fc-tanh, 199 210 parameters, 5 000 MNIST images, t = 150):
+   each leg's evaluations and HVPs and its wall against GD's (`cohen_scale`).
 """
 
 from __future__ import annotations
@@ -157,6 +162,45 @@ def paper_scale(summary: Table) -> Table:
     return tb
 
 
+def cohen_scale(summary: Table, sets: tuple[str, ...] = ()) -> Table:
+    """`flowsim run cohen-scale` end to end (an empty compile cache; `sets`: `--set` options,
+    for a smoke run on a CPU), tabulated by `cohen_scale_table`."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "cohen-scale.h5"
+        tic = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "flowsim.cli", "run", "cohen-scale", "-q", "-o", str(out), *sets],
+                       check=True, cwd=ROOT, env={**ENV, "FLOWSIM_CACHE_DIR": ""}, stderr=subprocess.DEVNULL)
+        return cohen_scale_table(out, time.perf_counter() - tic, summary)
+
+
+def cohen_scale_table(path: Path, wall: float, summary: Table) -> Table:
+    """A cohen-scale archive: each leg's steps, its evaluations and Hessian-vector products
+    against GD η = 0.2's gradients (the most GD takes), its solving wall against that GD's
+    (compilation apart) and the sharpness it ends at; `wall`: the process's."""
+    import numpy as np
+
+    import flowsim
+
+    with flowsim.open(path) as a:
+        (run,) = a.runs.values()
+        t_end = float(np.asarray(run.solvers["gd-0.2"].t)[-1])
+        legs = {name: (sv.stats, float(np.asarray(sv["sharpness"])[-1])) for name, sv in run.solvers.items()}
+    tb = Table(f"The papers' scale: `flowsim run cohen-scale` (fc-tanh 784-200-200-10, 199 210 parameters, 5 000 "
+               f"MNIST images) to t = {t_end:g}: the process took {wall:.0f} s",
+               ["leg", "steps (rejected)", "evaluations + HVPs", "÷ GD η = 0.2's gradients", "solving (s)",
+                "÷ GD η = 0.2's", "compiling (s)", "sharpness at the end"])
+    cost = {name: st["vf_evals"] + st.get("hvps", 0) for name, (st, _) in legs.items()}
+    gd_cost, gd_wall = cost["gd-0.2"], legs["gd-0.2"][0]["wall_time"]
+    for name, (st, sharp) in legs.items():
+        tb.add(name, f"{st['steps']} ({st['rejected']})", str(cost[name]), f"{fmt(cost[name] / gd_cost)}×",
+               fmt(st["wall_time"]), f"{fmt(st['wall_time'] / gd_wall)}×", fmt(st["compile_time"]), fmt(sharp))
+    flow = legs["rock4-pi"][0]
+    summary.add("cohen-scale: flow (rock4) / GD η = 0.2, evaluations + HVPs over gradients",
+                fmt(cost["rock4-pi"] / gd_cost), "", "")
+    summary.add("cohen-scale: flow (rock4) / GD η = 0.2, solving wall", fmt(flow["wall_time"] / gd_wall), "", "")
+    return tb
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -234,7 +278,7 @@ def main() -> None:
     device = os.environ.get("FLOWSIM_BENCH_DEVICE", "cpu")
     tables = [summary, e2e, phases, cost]
     if device == "gpu" and not args.quick:
-        tables.append(paper_scale(summary))
+        tables += [paper_scale(summary), cohen_scale(summary)]
     text = (f"## bench_e2e — `flowsim run` end to end ({device})\n\nJAX {jax.__version__}, "
             f"{jax.default_backend()}, {len(jax.devices())} device(s); ratios measured in one run; "
             f"script took {time.perf_counter() - tic0:.0f} s.\n\n"
