@@ -110,6 +110,14 @@ def flowsim_run(scenario: Path, solver: str, out: Path, *extra: str) -> float:
     return time.perf_counter() - tic
 
 
+def cold_run(scenario: str, out: Path, *extra: str) -> float:
+    """Wall time of one `flowsim run` process with an empty compile cache (compilation included)."""
+    tic = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "flowsim.cli", "run", scenario, "-q", "--overwrite", "-o", str(out), *extra],
+                   check=True, cwd=ROOT, env={**ENV, "FLOWSIM_CACHE_DIR": ""}, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - tic
+
+
 def solver_wall(path: Path, solver: str) -> tuple[float, int]:
     import flowsim
 
@@ -142,11 +150,7 @@ def paper_scale(summary: Table) -> Table:
     with tempfile.TemporaryDirectory() as tmp:
         for label, extra in (("5 seeds (the catalog)", []), ("1 seed", ["--set", "seeds={count=1}"])):
             out = Path(tmp) / "fig1.h5"
-            env = {**ENV, "FLOWSIM_CACHE_DIR": ""}     # compilation included
-            tic = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "flowsim.cli", "run", "caron-fig1", "-q", "--overwrite", "-o",
-                            str(out), *extra], check=True, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
-            wall = time.perf_counter() - tic
+            wall = cold_run("caron-fig1", out, *extra)
             with flowsim.open(out) as a:
                 flow, gd = batches_wall(a, "tsit5"), batches_wall(a, "gd-lr1")
             walls[label] = (wall, flow, gd)
@@ -167,10 +171,7 @@ def cohen_scale(summary: Table, sets: tuple[str, ...] = ()) -> Table:
     for a smoke run on a CPU), tabulated by `cohen_scale_table`."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "cohen-scale.h5"
-        tic = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "flowsim.cli", "run", "cohen-scale", "-q", "-o", str(out), *sets],
-                       check=True, cwd=ROOT, env={**ENV, "FLOWSIM_CACHE_DIR": ""}, stderr=subprocess.DEVNULL)
-        return cohen_scale_table(out, time.perf_counter() - tic, summary)
+        return cohen_scale_table(out, cold_run("cohen-scale", out, *sets), summary)
 
 
 def cohen_scale_table(path: Path, wall: float, summary: Table) -> Table:
