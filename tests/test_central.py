@@ -310,7 +310,7 @@ def test_track_converges_to_the_top_eigenpairs(columns):
 
 def test_a_block_sized_to_the_candidates_gives_the_whole_blocks_field():
     """A step's inner stages track the candidates alone (`columns`, `WarmStart.columns`): where
-    a direction is held (η puts λ1 1 % past 2/η) the field and X are the whole block's (both
+    a direction is held (λ1 1 % beneath 2/η and rising) the field and X are the whole block's (both
     tracked to 1e-10) for fewer products; with no column (below the edge) the field is
     −∇L̃ exactly, at no product."""
     problem, p0 = make_problem(seed=0)

@@ -326,3 +326,30 @@ def test_onset_never_and_a_flow_without_every_row():
     assert tr.cost["fl"] == pytest.approx(50 / 100) and tr.loss_error.max() <= 1e-15   # a constant, smoothed
     text = "\n".join(compare_report._track_text(tr))
     assert "onset: never: gd's sharpness stays below 2/η = 20 at its 11 matched times (max 19)" in text
+
+
+def test_a_central_leg_whose_every_tracked_direction_is_a_candidate_is_named():
+    """k = 2 tracked directions, the second at ηλ/2 = 0.95 ≥ the threshold 0.9 from t = 6 on:
+    nothing beneath the block is watched there, and compare says so, with the first and last
+    such rows; a block whose last direction stays beneath the threshold gets no such note."""
+    t = np.arange(0.0, 11.0)
+    W = np.zeros((t.size, 3))
+    gd = _View("gd", t, {"sharpness": np.full(t.size, 21.0), "weights": W, "loss": np.ones(t.size)},
+               step=(t * 10).astype(int))
+    second = np.where(t >= 6, 0.95, 0.8)
+    presets = {"gd": from_dict(Preset, {"name": "gd", "kind": "gd", "learning_rate": ETA}),
+               "cf": from_dict(Preset, {"name": "cf", "kind": "central-flow", "learning_rate": ETA,
+                                        "max_eigen": 2, "track_threshold": 0.9})}
+
+    def notes(edge2):
+        cen = _View("cf", t, {"central_eig1": np.full(t.size, 20.0), "central_edge1": np.ones(t.size),
+                              "central_edge2": edge2, "weights": W, "predicted_loss": np.ones(t.size)})
+        view = types.SimpleNamespace(name="r", label="", seed=0, solvers={"gd": gd, "cf": cen})
+        (tr,) = central.central_tracks(view, presets)
+        return [n for n in tr.notes if "tracked directions" in n]
+
+    (note,) = notes(second)
+    assert note.startswith("cf: all 2 tracked directions are candidates from t = 6 on (ηλ2/2 = 0.9500 ≥ "
+                           "track_threshold 0.9, at 5 of 11 rows, 0.9500 at t = 10)")
+    assert "larger max_eigen" in note
+    assert notes(np.full(t.size, 0.8)) == []

@@ -209,6 +209,25 @@ def _cost_flow(view, eta: float) -> float:
     return float((view.stats["vf_evals"] + view.stats.get("hvps", 0)) / (t[-1] / eta))
 
 
+def _block_full(view, preset) -> str | None:
+    """Where every tracked direction of the central leg `view` is a candidate (the last one's
+    ηλ/2 at the preset's `track_threshold` or above, in the certificate's rows), the note that
+    says so: no direction beneath the block is watched then, so one can pass 2/η unseen and
+    never be held. None where the block always had a direction to spare."""
+    k = int(preset.max_eigen)
+    last = series_of(view, f"central_edge{k}")
+    if last is None:
+        return None
+    full = np.flatnonzero(last >= preset.track_threshold)
+    if not full.size:
+        return None
+    t = np.asarray(view.t, float)
+    return (f"{view.name}: all {k} tracked directions are candidates from t = {t[full[0]]:g} on "
+            f"(ηλ{k}/2 = {last[full[0]]:.4f} ≥ track_threshold {preset.track_threshold:g}, at {full.size} of "
+            f"{t.size} rows, {last[full[-1]]:.4f} at t = {t[full[-1]]:g}): a direction beyond them is not "
+            f"watched and can pass 2/η unseen; run again with a larger max_eigen to know")
+
+
 def twin_advice(gd: str, eta: float) -> str:
     return (f"no noise floor: add a twin of {gd} to run.solvers, e.g. {{ name = \"{gd}-twin\", kind = \"gd\", "
             f"learning_rate = {eta:g}, perturbation = {TWIN_PERTURBATION:g} }}")
@@ -272,6 +291,9 @@ def _track(run, g, c, flow, twin, eta: float, presets) -> CentralTrack:
             tr.d_flow = row_norms(Wg - _at(flow, "weights", rf))
         if twin is not None and "weights" in twin:
             tr.floor = row_norms(Wg - _at(twin, "weights", rw))
+    full = _block_full(c, presets[c.name])
+    if full is not None:
+        tr.notes.append(full)
     if flow is None:
         tr.notes.append("no gradient flow: add a `flow`-kind leg (e.g. \"tsit5\") to run.solvers")
     if twin is None:

@@ -696,11 +696,15 @@ class FlowPreset:
     # central-flow: the eigen-directions tracked, and the share of the edge 2/η from which a
     # tracked direction enters the complementarity problem
     max_eigen: int | None = setting(Int(lo=1, hi=16, default=5), "central-flow: Hessian eigen-directions "
-                                    "tracked (by warm-started LOBPCG), at most", kinds=("central-flow",))
+                                    "tracked (by warm-started LOBPCG), at most; `flowsim compare` notes where all of "
+                                    "them reach track_threshold (nothing beneath them is watched then)",
+                                    kinds=("central-flow",))
     track_threshold: float | None = setting(
         Float(lo=0.0, hi=1.0, lo_open=True, default=0.9), "central-flow: a tracked direction whose ηλ/2 "
         "reaches this enters the complementarity problem that holds it at 2/η (third derivatives are "
-        "computed for it); below, it is free", kinds=("central-flow",))
+        "computed for it); below, it is taken as free: a higher threshold pays fewer third-derivative products "
+        "and leaves out directions that can still couple in (bench/bench_central_threshold.py)",
+        kinds=("central-flow",))
     method: Literal[FLOW_METHODS] = setting(
         "tsit5", "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
         "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
