@@ -23,12 +23,12 @@ Here κ = 1/η: a margin closes over one GD step (`RELAX_STEPS`).
 Directions whose ηλ/2 is below `threshold` are taken as free (no third derivatives are
 computed for them): below the edge of stability X = 0 and the field is the gradient flow's.
 Above it that is a choice, not an identity: with κ finite a direction beneath the edge can
-still couple into the problem of the held ones (through α_ij, i ≠ j), so leaving it out moves
-the field a little. Measured by bench/bench_central_threshold.py: on central-mlp (one held,
-the next at ηλ/2 = 0.44) 0.9 instead of 0.4 moved the weights by 1.2e-5 of |W| over 40 GD
-steps for 100 third-derivative products instead of 270; on central-cohen-scale at η = 0.25
-(two held, the next at 0.91–0.95) 0.97 instead of 0.9 by 3.8e-6 over 16, for 135 instead of
-240 and 417 Hessian-vector products instead of 541.
+still couple into the problem of the held ones (through the off-diagonal entries of α and β),
+so leaving it out moves the field a little. Measured by bench/bench_central_threshold.py: on
+central-mlp (one held, the next at ηλ/2 = 0.44) 0.9 instead of 0.4 moved the weights by
+1.2e-5 of |W| over 40 GD steps for 100 third-derivative products instead of 270; on
+central-cohen-scale at η = 0.25 (two held, the next at 0.91–0.95) 0.97 instead of 0.9 by
+3.8e-6 over 16, for 135 instead of 240 and 417 Hessian-vector products instead of 541.
 
 Predicted time-averaged loss: L + ½⟨∇²L̃, Σ⟩/rate = L + ½ Σ_i λ_i X_ii / rate.
 
