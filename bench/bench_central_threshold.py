@@ -2,13 +2,13 @@
 central leg from the same state, at each threshold; writes bench/results/central-threshold.md.
 
     python bench/bench_central_threshold.py [--scenario NAME] [--leg NAME] [--t0 T] [--warm T]
-                                            [--span T] [--thresholds A B ...]
+                                            [--span T] [--thresholds A B ...] [--k K]
 
 A direction whose ηλ/2 is below the threshold is taken as free: it pays no third-derivative
 products, and it leaves the complementarity problem, which with the relaxation κ = 1/η it can
 still couple into (`flowsim.integrate.central_field`). So a higher threshold is cheaper and
 approximate. For the scenario's problem (seed 0; default central-cohen-scale, its leg
-central-0.25): the gradient flow (the scenario's first flow leg) to `t0`, beneath the edge,
+central-0.25 tracking K = 5 directions, as published): the gradient flow (the scenario's first flow leg) to `t0`, beneath the edge,
 where the central flow is the gradient flow; the central leg from there for `warm` time units
 at the first threshold; then, from that state, `span` more at each threshold. Figures: the
 stretch's evaluations, Hessian-vector and third-derivative products (tries included), their
