@@ -8,8 +8,8 @@ A direction whose ηλ/2 is below the threshold is taken as free: it pays no thi
 products, and it leaves the complementarity problem, which with the relaxation κ = 1/η it can
 still couple into (`flowsim.integrate.central_field`). So a higher threshold is cheaper and
 approximate. For the scenario's problem (seed 0; default central-cohen-scale, its leg
-central-0.25 tracking K = 5 directions, as published): the gradient flow (the scenario's first flow leg) to `t0`, beneath the edge,
-where the central flow is the gradient flow; the central leg from there for `warm` time units
+central-0.25 tracking K = 5 directions, as published): the gradient flow (the scenario's first
+flow leg) to `t0`, beneath the edge, where the central flow is the gradient flow; the central leg from there for `warm` time units
 at the first threshold; then, from that state, `span` more at each threshold. Figures: the
 stretch's evaluations, Hessian-vector and third-derivative products (tries included), their
 cost counted alike and weighted by each product's time (measured here, median of 5), and the
