@@ -9,13 +9,13 @@ products, and it leaves the complementarity problem, which with the relaxation Î
 still couple into (`flowsim.integrate.central_field`). So a higher threshold is cheaper and
 approximate. For the scenario's problem (seed 0; default central-cohen-scale, its leg
 central-0.25 tracking K = 5 directions, as published): the gradient flow (the scenario's first
-flow leg) to `t0`, beneath the edge, where the central flow is the gradient flow; the central leg from there for `warm` time units
-at the first threshold; then, from that state, `span` more at each threshold. Figures: the
-stretch's evaluations, Hessian-vector and third-derivative products (tries included), their
-cost counted alike and weighted by each product's time (measured here, median of 5), and the
-weights' distance from the first threshold's, relative to |W| and to the displacement since
-`t0`. The central leg's steps are not ended on the stretch's end (a horizon past it), as in a
-run whose rows lie inside steps.
+flow leg) to `t0`, beneath the edge, where the central flow is the gradient flow; the central
+leg from there for `warm` time units at the first threshold; then, from that state, `span` more
+at each threshold. Figures: the stretch's evaluations, Hessian-vector and third-derivative
+products (tries included), their cost counted alike and weighted by each product's time
+(measured here, median of 5), and the weights' distance from the first threshold's, relative to
+|W| and to the displacement since `t0`. The central leg's steps are not ended on the stretch's
+end (a horizon past it), as in a run whose rows lie inside steps.
 """
 
 from __future__ import annotations
