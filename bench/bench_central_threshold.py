@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import time
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import ROOT, Table, fmt, publish
+from bench_core import ROOT, Table, fmt, publish, ready, timed
 from flowsim.config import load_scenario
 from flowsim.run.build import build_run
 from flowsim.run.integrators import make_integrator
@@ -45,13 +44,8 @@ def product_times(problem, w: jax.Array, unravel) -> dict[str, float]:
     out = {}
     for name, fn, args in (("gradient", jax.jit(grad), (w,)), ("hvp", jax.jit(hvp), (w, u)),
                            ("third", jax.jit(third), (w, u))):
-        jax.block_until_ready(fn(*args))
-        times = []
-        for _ in range(5):
-            start = time.perf_counter()
-            jax.block_until_ready(fn(*args))
-            times.append(time.perf_counter() - start)
-        out[name] = float(np.median(times))
+        ready(fn(*args))    # compiled before it is timed
+        out[name] = float(np.median([timed(fn, *args)[0] for _ in range(5)]))
     return out
 
 
