@@ -15,16 +15,15 @@ from __future__ import annotations
 import itertools
 
 import equinox as eqx
+import flax.linen as linen      # the optional extra flowsim[flax], in the test extra
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 import flowsim
 from flowsim.run.precision import enable_x64
-
-nnx = pytest.importorskip("flax.nnx", reason="flax is the optional extra flowsim[flax] (in the test extra)")
-linen = pytest.importorskip("flax.linen")
 
 enable_x64()
 
@@ -293,6 +292,7 @@ def test_bad_models_are_named(tmp_path, make, said):
     assert "a pair (apply_fn, params)" in ALLOWED and "Flax NNX" in ALLOWED
 
 
+@pytest.mark.slow
 def test_a_foreign_models_trainable_filter_takes_its_parameter_tree(tmp_path):
     """`trainable` as a function of the parameters (Linen's dict): the first layer stays as given."""
     X, y = data()
@@ -305,3 +305,46 @@ def test_a_foreign_models_trainable_filter_takes_its_parameter_tree(tmp_path):
         assert run.params["model"]["leaves"] == ["Dense_1.bias", "Dense_1.kernel"]
         np.testing.assert_array_equal(run.init["Dense_1.kernel"], np.asarray(variables["params"]["Dense_1"]["kernel"]))
         assert np.all(np.asarray(run.solvers["gd-lr0.1"]["weight_change"])[-1] > 0)
+
+
+@pytest.mark.slow
+def test_the_readme_block_runs_as_written(tmp_path, monkeypatch, capsys):
+    """The README's "A Flax model, or a plain function" block, executed as written."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### A Flax model, or a plain function", 1)[1].split("\n### ", 1)[0]
+    (python,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(python, "README.md", "exec"), {})
+    assert "['b1', 'w1', 'w2']" in capsys.readouterr().out
+    expected = {"nnx": ["hidden.bias", "hidden.kernel", "out.bias", "out.kernel"],
+                "linen": ["Dense_1.bias", "Dense_1.kernel"], "pair": ["b1", "w1", "w2"]}
+    for name, leaves in expected.items():
+        with flowsim.open(tmp_path / "runs" / f"{name}.h5") as arch:
+            run = arch.runs["seed0"]
+            assert run.params["model"]["leaves"] == leaves
+            for solver in ("tsit5", "gd-lr0.1"):
+                loss = np.asarray(run.solvers[solver]["loss"])
+                assert run.solvers[solver].status == "done" and loss[-1] < 0.5 * loss[0], (name, solver, loss)
+
+
+@pytest.mark.slow
+def test_flax_is_imported_only_when_a_flax_model_is_given():
+    """An Equinox model or a pair goes through the adapter without importing Flax (an
+    optional extra: flowsim runs without it)."""
+    import subprocess
+    import sys
+
+    script = """
+import sys, equinox as eqx, jax, jax.numpy as jnp
+import flowsim.simulation
+from flowsim.models.foreign import adapt
+assert adapt(eqx.nn.Linear(2, 1, key=jax.random.PRNGKey(0))).kind == "an Equinox module"
+assert adapt((lambda p, x: p @ x, jnp.ones((1, 2)))).kind == "a pair (apply_fn, params)"
+assert adapt(lambda key: None) is None
+print(sorted(m for m in sys.modules if m.split(".")[0] == "flax"))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", (proc.stdout, proc.stderr[-2000:])
