@@ -12,8 +12,9 @@ by the specs their classes declare, and the runs by a scenario's rules (filippov
 kink warnings); the data, model and loss are Python-valued variants recorded by their
 sizes, names and a digest (`ArraysData`, `ModuleModel`), so that resuming with other
 arrays or another model is refused. Every model is first made a parameter pytree and a pure
-apply (`flowsim.models.foreign`): the rest of this module treats all kinds alike. Every argument is checked before anything is computed:
-a bad one raises `ValueError` naming the argument and what is allowed.
+apply (`flowsim.models.foreign`): the rest of this module treats all kinds alike. Every
+argument is checked before anything is computed: a bad one raises `ValueError` naming the
+argument and what is allowed.
 """
 
 from __future__ import annotations
@@ -108,10 +109,10 @@ def _adapted(model: Any, named: Any, what: str) -> Adapted | None:
         raise _bad("model", named, f"{what}{err}", ALLOWED) from None
 
 
-def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[Adapted], str]:
+def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[Adapted], str, bool]:
     """One model per seed (an instance is used as given; a factory is called with
     `jax.random.PRNGKey(seed)` in the user's precision), its inexact arrays (parameters and
-    fixed state) cast to the run's dtype; and what it was."""
+    fixed state) cast to the run's dtype; what it was; whether it was a factory."""
     given = _adapted(model, model, "is ")
     if given is not None:
         made, source = [given] * len(seeds), _name(model)
@@ -129,7 +130,7 @@ def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[Adapted], str]
         raise _bad("model", model, "is neither a model nor a factory", ALLOWED)
     cast = lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x  # noqa: E731
     return [dataclasses.replace(a, params=jax.tree.map(cast, a.params), apply=jax.tree.map(cast, a.apply))
-            for a in made], source
+            for a in made], source, given is None
 
 
 def _name(model: Any) -> str:
@@ -339,7 +340,7 @@ def simulate(model: Any, data: tuple, *,
     runs = _runs(settings, report)
     out = Path(output) if output is not None else Path("runs") / f"{settings.name}.h5"
     _check_output(out, resume=resume, overwrite=overwrite)
-    if callable(model) and adapt(model) is None and users_precision_name() != resolved["dtype"]:
+    if inputs.factory and users_precision_name() != resolved["dtype"]:
         report(f"{_SOURCE}: {inputs.source} was called with PRNGKey(seed) in {users_precision_name()}, your "
                f"session's precision (the weights it makes outside flowsim), and its weights cast to "
                f"{resolved['dtype']}; to start from other exact weights, pass the module itself")
@@ -379,6 +380,7 @@ class _Inputs:
     applies: list[Callable]           # per seed: apply(params, x) (`foreign.Adapted`)
     unit_axis: int                    # a 2-D leaf's axis of units (`foreign.Adapted`)
     source: str                       # the model's class or factory, by qualified name
+    factory: bool                     # whether `model` was a factory (called per seed)
     trainable: str                    # the filter, by name
     loss_kind: str
     loss_fn: Callable | None
@@ -393,7 +395,7 @@ def _inputs(model: Any, data: tuple, test: tuple | None, loss: Any, trainable: A
         raise _bad("test", test, f"has X {X_test.shape}, y {y_test.shape} against data X {X.shape}, y {y.shape}",
                    "test arrays with the columns of `data`")
     n, d = X.shape
-    models, source = _instances(model, seeds, dtype)
+    models, source, factory = _instances(model, seeds, dtype)
     outputs = _outputs(models[0], d, dtype)
     y, y_test = _targets(y, "data", loss, outputs), _targets(y_test, "test", loss, outputs)
     k = y.shape[1]
@@ -402,8 +404,8 @@ def _inputs(model: Any, data: tuple, test: tuple | None, loss: Any, trainable: A
     filter_name = getattr(trainable, "__name__", repr(trainable)) if callable(trainable) else \
         "a pytree of booleans"
     return _Inputs(X=X, y=y, X_test=X_test, y_test=y_test, splits=splits, applies=[m.apply for m in models],
-                   unit_axis=models[0].unit_axis, source=source, trainable=filter_name, loss_kind=loss_kind,
-                   loss_fn=loss_fn, loss_name=loss_name)
+                   unit_axis=models[0].unit_axis, source=source, factory=factory, trainable=filter_name,
+                   loss_kind=loss_kind, loss_fn=loss_fn, loss_name=loss_name)
 
 
 def _split(model: Adapted, trainable: Any, source: str, X: np.ndarray, k: int, dtype) -> tuple[Any, Any]:
