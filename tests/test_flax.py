@@ -202,24 +202,6 @@ def test_an_interrupted_nnx_run_resumes_bit_for_bit(runs, tmp_path, monkeypatch)
             np.testing.assert_array_equal(resumed[solver]["series"][key], series, err_msg=f"{solver} {key}")
 
 
-@pytest.mark.slow
-def test_a_factory_of_nnx_modules_draws_one_per_seed(tmp_path):
-    """key -> NNX module, called per seed; the seeds run as one vmapped batch."""
-    X, y = data()
-    factory = lambda key: NNXMLP(nnx.Rngs(key))  # noqa: E731
-    arch = flowsim.simulate(factory, data=(X, y), solvers=["gd-lr0.1"], t_end=0.5, seeds=[0, 1],
-                            checkpoints={"count": 1}, observe=["loss"], output=tmp_path / "f.h5", progress=False)
-    with arch:
-        for seed in (0, 1):
-            run = arch.runs[f"seed{seed}"]
-            kernel = np.asarray(factory(jax.random.PRNGKey(seed)).layers[0].kernel[...], float)
-            np.testing.assert_array_equal(run.init["layers.0.kernel"], kernel)
-            model = factory(jax.random.PRNGKey(seed))
-            pred = np.asarray(jax.vmap(model)(jnp.asarray(X, jnp.float32)), float)
-            np.testing.assert_allclose(run.solvers["gd-lr0.1"]["loss"][0], 0.5 * np.sum((pred - y) ** 2), rtol=1e-5)
-        assert not np.allclose(arch.runs["seed0"].init["layers.0.kernel"], arch.runs["seed1"].init["layers.0.kernel"])
-
-
 class Normed(nnx.Module):
     """BatchNorm with running statistics and Dropout, both in evaluation mode: fixed state."""
 
@@ -255,6 +237,24 @@ def test_non_trainable_state_is_held_fixed(tmp_path):
         assert loss[-1] < loss[0]
     # the caller's module is untouched: its statistics are the ones it was given
     np.testing.assert_array_equal(np.asarray(model.norm.mean[...]), mean)
+
+
+@pytest.mark.slow
+def test_a_factory_of_nnx_modules_draws_one_per_seed(tmp_path):
+    """key -> NNX module, called per seed; the seeds run as one vmapped batch, their fixed
+    states (BatchNorm statistics, Dropout's RNG keys, which differ by seed) stacked."""
+    X, y = data()
+    factory = lambda key: Normed(nnx.Rngs(key))  # noqa: E731
+    arch = flowsim.simulate(factory, data=(X, y), solvers=["gd-lr0.1"], t_end=0.5, seeds=[0, 1],
+                            checkpoints={"count": 1}, observe=["loss"], output=tmp_path / "f.h5", progress=False)
+    with arch:
+        for seed in (0, 1):
+            run = arch.runs[f"seed{seed}"]
+            model = factory(jax.random.PRNGKey(seed))
+            np.testing.assert_array_equal(run.init["dense.kernel"], np.asarray(model.dense.kernel[...], float))
+            pred = np.asarray(jax.vmap(model)(jnp.asarray(X, jnp.float32)), float)
+            np.testing.assert_allclose(run.solvers["gd-lr0.1"]["loss"][0], 0.5 * np.sum((pred - y) ** 2), rtol=1e-5)
+        assert not np.allclose(arch.runs["seed0"].init["dense.kernel"], arch.runs["seed1"].init["dense.kernel"])
 
 
 # ---------------------------------------------------------------------------------------

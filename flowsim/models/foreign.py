@@ -90,17 +90,20 @@ class NNXApply(eqx.Module):
     (`nnx.to_pure_dict`: paths "layers.0.kernel") and unflattened to fresh `nnx.State`s of
     Variables at each call (their leaves come in the same sorted-key order): a merged
     module shares the Variables it is given, so a call that assigned one would otherwise
-    leave its traced value in the state held here."""
+    leave its traced value in the state held here. An RNG key (Dropout's) is held as its key
+    data, with its implementation's name: seeds' states are stacked as numbers."""
 
     graphdef: Any = eqx.field(static=True)
     params_def: Any = eqx.field(static=True)    # the treedef of the Params' nnx.State
     rest_def: Any = eqx.field(static=True)      # the treedef of the other variables' nnx.State
+    key_impls: tuple = eqx.field(static=True)   # per leaf of `rest`: its RNG implementation, or None
     rest: Any                                   # the other variables, a dict of arrays, held fixed
 
     def __call__(self, params: Any, x: jax.Array) -> jax.Array:
         from flax import nnx
 
-        held = jax.tree.leaves(self.rest)
+        held = [v if impl is None else jax.random.wrap_key_data(v, impl=impl)
+                for v, impl in zip(jax.tree.leaves(self.rest), self.key_impls, strict=True)]
         module = nnx.merge(self.graphdef, jax.tree.unflatten(self.params_def, jax.tree.leaves(params)),
                            jax.tree.unflatten(self.rest_def, held))
         out = module(x)
@@ -125,8 +128,11 @@ def _nnx(model: Any) -> Adapted:
                 [_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(pure)[0]]:   # (were Flax to change it)
             raise TypeError(f"a Flax NNX module ({type(model).__name__}) whose variables do not flatten in "
                             "one order as an nnx.State and as a dict")
+    leaves, fixed_def = jax.tree.flatten(fixed)
+    impls = tuple(jax.random.key_impl(v) if _is_key(v) else None for v in leaves)
+    fixed = jax.tree.unflatten(fixed_def, [jax.random.key_data(v) if _is_key(v) else v for v in leaves])
     apply = NNXApply(graphdef=graphdef, params_def=jax.tree.structure(state), rest_def=jax.tree.structure(rest),
-                     rest=fixed)
+                     key_impls=impls, rest=fixed)
     return Adapted(params=params, apply=apply,
                    unit_axis=1, kind="a Flax NNX module", shown=f"<{type(model).__name__} Flax NNX module>")
 
@@ -150,6 +156,10 @@ def _linen(module: Any, variables: Any) -> Adapted:
     rest = {name: value for name, value in variables.items() if name != "params"}
     return Adapted(params=variables["params"], apply=LinenApply(module=module, rest=rest), unit_axis=1,
                    kind="a Flax Linen module with its variables", shown=f"<({type(module).__name__}, variables)>")
+
+
+def _is_key(value: Any) -> bool:
+    return isinstance(value, jax.Array) and jax.numpy.issubdtype(value.dtype, jax.dtypes.prng_key)
 
 
 def _path(path: tuple) -> str:
