@@ -171,7 +171,8 @@ def test_a_foreign_model_gives_its_equinox_twins_archive(runs, kind):
 @pytest.mark.slow
 def test_an_interrupted_nnx_run_resumes_bit_for_bit(runs, tmp_path, monkeypatch):
     """Stopped after its third stop check (as Ctrl-C stops it: `flowsim.cli.lifecycle.StopRequest`),
-    then resumed: every series, grid and step count is the uninterrupted run's, to the bit."""
+    then resumed: every series, grid and step count is the uninterrupted run's, to the bit;
+    resumed with other weights, refused."""
     from flowsim.cli import lifecycle
 
     checks = itertools.count()
@@ -190,6 +191,10 @@ def test_an_interrupted_nnx_run_resumes_bit_for_bit(runs, tmp_path, monkeypatch)
         rows = {name: len(sv.t) for name, sv in arch.runs["seed0"].solvers.items()}
         states = {name: sv.state for name, sv in arch.runs["seed0"].solvers.items()}
     assert "interrupted" in states.values() and sum(rows.values()) < 2 * 5, (states, rows)
+    other = nnx_twin()           # other weights: refused, nothing computed
+    other.layers[0].bias.set_value(other.layers[0].bias[...] + 1.0)
+    with pytest.raises(ValueError, match="`model.digest`"):
+        flowsim.simulate(other, data=(X, y), output=cut, resume=True, **ARGS)
     flowsim.simulate(nnx_twin(), data=(X, y), output=cut, resume=True, **ARGS).close()
     whole, resumed = read(runs["nnx"]), read(cut)
     for solver in SOLVERS:
@@ -270,7 +275,8 @@ class Trainable(linen.Module):
 @pytest.mark.parametrize("make, said", [
     (lambda: Normed(nnx.Rngs(0), train=True),
      "changes its non-trainable state (drop.rngs.count, norm.mean, norm.var) when called"),
-    (lambda: (Trainable(), Trainable().init(jax.random.PRNGKey(0), jnp.ones(D))), 'collection "batch_stats" is immutable'),
+    (lambda: (Trainable(), Trainable().init(jax.random.PRNGKey(0), jnp.ones(D))),
+     'collection "batch_stats" is immutable'),
     (lambda: LinenMLP(), "a Flax Linen module (LinenMLP) without its variables: pass model=(module, module.init"),
     (lambda: (LinenMLP(), {"kernel": np.ones(3)}), "with variables ['kernel'], not the dict module.init(key, x)"),
     (lambda: (3, 4), "a pair (int, int): neither (Flax Linen module, variables) nor (apply_fn, params)"),

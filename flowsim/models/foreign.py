@@ -67,7 +67,7 @@ def adapt(model: Any) -> Adapted | None:
 
             if isinstance(first, linen.Module):
                 return _linen(first, second)
-        if callable(first) and not isinstance(first, eqx.Module):
+        if callable(first):
             if not jax.tree.leaves(second):
                 raise TypeError(f"a pair (apply_fn, params) whose params hold no arrays "
                                 f"({type(second).__name__})")

@@ -2,11 +2,12 @@
 `model.kind = "python"` factory) or the `mlp` kind's; and, through `foreign.py`'s adapter, a
 Flax model or a plain `(apply_fn, params)` pair given to `flowsim.simulate`.
 
-The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it (for a
-foreign model, its parameter pytree) by the user's `trainable` filter: the trainable leaves are the `Params` (the ODE state, GD's state,
-the checkpoint), the rest stays inside `ModuleNet` and never moves. The NTG is J Jᵀ by
-autodiff, by the strategy measured faster on the backend (`flowsim.nn.ntg.ntg_strategy`); the
-weight measures are per trainable leaf, named by their pytree paths (`leaf_paths`).
+The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it (a foreign
+model: its parameter pytree) by the user's `trainable` filter: the trainable leaves are the
+`Params` (the ODE state, GD's state, the checkpoint), the rest stays inside `ModuleNet` and
+never moves. The NTG is J Jᵀ by autodiff, by the strategy measured faster on the backend
+(`flowsim.nn.ntg.ntg_strategy`); the weight measures are per trainable leaf, named by their
+pytree paths (`leaf_paths`).
 """
 
 from collections.abc import Callable
