@@ -1,5 +1,6 @@
-"""`flowsim.simulate`: the exact gradient flow of the user's own Equinox model, with gradient
-descent beside it, every checkpoint archived.
+"""`flowsim.simulate`: the exact gradient flow of the user's own model (Equinox, Flax NNX,
+Flax Linen with its variables, or a plain `(apply_fn, params)`), with gradient descent
+beside it, every checkpoint archived.
 
     archive = flowsim.simulate(model, data=(X, y), loss="mse", solvers=["tsit5", "gd-lr1"],
                                t_end=100.0, output="runs/mine.h5")
@@ -10,8 +11,10 @@ file would give: the run settings (solvers, checkpoints, observe, seeds, dtype) 
 by the specs their classes declare, and the runs by a scenario's rules (filippov's misfits,
 kink warnings); the data, model and loss are Python-valued variants recorded by their
 sizes, names and a digest (`ArraysData`, `ModuleModel`), so that resuming with other
-arrays or another model is refused. Every argument is checked before anything is computed:
-a bad one raises `ValueError` naming the argument and what is allowed.
+arrays or another model is refused. Every model is first made a parameter pytree and a pure
+apply (`flowsim.models.foreign`): the rest of this module treats all kinds alike. Every
+argument is checked before anything is computed: a bad one raises `ValueError` naming the
+argument and what is allowed.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .models.foreign import ALLOWED, Adapted, adapt, from_flax
 from .nn.losses import LOSSES
 from .observe.observables import OBSERVABLES
 from .run.precision import users_precision, users_precision_name
@@ -36,7 +40,12 @@ _SOURCE = "flowsim.simulate"
 
 
 def _bad(argument: str, value: Any, what: str, allowed: str) -> ValueError:
-    shown = f"<{type(value).__name__} module>" if isinstance(value, eqx.Module) else " ".join(repr(value).split())
+    if isinstance(value, Adapted):
+        shown = value.shown
+    elif isinstance(value, eqx.Module) or from_flax(value):
+        shown = f"<{type(value).__name__} module>"
+    else:
+        shown = " ".join(repr(value).split())
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
     return ValueError(f"{_SOURCE}: `{argument}` = {shown} {what}; allowed: {allowed}")
 
@@ -91,32 +100,52 @@ def _targets(y: np.ndarray, argument: str, loss: Any, outputs: int | None) -> np
     return y.astype(np.float64)[:, None]
 
 
-def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[eqx.Module], str]:
+def _adapted(model: Any, named: Any, what: str) -> Adapted | None:
+    """`model` as a parameter pytree and its apply (`foreign.adapt`), a refusal worded for
+    `simulate` (`named`: the argument as given, `what`: where `model` came from)."""
+    try:
+        return adapt(model)
+    except TypeError as err:
+        raise _bad("model", named, f"{what}{err}", ALLOWED) from None
+
+
+def _instances(model: Any, seeds: list[int], dtype) -> tuple[list[Adapted], str, bool]:
     """One model per seed (an instance is used as given; a factory is called with
-    `jax.random.PRNGKey(seed)` in the user's precision), its inexact arrays cast to the run's
-    dtype; and what it was."""
-    allowed = "an eqx.Module mapping one input (d,) to outputs (k,), or a function key -> such a module"
-    if isinstance(model, eqx.Module):
-        made, source = [model] * len(seeds), f"{type(model).__module__}.{type(model).__qualname__}"
+    `jax.random.PRNGKey(seed)` in the user's precision), its inexact arrays (parameters and
+    fixed state) cast to the run's dtype; what it was; whether it was a factory."""
+    given = _adapted(model, model, "is ")
+    if given is not None:
+        made, source = [given] * len(seeds), _name(model)
     elif callable(model):
         source = f"{getattr(model, '__module__', '?')}.{getattr(model, '__qualname__', repr(model))}"
         made = []
         for seed in seeds:
             with users_precision():     # the factory's weights as the user's session makes them
                 m = model(jax.random.PRNGKey(seed))
-            if not isinstance(m, eqx.Module):
-                raise _bad("model", model, f"returned {type(m).__name__} for seed {seed}", allowed)
-            made.append(m)
+            a = _adapted(m, model, f"returned, for seed {seed}, ")
+            if a is None:
+                raise _bad("model", model, f"returned {type(m).__name__} for seed {seed}", ALLOWED)
+            made.append(a)
     else:
-        raise _bad("model", model, "is neither an Equinox module nor a factory", allowed)
+        raise _bad("model", model, "is neither a model nor a factory", ALLOWED)
     cast = lambda x: x.astype(dtype) if eqx.is_inexact_array(x) else x  # noqa: E731
-    return [jax.tree.map(cast, m) for m in made], source
+    return [dataclasses.replace(a, params=jax.tree.map(cast, a.params), apply=jax.tree.map(cast, a.apply))
+            for a in made], source, given is None
 
 
-def _check_model(model: eqx.Module, X: np.ndarray, k: int, dtype) -> None:
-    allowed = f"an eqx.Module mapping one input of shape ({X.shape[1]},) to outputs of shape ({k},)"
+def _name(model: Any) -> str:
+    """A model instance's class by qualified name; a pair's, with what the pair holds."""
+    if isinstance(model, tuple):
+        first = model[0]
+        name = getattr(first, "__qualname__", None) or type(first).__qualname__
+        return f"({getattr(first, '__module__', type(first).__module__)}.{name}, {type(model[1]).__name__})"
+    return f"{type(model).__module__}.{type(model).__qualname__}"
+
+
+def _check_model(model: Adapted, X: np.ndarray, k: int, dtype) -> None:
+    allowed = f"{model.kind} mapping one input of shape ({X.shape[1]},) to outputs of shape ({k},)"
     try:
-        out = jax.eval_shape(jax.vmap(model), jax.ShapeDtypeStruct(X.shape, dtype))
+        out = jax.eval_shape(jax.vmap(lambda x: model.apply(model.params, x)), jax.ShapeDtypeStruct(X.shape, dtype))
     except Exception as err:  # noqa: BLE001 - whatever the user's code raises, named
         raise _bad("model", model, f"fails on the inputs ({type(err).__name__}: {err})", allowed) from None
     if not hasattr(out, "shape") or out.shape != (X.shape[0], k):
@@ -124,11 +153,11 @@ def _check_model(model: eqx.Module, X: np.ndarray, k: int, dtype) -> None:
         raise _bad("model", model, f"maps one input to outputs of shape {shape!r}", allowed)
 
 
-def _outputs(model: eqx.Module, d: int, dtype) -> int | None:
+def _outputs(model: Adapted, d: int, dtype) -> int | None:
     """The number of outputs of `model` on one input (d,); None where it does not map one
     to a vector (`_check_model` then says what is wrong)."""
     try:
-        out = jax.eval_shape(model, jax.ShapeDtypeStruct((d,), dtype))
+        out = jax.eval_shape(lambda x: model.apply(model.params, x), jax.ShapeDtypeStruct((d,), dtype))
     except Exception:  # noqa: BLE001 - reported by _check_model
         return None
     return out.shape[0] if getattr(out, "shape", None) is not None and len(out.shape) == 1 else None
@@ -136,11 +165,13 @@ def _outputs(model: eqx.Module, d: int, dtype) -> int | None:
 
 _TRAINABLE = ("an Equinox filter: a predicate on leaves (eqx.is_inexact_array), a pytree of booleans shaped "
               "like the model, or a function of the model returning the leaves or sub-modules to train "
-              "(as eqx.tree_at's `where`, e.g. lambda m: m.layers[-1])")
+              "(as eqx.tree_at's `where`, e.g. lambda m: m.layers[-1]); for a Flax model or an (apply_fn, "
+              "params) pair, the model is its parameter pytree (lambda p: p[\"Dense_1\"])")
 
 
-def _filter(trainable: Any, model: eqx.Module, source: str) -> Any:
-    """`trainable` as a filter `eqx.partition` takes. A callable is first tried as a
+def _filter(trainable: Any, model: Any, source: str) -> Any:
+    """`trainable` as a filter `eqx.partition` takes, on the model's parameter pytree (an
+    Equinox module itself; a Flax model's parameters as a dict). A callable is first tried as a
     function of the model (`where`, the Equinox habit of eqx.tree_at): when it returns part
     of the model, the floating leaves under what it returns train. Otherwise it is a
     predicate on leaves."""
@@ -244,7 +275,7 @@ def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
         raise _bad("output", str(out), "does not exist (resume=True)", "an archive to resume")
 
 
-def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple, *,
+def simulate(model: Any, data: tuple, *,
              test: tuple | None = None, loss: str | Callable = "half-sse",
              solvers: Sequence[str | dict] = ("auto", "gd-lr1"), t_end: float,
              checkpoints: dict | None = None,
@@ -259,7 +290,11 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     returns it opened (`flowsim.open`).
 
     model        an `eqx.Module` mapping one input x (d,) to outputs (k,), used as given (its
-                 weights are the initial point, for every seed), or a factory called with
+                 weights are the initial point, for every seed); the same as a Flax NNX
+                 module, as a pair (Flax Linen module, its variables), or as a pair
+                 (apply_fn, params) with apply_fn(params, x) -> outputs (k,) (a Flax model's
+                 non-trainable state, e.g. BatchNorm statistics, is held fixed; a module
+                 that changes it when called is refused); or a factory of any of these, called with
                  `jax.random.PRNGKey(seed)` for each seed, in the precision the session had
                  before flowsim turned float64 on (float32 unless you turned it on): it draws
                  the weights it draws outside flowsim for the same key. Its floating arrays
@@ -281,7 +316,9 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     trainable    the leaves the flow moves (the others never move): a predicate on leaves,
                  a pytree of booleans shaped like the model (as `eqx.partition` takes), or a
                  function of the model returning the leaves or sub-modules to train (as
-                 `eqx.tree_at`'s `where`: lambda m: m.layers[-1] trains the last layer).
+                 `eqx.tree_at`'s `where`: lambda m: m.layers[-1] trains the last layer). For
+                 a Flax model or a pair, "the model" is its parameter pytree (a dict:
+                 lambda p: p["Dense_1"]), whose paths name the archive's leaves.
     output       the archive (default runs/<name>.h5); `resume` continues it, `overwrite`
                  replaces it.
 
@@ -303,7 +340,7 @@ def simulate(model: eqx.Module | Callable[[jax.Array], eqx.Module], data: tuple,
     runs = _runs(settings, report)
     out = Path(output) if output is not None else Path("runs") / f"{settings.name}.h5"
     _check_output(out, resume=resume, overwrite=overwrite)
-    if not isinstance(model, eqx.Module) and users_precision_name() != resolved["dtype"]:
+    if inputs.factory and users_precision_name() != resolved["dtype"]:
         report(f"{_SOURCE}: {inputs.source} was called with PRNGKey(seed) in {users_precision_name()}, your "
                f"session's precision (the weights it makes outside flowsim), and its weights cast to "
                f"{resolved['dtype']}; to start from other exact weights, pass the module itself")
@@ -339,8 +376,11 @@ class _Inputs:
     y: np.ndarray
     X_test: np.ndarray
     y_test: np.ndarray
-    splits: list[tuple[Any, Any]]     # (trainable, frozen) per seed
+    splits: list[tuple[Any, Any]]     # (trainable, frozen) per seed: the parameter pytree split
+    applies: list[Callable]           # per seed: apply(params, x) (`foreign.Adapted`)
+    unit_axis: int                    # a 2-D leaf's axis of units (`foreign.Adapted`)
     source: str                       # the model's class or factory, by qualified name
+    factory: bool                     # whether `model` was a factory (called per seed)
     trainable: str                    # the filter, by name
     loss_kind: str
     loss_fn: Callable | None
@@ -355,7 +395,7 @@ def _inputs(model: Any, data: tuple, test: tuple | None, loss: Any, trainable: A
         raise _bad("test", test, f"has X {X_test.shape}, y {y_test.shape} against data X {X.shape}, y {y.shape}",
                    "test arrays with the columns of `data`")
     n, d = X.shape
-    models, source = _instances(model, seeds, dtype)
+    models, source, factory = _instances(model, seeds, dtype)
     outputs = _outputs(models[0], d, dtype)
     y, y_test = _targets(y, "data", loss, outputs), _targets(y_test, "test", loss, outputs)
     k = y.shape[1]
@@ -363,14 +403,15 @@ def _inputs(model: Any, data: tuple, test: tuple | None, loss: Any, trainable: A
     splits = [_split(m, trainable, source, X, k, dtype) for m in models]
     filter_name = getattr(trainable, "__name__", repr(trainable)) if callable(trainable) else \
         "a pytree of booleans"
-    return _Inputs(X=X, y=y, X_test=X_test, y_test=y_test, splits=splits, source=source, trainable=filter_name,
+    return _Inputs(X=X, y=y, X_test=X_test, y_test=y_test, splits=splits, applies=[m.apply for m in models],
+                   unit_axis=models[0].unit_axis, source=source, factory=factory, trainable=filter_name,
                    loss_kind=loss_kind, loss_fn=loss_fn, loss_name=loss_name)
 
 
-def _split(model: eqx.Module, trainable: Any, source: str, X: np.ndarray, k: int, dtype) -> tuple[Any, Any]:
-    """(the trainable leaves, the rest) of one seed's model, checked on the inputs."""
+def _split(model: Adapted, trainable: Any, source: str, X: np.ndarray, k: int, dtype) -> tuple[Any, Any]:
+    """(the trainable leaves, the rest) of one seed's parameter pytree, checked on the inputs."""
     _check_model(model, X, k, dtype)
-    params, frozen = eqx.partition(model, _filter(trainable, model, source))
+    params, frozen = eqx.partition(model.params, _filter(trainable, model.params, source))
     leaves = jax.tree.leaves(params)
     if not leaves or not all(eqx.is_inexact_array(v) for v in leaves):
         raise _bad("trainable", trainable, f"selects {len(leaves)} leaves of {source}"
@@ -428,10 +469,11 @@ def _job(settings, runs: list, inputs: _Inputs, dtype, out: Path, *, resume: boo
             + to_toml(to_dict(settings)))
     k = inputs.y.shape[1]
     ds = Dataset(inputs.X, inputs.y, inputs.X_test, inputs.y_test, classes=k if _one_hot(inputs.y) else 0)
-    built = {r.name: assemble(module_network(params, frozen, key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1)),
+    built = {r.name: assemble(module_network(params, frozen, key=jax.random.fold_in(jax.random.PRNGKey(r.seed), 1),
+                                             apply=apply, unit_axis=inputs.unit_axis),   # the key: SGD's batches
                               ds, dtype=dtype, loss_kind=inputs.loss_kind, custom_loss=inputs.loss_fn,
-                              ntg_points=settings.run.ntg_points)   # the key: SGD's batches
-             for r, (params, frozen) in zip(runs, inputs.splits)}
+                              ntg_points=settings.run.ntg_points)
+             for r, (params, frozen), apply in zip(runs, inputs.splits, inputs.applies)}
     for r in runs:
         why = start_problem(built[r.name])
         if why:

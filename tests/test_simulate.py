@@ -157,6 +157,7 @@ def _call(tmp_path, **over):
     (dict(model=eqx.nn.MLP(D, 3, 4, 1, key=jax.random.PRNGKey(0))), "model", "outputs of shape (2,)"),
     (dict(model=eqx.nn.MLP(5, K, 4, 1, key=jax.random.PRNGKey(0))), "model", "input of shape (3,)"),
     (dict(model="mlp"), "model", "an eqx.Module"),
+    (dict(model=(3, 4)), "model", "a pair (apply_fn, params)"),      # (Flax's kinds: tests/test_flax.py)
     (dict(loss="l2"), "loss", "'half-sse'"),
     (dict(loss=lambda pred, y: (pred - y) ** 2), "loss", "-> scalar"),
     (dict(data=(np.ones((4, D)), np.ones((5, K)))), "data", "X of shape (n, d)"),

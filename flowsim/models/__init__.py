@@ -9,6 +9,9 @@ builders' modules is that registry, and `MODELS` is read from it. Beside them:
 
 - `module.py`: `ModuleNet`, any Equinox model run as a network (the NTG by autodiff): the
   `mlp` and `python` kinds' networks, and a user's model given to `flowsim.simulate`;
+- `foreign.py`: a Flax NNX module, a Flax Linen module with its variables, or an
+  `(apply_fn, params)` pair given to `flowsim.simulate`, as the parameter pytree and pure
+  apply `ModuleNet` runs (Flax imported only then);
 - `shallow.py`: `ShallowNet`, the one-hidden-layer network of the `shallow` and `embedded`
   kinds, and `init_shallow`;
 - `quadratic.py`, no kind: linear models under quadratic losses whose flows are known in

@@ -1,14 +1,17 @@
 """An Equinox model as flowsim's network: a user's (`flowsim.simulate`, or a scenario's
-`model.kind = "python"` factory) or the `mlp` kind's.
+`model.kind = "python"` factory) or the `mlp` kind's; and, through `foreign.py`'s adapter, a
+Flax model or a plain `(apply_fn, params)` pair given to `flowsim.simulate`.
 
-The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it by the
-user's `trainable` filter: the trainable leaves are the `Params` (the ODE state, GD's state,
-the checkpoint), the rest stays inside `ModuleNet` and never moves. The NTG is J Jᵀ by
-autodiff, by the strategy measured faster on the backend (`flowsim.nn.ntg.ntg_strategy`); the
-weight measures are per trainable leaf, named by their pytree paths (`leaf_paths`).
+The model maps one input x (d,) to its outputs (k,). `eqx.partition` splits it (a foreign
+model: its parameter pytree) by the user's `trainable` filter: the trainable leaves are the
+`Params` (the ODE state, GD's state, the checkpoint), the rest stays inside `ModuleNet` and
+never moves. The NTG is J Jᵀ by autodiff, by the strategy measured faster on the backend
+(`flowsim.nn.ntg.ntg_strategy`); the weight measures are per trainable leaf, named by their
+pytree paths (`leaf_paths`).
 """
 
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -23,24 +26,30 @@ from ..nn.net import AbstractNet
 from ..nn.ntg import ntg_strategy
 from ..nn.problem import Params
 from .base import BuildError, Network, dtype_of
+from .foreign import call_module
 
 
 class ModuleNet(AbstractNet):
     """The frozen part of a user's model; call it with the trainable leaves."""
 
-    frozen: eqx.Module      # the model with its trainable leaves replaced by None
+    frozen: Any             # the model (or parameter pytree) with its trainable leaves replaced by None
+    # apply(model, x): one input's outputs; a foreign model's adapter (foreign.py), which may
+    # hold fixed state (a pytree field, so that seeds' states stack)
+    apply: Callable = call_module
+    unit_axis: int = eqx.field(static=True, default=0)   # a 2-D leaf's axis of units: 0 (out, in), 1 (in, out)
 
     # The weight measures' axes: the trainable parameters as one flat vector
     # (jax.flatten_util.ravel_pytree's order), the change per trainable leaf and per unit.
     series_axes: ClassVar[dict[str, tuple[str, ...]]] = {
         "weights": ("param",), "weight_change": ("leaf",), "unit_change": ("unit",)}
 
-    def model(self, params: Params) -> eqx.Module:
+    def model(self, params: Params) -> Any:
         return eqx.combine(params, self.frozen)
 
     def __call__(self, params: Params, X: jax.Array) -> jax.Array:
         """Predictions (n, k) at inputs X (n, d)."""
-        return jax.vmap(self.model(params))(X)
+        model = self.model(params)
+        return jax.vmap(lambda x: self.apply(model, x))(X)
 
     def ntg(self, params: Params, X: jax.Array) -> jax.Array:
         # Chosen when the program is traced, so a program compiled for a backend keeps its strategy.
@@ -55,9 +64,10 @@ class ModuleNet(AbstractNet):
                           zip(jax.tree.leaves(params), jax.tree.leaves(params0), strict=True)])
 
     def unit_change(self, params: Params, params0: Params) -> jax.Array:
-        """‖w_i − w_i(0)‖ per unit of every dense layer: the rows of each 2-D trainable leaf
-        (a layer's (out, in) weight matrix, Equinox's layout), layers in `leaf_paths` order."""
-        rows = [jnp.linalg.norm(a - b, axis=-1) for a, b in
+        """‖w_i − w_i(0)‖ per unit of every dense layer: the slices of each 2-D trainable leaf
+        along `unit_axis` (the rows of Equinox's (out, in) weight matrix, the columns of
+        Flax's (in, out) kernel), layers in `leaf_paths` order."""
+        rows = [jnp.linalg.norm(a - b, axis=1 - self.unit_axis) for a, b in
                 zip(jax.tree.leaves(params), jax.tree.leaves(params0), strict=True) if a.ndim == 2]
         return jnp.concatenate(rows) if rows else jnp.zeros(0, jax.tree.leaves(params)[0].dtype)
 
@@ -68,12 +78,15 @@ def leaf_paths(params: Params) -> list[str]:
             for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]]
 
 
-def module_network(params: Params, frozen: eqx.Module, key: jax.Array) -> Network:
+def module_network(params: Params, frozen: Any, key: jax.Array, apply: Callable = call_module,
+                   unit_axis: int = 0) -> Network:
     """The `Network` of a model split into its trainable `params` and `frozen` rest (the
-    `mlp` kind, and `flowsim.simulate`): the flow is dθ/dt = −∇L (rate 1), and the archive's
-    init record holds each trainable leaf under its path."""
+    `mlp` kind, and `flowsim.simulate`; `apply` and `unit_axis`: a foreign model's, see
+    `foreign.Adapted`): the flow is dθ/dt = −∇L (rate 1), and the archive's init record
+    holds each trainable leaf under its path."""
     init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
-    return Network(net=ModuleNet(frozen=frozen), params=params, rate=1.0, init=init, key=key)
+    return Network(net=ModuleNet(frozen=frozen, apply=apply, unit_axis=unit_axis), params=params, rate=1.0,
+                   init=init, key=key)
 
 
 def build_python(config: Config, ds: Dataset, seed: int) -> Network:
