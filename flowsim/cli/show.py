@@ -11,7 +11,8 @@ from typing import Any
 from ..run.resources import point_estimates
 from ..config import FlowPreset, Scenario
 from ..config.files import parse_toml
-from ..config.schema import sweep_axes, sweep_key
+from ..config.schema import sweep_axes
+from ..config.sweep_grammar import sweep_key
 from ..config.spec import ABSENT, toml_value
 from ..run.integrators import checkpoint_grid
 from ..integrate.registry import CENTRAL_READS, FLOW_METHODS, group_keys

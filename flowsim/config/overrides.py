@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from .schema import SCENARIO, check_dotted, sweep_key
+from .schema import SCENARIO
+from .sweep_grammar import check_dotted, sweep_key
 from .spec import Ctx, ScenarioError, Tagged, lookup, toml_string
 
 
@@ -37,7 +38,7 @@ def _parse_override(text: str) -> tuple[str, Any]:
 def _override_parts(key: str, ctx: Ctx) -> list[str]:
     """The path an override key names; `sweep.<dotted key>` addresses one sweep list."""
     if key == "sweep" or not key.startswith("sweep."):
-        return check_dotted(key, key, ctx)
+        return check_dotted(key, key, ctx, SCENARIO)
     rest = key[len("sweep."):].strip()
     if len(rest) >= 2 and rest[0] == rest[-1] == '"':
         rest = rest[1:-1]

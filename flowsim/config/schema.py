@@ -9,8 +9,7 @@ from ..toml_text import sweep_axes as sweep_axes
 from .declare import spec_of
 from .typed import (ACTIVATIONS as ACTIVATIONS, CHECKPOINT_FORMS as CHECKPOINT_FORMS, FLOW_METHODS as FLOW_METHODS, LOSSES as LOSSES,
                     MAX_RUNS as MAX_RUNS, OBSERVABLES as OBSERVABLES, SOLVER_KINDS as SOLVER_KINDS, Config,
-                    ShallowModel, check_dotted as check_dotted, load_preset as load_preset,
-                    scenario_spec, solver_spec, sweep_key as sweep_key)
+                    ShallowModel, scenario_spec, solver_spec)
 
 SCENARIO = scenario_spec()
 DATA = spec_of(Config, "data")

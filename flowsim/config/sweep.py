@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .overrides import assign, kind_first
-from .schema import MAX_RUNS, SCENARIO, sweep_axes, sweep_key
+from .schema import MAX_RUNS, SCENARIO, sweep_axes
+from .sweep_grammar import sweep_key
 from .spec import ABSENT, Ctx, toml_key, toml_value
 from .declare import from_dict, to_dict
 from .typed import Config
