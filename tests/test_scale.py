@@ -395,7 +395,7 @@ def test_a_sweep_of_varied_shapes_runs_in_bounded_memory(tmp_path):
     process's memory mappings and RSS stop growing with the sweep's length (before: about
     100 mappings and 9 MiB more per point, and a 200-point sweep crashed near the system's
     limit of 65 530 mappings)."""
-    from flowsim.session import drive, open_archive, prepare
+    from flowsim.run.session import drive, open_archive, prepare
 
     points = 12
     (tmp_path / "sweep.toml").write_text(textwrap.dedent(f"""\
