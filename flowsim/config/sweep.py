@@ -63,7 +63,7 @@ def refuse_swept_overrides(sweep: dict | None, ctx: Ctx) -> None:
     refuse it, and say how to change the sweep instead."""
     for axis in sweep_axes(sweep):
         for key, text in ctx.origins.items():
-            if key == axis or axis.startswith(key + ".") or key.startswith(axis + "."):
+            if key == axis or axis.startswith(key + ".") or key.startswith((axis + ".", axis + "[")):
                 values = ", ".join(toml_value(v) for v in sweep[axis])
                 raise ctx.error(
                     f"{text}: key `{key}` is swept by [sweep] ({toml_key(axis)} = [{values}]), "

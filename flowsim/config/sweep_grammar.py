@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 from ..toml_text import sweep_axes
-from .spec import Ctx, Spec, Str, did_you_mean, join, toml_key
+from .spec import Ctx, Spec, Str, did_you_mean, guess_text, join, paths_to, toml_key
 
 SWEEP_MODES = ("product", "zip")
 MAX_POINTS = 10_000
@@ -47,7 +47,9 @@ def check_dotted(dotted: str, key: str, ctx: Ctx, root: Spec) -> list[str]:
             parent = ".".join(parts[:depth])
             names = sorted(kids)
             guess = did_you_mean(part, names)
-            mean = f"; did you mean `{join(parent, guess)}`?" if guess else ";"
+            # (no close spelling here: the key's name where it is a key, `width` -> `model.width`)
+            either = [join(parent, guess)] if guess else paths_to(root, part)
+            mean = f"; did you mean {guess_text(either)}?" if either else ";"
             table = f"[{parent}]" if parent else "the top level"
             allowed = ", ".join(names) if names else "(none: it is not a table)"
             raise ctx.error(f"unknown key `{key}`: `{dotted}` is not a scenario key{mean} "
