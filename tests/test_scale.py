@@ -18,7 +18,7 @@ from flowsim import archive
 from flowsim.archive import ArchiveWriter
 from flowsim.run.build import build_run
 from flowsim.run.driver import STAT_KEYS, Driver, Interrupted
-from flowsim.integrate.registry import FLOW_METHODS
+from flowsim.kinds.solvers import FLOW_METHODS
 from flowsim.config import load_scenario
 from helpers import call_cli as _cli
 from reliability.conftest import committed, set_args, wait_for

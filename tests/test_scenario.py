@@ -574,7 +574,7 @@ def test_typed_classes_have_the_schema_keys():
 
 
 def test_kinds_are_read_from_the_registries():
-    from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
+    from flowsim.kinds.solvers import FLOW_METHODS, SOLVER_KINDS
     from flowsim.nn.losses import LOSSES
     from flowsim.observe.observables import OBSERVABLES
 

@@ -16,7 +16,7 @@ from ..config.schema import sweep_axes
 from ..config.sweep_grammar import sweep_key
 from ..config.spec import ABSENT, toml_value
 from ..run.integrators import checkpoint_grid
-from ..integrate.registry import CENTRAL_READS, FLOW_METHODS, group_keys
+from ..kinds.solvers import CENTRAL_READS, FLOW_METHODS, group_keys
 
 _MIB = 2**20
 

@@ -21,7 +21,7 @@ from .overrides import apply_overrides
 from .presets import load_preset
 from .schema import SCENARIO, sweep_axes
 from .sweep_grammar import sweep_key
-from ..integrate.registry import FLOW_METHODS
+from ..kinds.solvers import FLOW_METHODS
 from .spec import ABSENT, Ctx, ScenarioError, join, toml_value
 from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
 from .declare import from_dict, to_dict

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..integrate.registry import CENTRAL_METHODS, steps
-from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
+from ..kinds.solvers import CENTRAL_METHODS, steps
+from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..kinds import SHALLOW_KINDS
 from .spec import Ctx, Int, ListOf, OneOf, Table, join, num, show, toml_string

@@ -6,8 +6,8 @@ relate two keys (``low < high``, ``k <= width``, checkpoint times within ``t_end
 named in the class's `RULES` (`flowsim.config.rules`). The machinery a few keys validate
 with lives apart: a plug-in's import and probe (`plugin_probe`), a preset's loading by name
 (`presets`), what a [sweep] may say (`sweep_grammar`). The kinds accepted come from the registries where
-they are declared (solver kinds and flow methods in `flowsim.integrate.registry`;
-activations, losses and observables in `flowsim.kinds`): no JAX is imported here.
+they are declared (`flowsim.kinds`: activations, losses, observables, models; solver kinds
+and flow methods in `flowsim.kinds.solvers`): no JAX is imported here.
 
 Tagged tables are one class per `kind` (`SphereSineData`, `AsymmetricScaling` ...); solver
 presets are `FlowPreset` for the continuous kinds and `DescentPreset` for the discrete ones.
@@ -37,9 +37,9 @@ from typing import Any, ClassVar, Literal, Union
 
 import numpy as np
 
-from ..integrate.registry import DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS
-from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
-from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
+from ..kinds.solvers import DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS
+from ..kinds.solvers import FLOW_METHODS as _FLOW_METHOD_REGISTRY
+from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..kinds import LOSSES as _LOSS_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
@@ -573,7 +573,7 @@ class FlowPreset:
         "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, auto: tsit5 while "
         "accuracy holds the step and rock4 while stability does, switched per step, or filippov: "
         "event-driven through ReLU kinks")
-    # The keys of the settings groups a flow method reads (`flowsim.integrate.registry`:
+    # The keys of the settings groups a flow method reads (`flowsim.kinds.solvers`:
     # its records hold these names; each meaning names the methods that read it).
     rtol: float = setting(_positive(1e-8), _read_by("accuracy", "relative tolerance of the adaptive step control"))
     atol: float = setting(_positive(1e-10), _read_by("accuracy", "absolute tolerance of the adaptive step control"))
