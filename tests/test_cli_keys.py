@@ -65,6 +65,13 @@ def test_one_presets_rtol_is_set_by_its_index_and_the_others_keep_theirs(capsys)
     assert sc.settings.run.solvers[1].kind == "momentum" and sc.settings.run.solvers[1].beta == 0.9
 
 
+def test_a_bad_value_set_in_one_element_of_a_sweep_names_its_set(capsys):
+    assert main(["show", "quickstart", "--set", 'sweep."model.scaling"[1].gamma=7']) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flowsim: error: --set: sweep point 1 ")
+    assert "`model.scaling.gamma` = 7 is out of range" in err
+
+
 @pytest.mark.parametrize("key, says", [
     ("rtol=1e-6", "`rtol` is a key of each solver preset; allowed: run.solvers[i].rtol"),
     ("run.solvers.rtol=1e-6", "e.g. --set 'run.solvers[0].rtol=...'"),

@@ -76,9 +76,10 @@ def expand(raw: dict, resolved: dict, ctx: Ctx) -> tuple[list[tuple[str, dict]],
     """(label, config) per sweep point, and the sweep with normalised elements."""
     sweep = resolved.get("sweep")
     axes = sweep_axes(sweep)
-    # A point's value of a swept key comes from the sweep: from `--set` if its list did.
-    ctx = replace(ctx, origins={**ctx.origins, **{k: ctx.origins[sweep_key(k)] for k in axes
-                                                  if sweep_key(k) in ctx.origins}})
+    # A point's value of a swept key comes from the sweep: from `--set` if its list, or an
+    # element of it (`sweep."k"[1].x`), did.
+    ctx = replace(ctx, origins={**ctx.origins, **{k: text for k in axes for key, text in ctx.origins.items()
+                                                  if key == sweep_key(k) or key.startswith(sweep_key(k) + "[")}})
     base_raw = {k: v for k, v in raw.items() if k != "sweep"}
     if not axes:
         return [("", {k: v for k, v in resolved.items() if k != "sweep"})], sweep

@@ -47,10 +47,9 @@ from ..kinds import SHALLOW_KINDS as SHALLOW_KINDS
 from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
 from .plugin_probe import Plugin, callable_probe, shape_probe
 from .presets import check_reference, check_solvers
-from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, central_fits, check_seeds, checkpoints_fit, dt_bounds,
-                    embedded_keys, k_within_width, low_below_high, mnist_fits, observables_fit_model,
-                    rtol_within_dtype, split_sums_to_one, t_end_on_every_grid, times_increasing,
-                    train_within_layers)
+from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, central_fits, check_seeds, checkpoints_fit,
+                    dt_bounds, embedded_keys, k_within_width, low_below_high, mnist_fits, observables_fit_model,
+                    rtol_within_dtype, split_sums_to_one, t_end_on_every_grid, times_increasing, train_within_layers)
 from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Str, Table, Tagged,
                    join)
 from .sweep_grammar import SWEEP_MODES, check_sweep
