@@ -72,7 +72,7 @@ import flowsim.cli.command
 flowsim.cli.command.load_engine()    # as `flowsim run` imports, and freezes what it imported
 flowsim.cli.command.compilation_cache()
 mark("import flowsim, JAX, Diffrax")
-from flowsim import session
+from flowsim.run import session
 job = session.prepare(sys.argv[1], sys.argv[2:-1], output=sys.argv[-1] + ".h5", overwrite=True)
 mark("prepare: data, kappa_n, build the runs")
 writer = session.open_archive(job)
@@ -243,7 +243,7 @@ def main() -> None:
             phases.add(name, fmt(float(sec)))
 
         import flowsim
-        from flowsim.session import run_scenario
+        from flowsim.run.session import run_scenario
 
         # t_end 2000: GD's 2000 steps take about a second, so that the difference of the two
         # runs is not lost in the noise of two long ones (a checkpoint's cost does not depend

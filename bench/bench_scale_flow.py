@@ -58,7 +58,7 @@ from bench_core import ROOT, Table, flow_run, fmt, gd_preset, preset, publish, r
 from bench_stiff import flat, reference  # noqa: E402
 from flowsim.cli.lifecycle import compilation_cache
 from flowsim.config import ScenarioError, list_solvers, load_scenario
-from flowsim.integrate.registry import FLOW_METHODS
+from flowsim.kinds.solvers import FLOW_METHODS
 from flowsim.nn.problem import hessian_vector_product
 from flowsim.run.build import build_run
 from flowsim.run.integrators import descent_integrator

@@ -42,7 +42,7 @@ if TYPE_CHECKING:   # what type checkers and IDEs see; at run time `__getattr__`
     from .nn.net import AbstractNet
     from .run.integrators import make_integrator
     from .nn.problem import Problem
-    from .session import InputError, run_scenario
+    from .run.session import InputError, run_scenario
     from .simulation import simulate
 
 # Each public name and the module it is loaded from when first used. The modules outside
@@ -53,7 +53,7 @@ _EXPORTS: dict[str, str] = {
     "Scenario": "flowsim.config", "RunSpec": "flowsim.config", "ScenarioError": "flowsim.config",
     "DataError": "flowsim.data",
     "simulate": "flowsim.simulation",
-    "run_scenario": "flowsim.session", "InputError": "flowsim.session",
+    "run_scenario": "flowsim.run.session", "InputError": "flowsim.run.session",
     "build_run": "flowsim.run.build", "BuildError": "flowsim.models",
     "Problem": "flowsim.nn.problem", "AbstractNet": "flowsim.nn.net",
     "make_integrator": "flowsim.run.integrators",

@@ -257,7 +257,7 @@ def _settings(*, name, seeds, dtype, t_end, checkpoints, solvers, observe, ntg_p
 def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
     from .archive import ArchiveError
     from .archive.recovery import check_replaceable
-    from .session import InputError, check_output_folder
+    from .run.session import InputError, check_output_folder
 
     if resume and overwrite:
         raise ValueError(f"{_SOURCE}: `resume` and `overwrite` exclude each other")
@@ -462,7 +462,7 @@ def _job(settings, runs: list, inputs: _Inputs, dtype, out: Path, *, resume: boo
     from .data import Dataset
     from .models.module import module_network
     from .run.build import assemble, start_problem
-    from .session import Job
+    from .run.session import Job
 
     text = ("# Written by flowsim.simulate: the data, model and loss came from Python (recorded here\n"
             "# by sizes, names and digests); resume with flowsim.simulate(..., resume=True).\n"
@@ -494,7 +494,7 @@ def _drive_stoppable(job, **kwargs) -> None:
     import threading
 
     from .cli.lifecycle import StopRequest
-    from .session import InputError, drive, open_archive
+    from .run.session import InputError, drive, open_archive
 
     try:
         writer = open_archive(job)

@@ -586,7 +586,7 @@ def test_a_run_stores_only_the_tables_its_sweep_point_changes(tmp_path):
     scenario, not again in each run's parameters, which still read back whole."""
     import json
 
-    from flowsim.session import prepare
+    from flowsim.run.session import prepare
 
     times = ", ".join(f"{(i + 1) / 1000:.9f}" for i in range(10_000))
     tiny = (Path(__file__).resolve().parent / "scenarios" / "tiny.toml").read_text()

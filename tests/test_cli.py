@@ -16,7 +16,7 @@ import pytest
 from flowsim import archive
 from flowsim.archive import ArchiveWriter
 from flowsim.cli.command import main
-from flowsim.session import InputError, run_scenario
+from flowsim.run.session import InputError, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "scenarios" / "tiny.toml"
@@ -299,7 +299,7 @@ def _arrays(path: Path) -> dict:
 
 @pytest.mark.slow
 def test_run_scenario_is_the_command_without_the_command_line(tmp_path):
-    """`flowsim.session.run_scenario` writes the archive `flowsim run` writes, returns the
+    """`flowsim.run.session.run_scenario` writes the archive `flowsim run` writes, returns the
     statuses, and refuses bad input with the command's errors."""
     sets = ["seeds=[0]", "run.checkpoints={count=3}"]
     cli_out, lib_out = tmp_path / "cli.h5", tmp_path / "lib.h5"

@@ -13,7 +13,7 @@ from flowsim.run import batch
 from flowsim.run.integrators import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
 from flowsim.status import Status
 from flowsim.integrate.reference_pair import ReferencePair
-from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
+from flowsim.kinds.solvers import FLOW_METHODS, SOLVER_KINDS
 from flowsim.nn.ntg import jacobian_ntg
 from flowsim.config import CheckpointCount, Preset, Run, from_dict, load_solver
 

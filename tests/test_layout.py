@@ -1,6 +1,7 @@
 """The package's shape: no module imports one above it, and no package either (the import
-graphs of modules and of packages have no circle); the root holds at most 12 modules; each
-package's index (its `__init__` docstring) and docs/architecture.md name its files."""
+graphs of modules and of packages have no circle, and each package imports only from the
+floors below its own); the root holds at most 12 modules; each package's index (its
+`__init__` docstring) and docs/architecture.md name its files."""
 
 import ast
 import re
@@ -90,6 +91,66 @@ def test_the_package_graph_has_no_circle():
     assert _cycles(packages) == []
     # the integrators take plain fields: no preset class, no configuration below them
     assert "flowsim.config" not in packages["flowsim.integrate"]
+
+
+# The floors of the package graph, lowest first: a package imports only from floors below its
+# own. The front doors (the command, `simulate`, the package's surface) share the top.
+FLOORS = (
+    {"flowsim.version", "flowsim.status", "flowsim.toml_text", "flowsim.kinds", "flowsim.plugins",
+     "flowsim.engine_env"},                   # leaves: no flowsim import
+    {"flowsim.nn"},
+    {"flowsim.integrate", "flowsim.observe"},
+    {"flowsim.config"},
+    {"flowsim.data", "flowsim.archive"},
+    {"flowsim.models", "flowsim.analysis"},
+    {"flowsim.run", "flowsim.plots"},
+)
+FRONT_DOORS = {"flowsim.cli", "flowsim.simulation", "flowsim"}
+
+
+def _upward(packages: dict[str, set[str]], floors=FLOORS, top=FRONT_DOORS) -> list[str]:
+    """`a -> b` for each package that imports one on its own floor or above (a front door
+    may import another: the surface loads the two others)."""
+    floor = {p: i for i, names in enumerate(floors) for p in names} | dict.fromkeys(top, len(floors))
+    unplaced = sorted(set(packages) - set(floor))
+    assert unplaced == [], f"packages on no floor of FLOORS: {unplaced}"
+    return sorted(f"{a} -> {b}" for a, targets in packages.items() for b in targets
+                  if floor[b] >= floor[a] and not {a, b} <= top)
+
+
+def test_no_package_imports_upward():
+    modules = _modules()
+    packages = _packages({name: _imports(name, path, modules) for name, path in modules.items()})
+    assert _upward(packages) == []
+    # the scenario runner is part of the run path, and the kinds' registry has one name
+    assert "flowsim.run.session" in modules and "flowsim.session" not in modules
+    assert {"flowsim.kinds", "flowsim.kinds.solvers"} <= set(modules) and "flowsim.integrate.registry" not in modules
+
+
+def test_the_floor_check_finds_an_import_upward_and_a_package_on_no_floor():
+    packages = {"p.low": set(), "p.mid": {"p.low"}, "p.top": {"p.mid"}}
+    floors = ({"p.low"}, {"p.mid"})
+    assert _upward(packages, floors, {"p.top"}) == []
+    assert _upward({**packages, "p.low": {"p.mid"}}, floors, {"p.top"}) == ["p.low -> p.mid"]
+    assert _upward({**packages, "p.mid": {"p.low", "p.top"}}, floors, {"p.top"}) == ["p.mid -> p.top"]
+    try:
+        _upward({**packages, "p.new": set()}, floors, {"p.top"})
+    except AssertionError as err:
+        assert "p.new" in str(err)
+    else:
+        raise AssertionError("a package on no floor passed")
+
+
+def test_the_registries_records_are_declared_in_the_kinds_package_only():
+    """Every registry of kinds (activations, losses, observables, models, solver kinds, flow
+    methods) declares its record class in `flowsim.kinds`; no other module declares one."""
+    found = {}
+    for name, path in _modules().items():
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ClassDef) and (node.name.endswith("Kind") or node.name == "FlowMethod"):
+                found[node.name] = name
+    assert set(found) >= {"ActivationKind", "LossKind", "ObservableKind", "ModelKind", "SolverKind", "FlowMethod"}
+    assert {m.rpartition(".")[0] if m != "flowsim.kinds" else m for m in found.values()} == {"flowsim.kinds"}
 
 
 def test_the_package_graph_finds_a_circle_between_packages():

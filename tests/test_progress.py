@@ -17,7 +17,7 @@ import pytest
 from flowsim import archive
 from flowsim.run.driver import Driver, Interrupted
 from flowsim.run.progress import Progress
-from flowsim.session import open_archive, prepare, run_scenario
+from flowsim.run.session import open_archive, prepare, run_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "scenarios" / "tiny.toml"

@@ -21,7 +21,7 @@ from flowsim.run.build import build_run
 from flowsim.run.resources import estimate_resources, point_estimates
 from flowsim.cli import show as show_module
 from flowsim.integrate.central_flow import make_central_integrator
-from flowsim.integrate.registry import (CENTRAL_METHODS, CENTRAL_READS, FLOW_METHODS, SETTING_GROUPS, SOLVER_KINDS,
+from flowsim.kinds.solvers import (CENTRAL_METHODS, CENTRAL_READS, FLOW_METHODS, SETTING_GROUPS, SOLVER_KINDS,
                                         group_keys, settings_of, state_copies)
 from flowsim.run.integrators import factory
 from flowsim.nn.losses import LOSSES

@@ -18,7 +18,7 @@ from flowsim import archive
 from flowsim.archive import ArchiveWriter
 from flowsim.run.build import build_run
 from flowsim.run.driver import STAT_KEYS, Driver, Interrupted
-from flowsim.integrate.registry import FLOW_METHODS
+from flowsim.kinds.solvers import FLOW_METHODS
 from flowsim.config import load_scenario
 from helpers import call_cli as _cli
 from reliability.conftest import committed, set_args, wait_for
@@ -395,7 +395,7 @@ def test_a_sweep_of_varied_shapes_runs_in_bounded_memory(tmp_path):
     process's memory mappings and RSS stop growing with the sweep's length (before: about
     100 mappings and 9 MiB more per point, and a 200-point sweep crashed near the system's
     limit of 65 530 mappings)."""
-    from flowsim.session import drive, open_archive, prepare
+    from flowsim.run.session import drive, open_archive, prepare
 
     points = 12
     (tmp_path / "sweep.toml").write_text(textwrap.dedent(f"""\

@@ -25,7 +25,7 @@ from flowsim.config import (
     to_toml,
 )
 from flowsim.config import schema as sc
-from flowsim.config import typed
+from flowsim.config import presets, typed
 from flowsim.config import find_scenario, list_solvers, scenarios_dir, solvers_dir
 
 # A minimal valid scenario, as sections of raw TOML lines; cases patch it.
@@ -441,7 +441,7 @@ def test_missing_file(tmp_path):
 
 def test_bad_preset_file_names_the_preset(tmp_path, monkeypatch):
     (tmp_path / "odd.toml").write_text('description = "x"\nkind = "flow"\nrtl = 1e-3\n')
-    monkeypatch.setattr(typed, "solvers_dir", lambda: tmp_path)
+    monkeypatch.setattr(presets, "solvers_dir", lambda: tmp_path)
     with pytest.raises(ScenarioError) as e:
         load_solver("odd")
     assert "odd.toml" in str(e.value) and "`rtl`" in str(e.value)
@@ -574,7 +574,7 @@ def test_typed_classes_have_the_schema_keys():
 
 
 def test_kinds_are_read_from_the_registries():
-    from flowsim.integrate.registry import FLOW_METHODS, SOLVER_KINDS
+    from flowsim.kinds.solvers import FLOW_METHODS, SOLVER_KINDS
     from flowsim.nn.losses import LOSSES
     from flowsim.observe.observables import OBSERVABLES
 

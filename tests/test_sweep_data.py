@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import flowsim
-from flowsim.session import run_scenario
+from flowsim.run.session import run_scenario
 from helpers import call_cli
 
 TINY = Path(__file__).resolve().parent / "scenarios" / "tiny.toml"

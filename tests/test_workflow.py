@@ -10,7 +10,7 @@ from flowsim import archive
 from flowsim.config import ScenarioError, load_scenario, loads_scenario
 from flowsim.config.files import display
 from flowsim.run.driver import Interrupted
-from flowsim.session import prepare, run_scenario
+from flowsim.run.session import prepare, run_scenario
 from flowsim.status import Status
 from helpers import call_cli
 

@@ -11,22 +11,21 @@ A scenario asks for them in an ``[analysis]`` table (see `flowsim.config.Analysi
 :func:`analyze_runs` is a driver hook (`flowsim.run.driver.Hook`): `flowsim run` registers it,
 and the driver calls it once a solver has finished a batch of seeds, with the batch's
 initial and final weights. The command ``flowsim analyze OUT.h5`` recomputes them from an
-existing archive (final weights restored from each solver's checkpoint). Results go to
+existing archive (`flowsim.run.analyze`: the networks rebuilt by the run path, the final
+weights restored from each solver's checkpoint). Results go to
 ``/runs/<run>/<solver>/analysis/<name>/`` (arrays, attrs ``importance`` etc.), read back
 with ``SolverView.analysis``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 from collections.abc import Callable
 
 import numpy as np
 
-from ..config.declare import from_dict
-from ..config.typed import Analysis, Config, PcaAnalysis, Preset, PruneAnalysis, TransferAnalysis
+from ..config.typed import Analysis, Config
 from . import pca as _pca
 from . import prune as _prune
 from . import transfer as _transfer
@@ -91,17 +90,19 @@ def analyze_one(config: Config, problem, params, dataset, seed: int, initial) ->
     return out
 
 
-def _tables(analysis: Analysis) -> dict:
+def tables(analysis: Analysis) -> dict:
+    """The analyses of an [analysis] table, by name."""
     return {"prune": analysis.prune, "transfer": analysis.transfer, "pca": analysis.pca}
 
 
-def _select(config: Config, solver: str) -> bool:
+def selected(config: Config, solver: str) -> bool:
+    """Whether `solver`'s final networks are analysed (`analysis.solvers`; empty: every solver's)."""
     chosen = config.analysis.solvers if config.analysis is not None else ()
     return not chosen or solver in chosen
 
 
 def wanted(config: Config) -> bool:
-    return config.analysis is not None and any(t.enabled for t in _tables(config.analysis).values())
+    return config.analysis is not None and any(t.enabled for t in tables(config.analysis).values())
 
 
 def analyze_runs(writer, runs, built, solver: str, *, initial, final,
@@ -111,77 +112,11 @@ def analyze_runs(writer, runs, built, solver: str, *, initial, final,
     import jax
 
     config = runs[0].settings
-    if not wanted(config) or not _select(config, solver):
+    if not wanted(config) or not selected(config, solver):
         return
     for i, (r, b) in enumerate(zip(runs, built)):
         params, params0 = (jax.tree.map(lambda x: x[i], p) for p in (final, initial))
         for name, (arrays, attrs) in analyze_one(r.settings, b.problem, params, b.dataset, r.seed, params0).items():
             writer.write_analysis(r.name, solver, name, arrays, attrs)
-    done = [k for k, t in _tables(config.analysis).items() if t.enabled]
+    done = [k for k, t in tables(config.analysis).items() if t.enabled]
     report(f"{runs[0].label or config.name} · {solver}: analyses {', '.join(done)} stored")
-
-
-def final_params_from_archive(config: Config, seed: int, preset: Preset, stored):
-    """Rebuild a run and restore a solver's committed checkpoint `stored` (arrays, attrs):
-    (built, final params)."""
-    import jax
-
-    from ..run import batch, state_arrays
-    from ..run.build import build_run
-    from ..run.integrators import make_integrator
-
-    built = build_run(config, seed)
-    integ = make_integrator(preset, config.run)
-    template = batch.init(integ, batch.stack_problems([built.problem]), batch.stack([built.params]),
-                          batch.stack([built.key]))
-    state = state_arrays.restore(template, 0, stored[0])
-    return built, jax.tree.map(lambda x: x[0], integ.params(state))
-
-
-class NotCaron(ValueError):
-    """`analyze_archive` was asked to analyse an archive without an [analysis] table."""
-
-
-def analyze_archive(path, *, only: list[str] | None = None, force: bool = False,
-                    report: Callable[[str], None] = lambda s: print(s, file=sys.stderr)) -> int:
-    """(Re)run the analyses of an archive in place; returns the number of results stored.
-
-    Uses each run's `[analysis]` table. An archive whose scenario has none is not a Caron
-    experiment: refused (`NotCaron`) unless `force`, which gives such runs every analysis
-    with the defaults. `only` restricts to some of prune, transfer, pca."""
-    from .. import archive
-
-    jobs = []
-    with archive.open(path) as a:
-        configs = {name: from_dict(Config, run.params) for name, run in a.runs.items()}
-        if not force and not any(c.analysis for c in configs.values()):
-            raise NotCaron(f"{path}: its scenario has no [analysis] table, so it is not a Caron "
-                             "experiment; allowed: an archive of a scenario with [analysis], or "
-                             "--force to run every analysis with its defaults anyway")
-        for run in a.runs.values():
-            config = configs[run.name]
-            cfg = config.analysis or Analysis(prune=PruneAnalysis(), transfer=TransferAnalysis(), pca=PcaAnalysis())
-            if only:
-                cfg = dataclasses.replace(cfg, **{k: dataclasses.replace(t, enabled=t.enabled and k in only)
-                                                  for k, t in _tables(cfg).items()})
-            config = dataclasses.replace(config, analysis=cfg)
-            presets = {p.name: p for p in config.run.solvers}
-            for name, view in run.solvers.items():
-                cp = view.checkpoint
-                if cp is not None and name in presets and _select(config, name):
-                    jobs.append((run.name, run.seed, config, presets[name], cp))
-    count = 0
-    writer = archive.ArchiveWriter.resume(path)
-    try:
-        for run_name, seed, config, preset, cp in jobs:
-            built, params = final_params_from_archive(config, seed, preset, cp)
-            for name, (arrays, attrs) in analyze_one(config, built.problem, params, built.dataset, seed,
-                                                     built.params).items():
-                writer.write_analysis(run_name, preset.name, name, arrays, attrs)
-                count += 1
-            report(f"{run_name} · {preset.name}: analysed")
-    finally:
-        writer.close()
-    return count
-
-

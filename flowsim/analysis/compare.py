@@ -64,7 +64,7 @@ import numpy as np
 from flowsim import archive as _archive
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import DescentPreset, FlowPreset, Preset
-from flowsim.integrate.registry import GD_FLOW_KINDS, SOLVER_KINDS
+from flowsim.kinds.solvers import GD_FLOW_KINDS, SOLVER_KINDS
 from flowsim.toml_text import is_number, sweep_axes, toml_value, value_at
 
 from .compare_central import CentralTrack, central_tracks

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from flowsim.integrate.registry import SOLVER_KINDS
+from flowsim.kinds.solvers import SOLVER_KINDS
 
 from .compare_central import SMOOTH_STEPS, TRUNCATE, CentralTrack
 from .compare import CSV_COLUMNS, GAPS, SUMMARY_GAPS, Ladder, Report, SweepCell, cell_text, sweep_summary

@@ -1,7 +1,7 @@
 """The `flowsim` command: run | merge | list | show | inspect | plot | compare | analyze.
 
 Argument parsing, messages and exit codes only: the work is done by library calls
-(`flowsim.session` for `run`, `flowsim.cli.inspection` for `inspect`); the process's stop
+(`flowsim.run.session` for `run`, `flowsim.cli.inspection` for `inspect`); the process's stop
 requests, start-up and exit are `flowsim.cli.lifecycle`'s.
 
 Exit status: 0 when every run finished (numerical statuses such as `diverged` included),
@@ -17,7 +17,7 @@ from pathlib import Path
 from ..engine_env import set_engine_defaults
 from .lifecycle import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, StopRequest,
                         compilation_cache, leave, load_engine, quiet_hdf5_unraisable, write_failure)
-from ..session import InputError
+from ..run.session import InputError
 
 
 def _err(msg: str) -> None:
@@ -48,7 +48,7 @@ def cmd_run(args) -> int:
         # JAX's preemption notifier took SIGTERM; take it back: a stop reaching any process
         # is then honoured by all after the same checkpoint (Driver.should_stop below).
         _STOP.install()
-    from .. import session
+    from ..run import session
     from ..run.devices import any_process, is_primary
 
     _STOP.at_once = not args.distributed      # several processes stop after the same checkpoint
@@ -242,7 +242,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_analyze(args) -> int:
-    from ..analysis.caron import NotCaron, analyze_archive
+    from ..run.analyze import NotCaron, analyze_archive
 
     only = [x for x in (args.only or "").split(",") if x]
     bad = sorted(set(only) - {"prune", "transfer", "pca"})

@@ -1,7 +1,8 @@
 """`flowsim show`: what a scenario will do, computed from its configuration alone.
 
-Every resolved key with where its value came from (the file, a default, a `--set`, a solver
-preset, or the sweep; a flow preset's keys that its method does not read are left out), the runs it expands to, each solver's checkpoint grid, and the
+Every resolved key, in the form `--set` takes it, with where its value came from (the file,
+a default, a `--set`, a solver preset, or the sweep; a flow preset's keys that its method
+does not read are left out), the runs it expands to, each solver's checkpoint grid, and the
 memory and disk estimate that `run` checks. Nothing is built or run.
 """
 
@@ -11,10 +12,11 @@ from typing import Any
 from ..run.resources import point_estimates
 from ..config import FlowPreset, Scenario
 from ..config.files import parse_toml
-from ..config.schema import sweep_axes, sweep_key
+from ..config.schema import sweep_axes
+from ..config.sweep_grammar import sweep_key
 from ..config.spec import ABSENT, toml_value
 from ..run.integrators import checkpoint_grid
-from ..integrate.registry import CENTRAL_READS, FLOW_METHODS, group_keys
+from ..kinds.solvers import CENTRAL_READS, FLOW_METHODS, group_keys
 
 _MIB = 2**20
 
@@ -52,9 +54,9 @@ def origin(sc: Scenario, raw: dict, key: str, path: tuple) -> str:
     swept = sweep_axes(sc.resolved.get("sweep"))
     if any(key == k or key.startswith(k + ".") for k in swept):
         return "swept (see runs)"
-    if path[:2] == ("run", "solvers") and len(path) > 2:
-        named = _at(raw, path[:3])
-        if isinstance(named, str):
+    if path[:2] == ("run", "solvers"):     # a preset's key, or its reference's, given by name
+        named = next((n for d in range(3, len(path)) if isinstance(n := _at(raw, path[:d]), str)), None)
+        if named is not None:
             return f"preset {named!r}"
     return "file" if _at(raw, path) is not ABSENT else "default"
 

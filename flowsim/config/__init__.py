@@ -3,8 +3,12 @@
     spec.py       declarative validators and `ScenarioError` (the message contract)
     declare.py    how a table is declared: `setting`, `table`, the derived specs, `from_dict` / `to_dict`
     typed.py      every table, declared once: frozen typed classes whose fields carry their rules
+    rules.py      the rules relating two keys (a class's `RULES`) and the limits they hold values to
+    plugin_probe.py  a key that may name a plug-in: imported and probed (`Plugin`)
+    presets.py    a solver preset loaded by name (solvers/, gd-lr<η>) or inline; `run.solvers`
     schema.py     the scenario and solver-preset spec trees the classes give
     overrides.py  ``--set KEY=VALUE``
+    sweep_grammar.py  what a [sweep] may say: its keys (`check_dotted`), modes, point count
     sweep.py      expansion of a [sweep] into `RunSpec`s; `shard_runs` (a job array's part)
     times.py      checkpoint times of a [run] table
     files.py      TOML in (with messages) and out

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .. import plugins
 from .files import display, read_toml
-from .spec import ScenarioError, did_you_mean, is_file, show, toml_string
+from .spec import ScenarioError, did_you_mean, file_beside, is_file, resolve_path, show, toml_string
 
 __all__ = ["data_dir", "find_scenario", "list_scenarios", "list_solvers", "scenarios_dir", "solvers_dir"]
 
@@ -78,7 +78,9 @@ def find_scenario(name_or_path: str) -> Path:
         raise ScenarioError(f"{name_or_path}: is a directory, not a scenario file; {allowed_file}",
                             file=str(name_or_path), value=name_or_path, allowed=allowed_file)
     if p.suffix or len(p.parts) > 1:   # a path, not a name: the catalog is not what was meant
-        raise ScenarioError(f"{name_or_path}: no such file; {allowed_file}",
+        guess = file_beside(str(name_or_path), resolve_path(str(name_or_path), Path.cwd()))
+        mean = f"; did you mean {toml_string(guess)}?" if guess else ";"
+        raise ScenarioError(f"{name_or_path}: no such file{mean} {allowed_file}",
                             file=str(name_or_path), value=name_or_path, allowed=allowed_file)
     candidate = scenarios_dir() / f"{name_or_path}.toml"
     if is_file(candidate):

@@ -3,6 +3,7 @@ scenario back as TOML that loads to itself."""
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -41,11 +42,55 @@ def read_text(p: Path, display: str) -> str:
     return text
 
 
+def unclosed_bracket(text: str) -> tuple[int, int, str] | None:
+    """(line, column, bracket), from 1, of the outermost `[` or `{` of a value that is never
+    closed; None when every one is. Strings and comments are skipped, and a `[` that starts
+    a line outside any value is a table's header."""
+    stack: list[tuple[int, int, str]] = []
+    i, line, start = 0, 1, 0          # start: where the current line begins
+    while i < len(text):
+        c = text[i]
+        if c == "\n":
+            line, start = line + 1, i + 1
+        elif c == "#":
+            i = text.find("\n", i) - 1 if "\n" in text[i:] else len(text)
+        elif text.startswith(('"""', "'''"), i):     # a multi-line string
+            end = text.find(text[i:i + 3], i + 3)
+            end = len(text) if end < 0 else end + 2
+            line += text.count("\n", i, end)
+            start = text.rfind("\n", 0, end) + 1 if "\n" in text[i:end] else start
+            i = end
+        elif c in "\"'":
+            j = i + 1
+            while j < len(text) and text[j] not in (c, "\n"):
+                j += 2 if c == '"' and text[j] == "\\" else 1
+            i = min(j, len(text)) - (j < len(text) and text[j] == "\n")
+        elif c in "[{":
+            if not stack and c == "[" and not text[start:i].strip():      # [table] or [[table]]
+                i = text.find("\n", i) - 1 if "\n" in text[i:] else len(text)
+            else:
+                stack.append((line, i - start + 1, c))
+        elif c in "]}" and stack and "[{"["]}".index(c)] == stack[-1][2]:
+            stack.pop()
+        i += 1
+    return stack[0] if stack else None
+
+
 def parse_toml(text: str, display: str) -> dict:
     try:
         return tomllib.loads(text)
     except (ValueError, RecursionError) as e:  # TOMLDecodeError says "(at line L, column C)"
-        raise ScenarioError(f"{display}: invalid TOML: {e}; allowed: TOML (toml.io): tables as [name], "
+        problem = str(e)
+        found = unclosed_bracket(text)
+        stopped = re.search(r"at line (\d+)", problem)
+        if found and (stopped is None or found[0] <= int(stopped[1])):
+            # the parser reports where it gave up, often lines below the bracket left open
+            line, column, bracket = found
+            source = text.splitlines()[line - 1].strip()
+            position = re.search(r"\((at [^)]*)\)$", problem)
+            gave_up = f" (the parser gave up {position[1]})" if position else ""
+            problem = f"line {line}: the `{bracket}` at column {column} (`{source}`) is never closed{gave_up}"
+        raise ScenarioError(f"{display}: invalid TOML: {problem}; allowed: TOML (toml.io): tables as [name], "
                             "values as key = value, strings in quotes", file=display) from None
 
 

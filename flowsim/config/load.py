@@ -18,12 +18,14 @@ from .. import plugins
 from ..kinds import PIECEWISE_LINEAR, SHALLOW_KINDS, SMOOTH
 from .files import display, parse_toml, read_text
 from .overrides import apply_overrides
-from .schema import SCENARIO, load_preset, sweep_axes, sweep_key
-from ..integrate.registry import FLOW_METHODS
+from .presets import load_preset
+from .schema import SCENARIO, sweep_axes
+from .sweep_grammar import sweep_key
+from ..kinds.solvers import FLOW_METHODS
 from .spec import ABSENT, Ctx, ScenarioError, join, toml_value
 from .sweep import RunSpec, expand, make_runs, refuse_swept_overrides
 from .declare import from_dict, to_dict
-from .typed import Config, FlowPreset, Preset
+from .typed import Config, FlowPreset, Preset, solver_spec
 
 
 KINK_RTOL = 1e-4   # the rtol of the `bosh3-relu` preset, measured to pass ReLU kinks
@@ -146,7 +148,7 @@ def load_solver(spec: str | dict, *, file: str = "<scenario>", key: str = "run.s
     ``from_dict(Preset, load_solver(...))``).  Errors in a preset file name that file;
     errors in an inline table name `file` and `key`.
     """
-    return load_preset(spec, key, Ctx(file=file, base_dir=Path.cwd()))
+    return load_preset(spec, key, Ctx(file=file, base_dir=Path.cwd()), solver_spec)
 
 
 def solver_preset(spec: str | dict) -> Preset:

@@ -107,7 +107,8 @@ def markdown() -> str:
                     scenario_rows(), "")
     lines += _table("Solver-preset keys", "A file in `solvers/` (the name is the file's stem; "
                     "`description` is required there), or an inline table in `run.solvers` (with "
-                    "its own `name`).", solver_rows(), "solver.")
+                    "its own `name`). `--set` names one solver's key by its index in `run.solvers`, "
+                    "as `flowsim show` prints it: `run.solvers[0].rtol`.", solver_rows(), "solver.")
     return "\n".join(lines)
 
 

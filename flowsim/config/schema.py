@@ -7,10 +7,9 @@ names the spec trees those classes give, for validation, ``--set`` and the key r
 
 from ..toml_text import sweep_axes as sweep_axes
 from .declare import spec_of
-from .typed import (ACTIVATIONS as ACTIVATIONS, CHECKPOINT_FORMS as CHECKPOINT_FORMS, FLOW_METHODS as FLOW_METHODS, LOSSES as LOSSES,
-                    MAX_RUNS as MAX_RUNS, OBSERVABLES as OBSERVABLES, SOLVER_KINDS as SOLVER_KINDS, Config,
-                    ShallowModel, check_dotted as check_dotted, load_preset as load_preset,
-                    scenario_spec, solver_spec, sweep_key as sweep_key)
+from .typed import (ACTIVATIONS as ACTIVATIONS, CHECKPOINT_FORMS as CHECKPOINT_FORMS, FLOW_METHODS as FLOW_METHODS,
+                    LOSSES as LOSSES, MAX_RUNS as MAX_RUNS, OBSERVABLES as OBSERVABLES, SOLVER_KINDS as SOLVER_KINDS,
+                    Config, FlowPreset, Run, ShallowModel, scenario_spec, solver_spec)
 
 SCENARIO = scenario_spec()
 DATA = spec_of(Config, "data")
@@ -25,3 +24,7 @@ PLOT = spec_of(Config, "plot")
 SOLVER_FILE = solver_spec(inline=False)
 #: An inline preset in a scenario: carries its own name; the description is optional.
 SOLVER_INLINE = solver_spec(inline=True)
+#: The keys whose value is a solver preset, by name or inline (`reference`), or a list of
+#: them (`run.solvers`): `--set` reaches inside them (`run.solvers[0].rtol`).
+SOLVERS = spec_of(Run, "solvers")
+REFERENCE = spec_of(FlowPreset, "reference")

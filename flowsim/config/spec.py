@@ -13,7 +13,7 @@ import copy
 import datetime as _dt
 import difflib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,23 @@ def did_you_mean(word: str, choices) -> str | None:
     return found[0] if found else None
 
 
+def guess_text(keys: Sequence[str], most: int = 4) -> str:
+    """`a`, `a` or `b`, `a`, `b` or `c` (the first `most`)."""
+    shown = [f"`{k}`" for k in keys[:most]]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " or " + shown[-1]
+
+
+def paths_to(spec: Spec, name: str, prefix: str = "") -> list[str]:
+    """The dotted keys below `spec` whose last part is `name`: where a key given in the
+    wrong table (a top-level `width`) belongs."""
+    out = []
+    for k, kid in spec.children().items():
+        key = join(prefix, k)
+        out += [key] if k == name else []
+        out += paths_to(kid, name, key)
+    return out
+
+
 # --------------------------------------------------------------------------------------
 # Where a value is being checked, and how failures are worded
 # --------------------------------------------------------------------------------------
@@ -143,10 +160,12 @@ class Ctx:
                           key=key, allowed=allowed)
 
     def unknown(self, key: str, name: str, allowed_names, table: str,
-                note: str = "") -> ScenarioError:
+                note: str = "", deeper: Sequence[str] = ()) -> ScenarioError:
+        """`deeper`: the full keys of that name in other tables, suggested when no key of
+        this table is spelt close to it (`width` -> `model.width`)."""
         names = sorted(allowed_names)
         guess = did_you_mean(name, names)
-        mean = f"; did you mean `{guess}`?" if guess else ";"
+        mean = f"; did you mean {guess_text([guess] if guess else deeper)}?" if guess or deeper else ";"
         note = f" ({note})" if note else ""
         allowed = ", ".join(names)
         return self.error(f"unknown key `{key}`{note}{mean} allowed keys in {table}: {allowed}",
@@ -312,6 +331,17 @@ def is_file(p: Path | None) -> bool:
         return False
 
 
+def file_beside(text: str, p: Path | None) -> str | None:
+    """A missing file's likely meaning: the file of its folder whose name is spelt closest to
+    its own (`widht.toml` -> `width.toml`), written as `text` wrote the path; None if none is close."""
+    try:
+        names = [q.name for q in p.parent.iterdir() if q.is_file()] if p is not None else []
+    except OSError:      # no such folder, or not readable: nothing to offer
+        return None
+    guess = did_you_mean(p.name, names) if names else None
+    return None if guess is None else str(Path(text).with_name(guess))
+
+
 @dataclass(frozen=True)
 class FilePath(Spec):
     """A path to an existing file, relative to the scenario's folder; returned absolute.
@@ -335,8 +365,9 @@ class FilePath(Spec):
         p = resolve_path(value, ctx.base_dir)
         if not is_file(p):
             where = p if p is not None else value
+            guess = file_beside(value, p)
             raise ctx.bad(key, value, f"is not an existing file (looked for {where})",
-                          self.allowed())
+                          self.allowed(), f"did you mean {toml_string(guess)}?" if guess else "")
         return str(p)
 
 
@@ -454,7 +485,8 @@ class Table(Spec):
             if name not in self.fields:
                 table = _table_name(key) + context
                 note = "it belongs to another kind" if name in elsewhere else ""
-                raise ctx.unknown(join(key, name), name, self.fields, table, note)
+                deeper = [join(key, p) for p in paths_to(self, name)]
+                raise ctx.unknown(join(key, name), name, self.fields, table, note, deeper)
         out = {}
         for name, spec in self.fields.items():
             k = join(key, name)

@@ -10,7 +10,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .overrides import assign, kind_first
-from .schema import MAX_RUNS, SCENARIO, sweep_axes, sweep_key
+from .schema import MAX_RUNS, SCENARIO, sweep_axes
+from .sweep_grammar import sweep_key
 from .spec import ABSENT, Ctx, toml_key, toml_value
 from .declare import from_dict, to_dict
 from .typed import Config
@@ -62,7 +63,7 @@ def refuse_swept_overrides(sweep: dict | None, ctx: Ctx) -> None:
     refuse it, and say how to change the sweep instead."""
     for axis in sweep_axes(sweep):
         for key, text in ctx.origins.items():
-            if key == axis or axis.startswith(key + ".") or key.startswith(axis + "."):
+            if key == axis or axis.startswith(key + ".") or key.startswith((axis + ".", axis + "[")):
                 values = ", ".join(toml_value(v) for v in sweep[axis])
                 raise ctx.error(
                     f"{text}: key `{key}` is swept by [sweep] ({toml_key(axis)} = [{values}]), "
@@ -75,9 +76,10 @@ def expand(raw: dict, resolved: dict, ctx: Ctx) -> tuple[list[tuple[str, dict]],
     """(label, config) per sweep point, and the sweep with normalised elements."""
     sweep = resolved.get("sweep")
     axes = sweep_axes(sweep)
-    # A point's value of a swept key comes from the sweep: from `--set` if its list did.
-    ctx = replace(ctx, origins={**ctx.origins, **{k: ctx.origins[sweep_key(k)] for k in axes
-                                                  if sweep_key(k) in ctx.origins}})
+    # A point's value of a swept key comes from the sweep: from `--set` if its list, or an
+    # element of it (`sweep."k"[1].x`), did.
+    ctx = replace(ctx, origins={**ctx.origins, **{k: text for k in axes for key, text in ctx.origins.items()
+                                                  if key == sweep_key(k) or key.startswith(sweep_key(k) + "[")}})
     base_raw = {k: v for k, v in raw.items() if k != "sweep"}
     if not axes:
         return [("", {k: v for k, v in resolved.items() if k != "sweep"})], sweep

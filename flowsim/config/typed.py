@@ -3,9 +3,11 @@
 Each table is a frozen, hashable class whose keys are `setting`s (`flowsim.config.declare`
 says what a setting carries and what is derived from the classes). The few rules that
 relate two keys (``low < high``, ``k <= width``, checkpoint times within ``t_end`` ...) are
-small functions in the class's `RULES`. The kinds accepted come from the registries where
-they are declared (solver kinds and flow methods in `flowsim.integrate.registry`;
-activations, losses and observables in `flowsim.kinds`): no JAX is imported here.
+named in the class's `RULES` (`flowsim.config.rules`). The machinery a few keys validate
+with lives apart: a plug-in's import and probe (`plugin_probe`), a preset's loading by name
+(`presets`), what a [sweep] may say (`sweep_grammar`). The kinds accepted come from the registries where
+they are declared (`flowsim.kinds`: activations, losses, observables, models; solver kinds
+and flow methods in `flowsim.kinds.solvers`): no JAX is imported here.
 
 Tagged tables are one class per `kind` (`SphereSineData`, `AsymmetricScaling` ...); solver
 presets are `FlowPreset` for the continuous kinds and `DescentPreset` for the discrete ones.
@@ -31,36 +33,28 @@ pin its wording; pydantic would validate a second time and word its errors its o
 from __future__ import annotations
 
 import functools
-import itertools
-import math
-import re
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Union
 
 import numpy as np
 
-from .. import plugins
-from ..integrate.registry import CENTRAL_METHODS, DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS
-from ..integrate.registry import FLOW_METHODS as _FLOW_METHOD_REGISTRY
-from ..integrate.registry import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
-from ..integrate.registry import steps
+from ..kinds.solvers import DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS
+from ..kinds.solvers import FLOW_METHODS as _FLOW_METHOD_REGISTRY
+from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..kinds import LOSSES as _LOSS_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..kinds import SHALLOW_KINDS as SHALLOW_KINDS
-from ..toml_text import sweep_axes
-from .catalog import solvers_dir
 from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
-from .files import display, read_toml
-from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Spec, Str,
-                   Table, Tagged, did_you_mean, join, num, show, toml_key, toml_string)
+from .plugin_probe import Plugin, callable_probe, shape_probe
+from .presets import check_reference, check_solvers
+from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, central_fits, check_seeds, checkpoints_fit,
+                    dt_bounds, embedded_keys, k_within_width, low_below_high, mnist_fits, observables_fit_model,
+                    rtol_within_dtype, split_sums_to_one, t_end_on_every_grid, times_increasing, train_within_layers)
+from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Str, Table, Tagged,
+                   join)
+from .sweep_grammar import SWEEP_MODES, check_sweep
 from .times import checkpoint_times
 
-SEED_MAX = 2**32 - 1  # seeds feed jax.random.PRNGKey and numpy generators
-MAX_SEEDS = 10_000
-MAX_CHECKPOINTS = 1_000_000
-MAX_POINTS = 10_000
 MAX_RUNS = 100_000
 
 # The kinds the registries declare, in their order (the order of every "allowed: ..." text).
@@ -71,16 +65,11 @@ FLOW_METHODS = tuple(_FLOW_METHOD_REGISTRY)
 OBSERVABLES = tuple(_OBSERVABLE_REGISTRY)
 DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
 UCI_NAMES = ("concrete", "energy", "airfoil", "plant")
-MNIST_IMAGES = 5000   # data/mnist_5k.npz: 500 images of each digit (flowsim/data/images.py)
 EMBEDDINGS = ("identity", "quadratic", "random-features")
 CHEN_SCALINGS = ("theirs", "ntk", "mean-field")
 MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field", "mup")   # flowsim/models/mlp.py
-SWEEP_MODES = ("product", "zip")
 # `flowsim plot` layout: "default" (Caron Fig. 1 panels) or a paper figure (flowsim/plots/chen.py).
 PLOT_FIGURES = ("default", "chen-exp1", "chen-exp2", "chen-exp3")
-# float32 resolves about 1.2e-7 relative; an error target within ~100 units of it makes the
-# step-size controller chase rounding noise (tens of times more steps, and no better answer).
-FLOAT32_MIN_RTOL = 1e-5
 
 __all__ = [
     "Config", "Data", "Model", "Scaling", "Checkpoints", "Preset",
@@ -96,58 +85,9 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------
-# Validators of flowsim's own (the generic ones are in flowsim.config.spec)
+# Validators of flowsim's own (the generic ones are in flowsim.config.spec, a plug-in's in
+# flowsim.config.plugin_probe)
 # --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Plugin(Str):
-    """One of `choices`, or a plug-in "package.module:name" that imports (from the scenario's
-    folder first) and passes `probe` (which returns what is wrong with the object, or "")."""
-
-    probe: Callable[[Any], str] = lambda obj: ""
-    what: str = "a function"
-
-    def allowed(self) -> str:
-        plugin = f'a plug-in {plugins.FORM} naming {self.what}'
-        return f"{super().allowed()}, or {plugin}" if self.choices else plugin
-
-    def check(self, value, key, ctx):
-        if not plugins.is_path(value):
-            if not self.choices:
-                raise ctx.bad(key, value, "is not an import path", self.allowed())
-            return super().check(value, key, ctx)
-        with plugins.running(key, value, "imported and probed"):
-            try:
-                obj = plugins.load(value, ctx.base_dir)
-            except plugins.PluginError as err:
-                raise ctx.bad(key, value, str(err), self.allowed()) from None
-            wrong = self.probe(obj)
-        if wrong:
-            raise ctx.bad(key, value, wrong, self.allowed())
-        return value
-
-
-def _callable(obj) -> str:
-    return "" if callable(obj) else f"is of type {type(obj).__name__}, not callable"
-
-
-def _probe(shapes: tuple[tuple[int, ...], ...], want: tuple[int, ...], what: str):
-    """A probe calling the object on zeros of `shapes` (abstractly, no compute) and asking
-    for an output of shape `want`."""
-    def probe(obj) -> str:
-        import jax
-        import jax.numpy as jnp
-
-        if not callable(obj):
-            return _callable(obj)
-        try:
-            out = jax.eval_shape(obj, *(jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes))
-        except plugins.RAISED as err:  # the user's code may raise anything
-            return f"fails on arrays of shapes {list(shapes)} ({plugins.describe(err)})"
-        shape = getattr(out, "shape", None)
-        return "" if shape == want else f"returns shape {shape} on {list(shapes)}; {what} returns {want}"
-    return probe
 
 
 def _positive(default: Any = REQUIRED) -> Float:
@@ -156,9 +96,6 @@ def _positive(default: Any = REQUIRED) -> Float:
 
 def _fraction(default: float) -> Float:
     return Float(lo=0.0, hi=1.0, default=default)
-
-
-_SEED = Int(lo=0, hi=SEED_MAX)
 
 
 # --------------------------------------------------------------------------------------
@@ -198,7 +135,7 @@ def _file(meaning: str = "the file (csv: one header row, numeric columns; npz: X
 class _DataBase:
     kind: str
     seed: int | Literal["run"] = setting(
-        OneOf(options=(_SEED, Str(choices=("run",))), default=0),
+        OneOf(options=(SEED, Str(choices=("run",))), default=0),
         "seed of the data's random draws and splits, shared by every run; \"run\": each run's own seed")
 
 
@@ -220,16 +157,9 @@ class SingleReluData(_DataBase):
     n_test: int = _n_test(1000)
 
 
-def _low_below_high(t: dict, key: str, ctx: Ctx) -> None:
-    if not t["low"] < t["high"]:
-        low = join(key, "low")
-        raise ctx.bad(join(key, "high"), t["high"], f"is not above `{low}` = {show(t['low'])}",
-                      f"a number > {low}")
-
-
 @table
 class RandomLabelsData(_DataBase):
-    RULES: ClassVar = (_low_below_high,)
+    RULES: ClassVar = (low_below_high,)
     kind: Literal["random-labels"] = "random-labels"
     n: int = _n(20)
     d: int = _d(20)
@@ -256,16 +186,9 @@ class QuadraticTeacherData(_DataBase):
     noise: float = _noise(0.0)
 
 
-def _split_sums_to_one(t: dict, key: str, ctx: Ctx) -> None:
-    total = t["train"] + t["test"] + t["valid"]
-    if abs(total - 1.0) > 1e-9:
-        raise ctx.bad(key, t, f"sums to {total!r}, not 1",
-                      "train, test and valid, each in [0, 1], summing to 1 (within 1e-9)")
-
-
 @table
 class Split:
-    RULES: ClassVar = (_split_sums_to_one,)
+    RULES: ClassVar = (split_sums_to_one,)
     train: float = setting(_fraction(0.4), "share of the rows in the training set")
     test: float = setting(_fraction(0.2), "share of the rows in the test set")
     valid: float = setting(_fraction(0.4), "share of the rows held out as validation (not used by the flow)")
@@ -314,18 +237,9 @@ def _cohen_standardize() -> Any:
                    "al. do (a pixel constant over the training images is centred only); false: pixels / 255")
 
 
-def _mnist_fits(t: dict, key: str, ctx: Ctx) -> None:
-    n = t.get("n") or MNIST_IMAGES   # absent: all of them
-    if n + t["n_test"] > MNIST_IMAGES:
-        n_key = join(key, "n")
-        raise ctx.bad(join(key, "n_test"), t["n_test"], f"with `{n_key}` = {n} asks for {n + t['n_test']} of the "
-                      f"{MNIST_IMAGES} shipped images", f"an integer in [0, {MNIST_IMAGES} - {n_key}] (absent "
-                      f"`{n_key}` takes all {MNIST_IMAGES})")
-
-
 @table
 class MnistData(_DataBase):
-    RULES: ClassVar = (_mnist_fits,)
+    RULES: ClassVar = (mnist_fits,)
     kind: Literal["mnist"] = "mnist"
     n: int | None = setting(Int(lo=1, hi=MNIST_IMAGES, default=ABSENT),
                             f"training images of the shipped {MNIST_IMAGES}-image MNIST subset, n/10 of each digit "
@@ -440,7 +354,7 @@ Scaling = Union[NtkScaling, AsymmetricScaling, SingleScaling, FiniteScaling, Cus
 
 def _activation(default: str) -> Any:
     return setting(Plugin(choices=ACTIVATIONS, default=default, what="an elementwise function z -> σ(z)",
-                          probe=_probe(((3,),), (3,), "an elementwise function")),
+                          probe=shape_probe(((3,),), (3,), "an elementwise function")),
                    "σ, by name or as a plug-in \"package.module:function\"")
 
 
@@ -486,27 +400,11 @@ class ShallowModel(_ModelBase):
         return self.width * d + (self.width * k if self.output == "trained" else 0)
 
 
-def _embedded_keys(t: dict, key: str, ctx: Ctx) -> None:
-    """`features` is D of the random-features embedding only (default D = width, as in
-    Chen et al.'s P-3L net); the NTK scaling pairs nodes, so it needs an even width."""
-    fk = join(key, "features")
-    if t["embedding"] == "random-features":
-        t.setdefault("features", t["width"])
-    elif "features" in t:
-        raise ctx.bad(fk, t["features"], f"does not apply to `{join(key, 'embedding')}` = "
-                      f"{toml_string(t['embedding'])} (its D is fixed by the embedding)",
-                      'no `features` key, or `embedding` = "random-features"')
-    if t["chen_scaling"] == "ntk" and t["width"] % 2:
-        raise ctx.bad(join(key, "width"), t["width"], 'is odd; `chen_scaling` = "ntk" '
-                      "symmetrises the initialisation with pairs of nodes",
-                      "an even integer >= 2")
-
-
 # Chen, Vanden-Eijnden & Bruna: f = (1/m) Σ c_i σ(D^{-1/2} Σ_j W_ij φ_j(x)), c_i = ±ĉ
 # (flowsim/embedding.py); chen_scaling picks a column of their Table 1.
 @table
 class EmbeddedModel(_ModelBase):
-    RULES: ClassVar = (_embedded_keys,)
+    RULES: ClassVar = (embedded_keys,)
     kind: Literal["embedded"] = "embedded"
     zeroed: bool = _zeroed()
     embedding: Literal[EMBEDDINGS] = setting(
@@ -515,7 +413,7 @@ class EmbeddedModel(_ModelBase):
     chen_scaling: Literal[CHEN_SCALINGS] = setting(
         "theirs", "which column of Chen et al.'s Table 1 sets the output scale (theirs = the paper's code)")
     c_hat: float = setting(_positive(1.0), "magnitude ĉ of the fixed output weights c_i = ±ĉ")
-    # last: the default D (filled in by _embedded_keys) lands there too, so the resolved
+    # last: the default D (filled in by embedded_keys) lands there too, so the resolved
     # table has one key order, given or not; None for the other embeddings
     features: int | None = setting(Int(lo=1, default=ABSENT),
                                    "number D of random features (random-features embedding only)")
@@ -532,18 +430,10 @@ class EmbeddedModel(_ModelBase):
         return self.width * self.inputs(d)
 
 
-def _train_within_layers(t: dict, key: str, ctx: Ctx) -> None:
-    layers = len(t["widths"]) + 1
-    if t["train"] != "all" and max(t["train"]) >= layers:
-        raise ctx.bad(join(key, "train"), t["train"], f"names a layer past the last ({layers} layers: "
-                      f"{len(t['widths'])} hidden and the output)",
-                      f'"all", or layer indices in [0, {layers - 1}]')
-
-
 # A fully connected network of any depth (flowsim/models/mlp.py).
 @table
 class MlpModel:
-    RULES: ClassVar = (_train_within_layers,)
+    RULES: ClassVar = (train_within_layers,)
     kind: Literal["mlp"] = "mlp"
     widths: tuple[int, ...] = setting(ListOf(item=Int(lo=1), nonempty=True, default=[100, 100]),
                                       "hidden widths, input side first (the depth is their number)")
@@ -576,7 +466,7 @@ class MlpModel:
 class PythonModel:
     kind: Literal["python"] = "python"
     factory: str = setting(
-        Plugin(what="a function (key, d, k) -> an Equinox module", probe=_callable),
+        Plugin(what="a function (key, d, k) -> an Equinox module", probe=callable_probe),
         "\"package.module:function\" called as factory(key, d, k), returning an Equinox module that maps one "
         "input (d,) to outputs (k,)")
 
@@ -610,7 +500,7 @@ Model = Union[ShallowModel, EmbeddedModel, MlpModel, PythonModel, ModuleModel]
 class Loss:
     kind: str = setting(
         Plugin(choices=LOSSES, default="half-sse", what="a function (pred (n, k), y (n, k)) -> scalar, a mean "
-               "over samples", probe=_probe(((4, 2), (4, 2)), (), "a loss")),
+               "over samples", probe=shape_probe(((4, 2), (4, 2)), (), "a loss")),
         "the training loss, by name or as a plug-in \"package.module:function\" (pred, y) -> scalar")
     function: str | None = None   # kind "callable" (`flowsim.simulate`): the function's qualified name
 
@@ -618,25 +508,6 @@ class Loss:
 # --------------------------------------------------------------------------------------
 # Solver presets (a file in solvers/, or an inline table in run.solvers)
 # --------------------------------------------------------------------------------------
-
-
-def _dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
-    if t["dtmax"] > 0 and t["dtmin"] > t["dtmax"]:
-        raise ctx.bad(join(key, "dtmin"), t["dtmin"], f"exceeds `{join(key, 'dtmax')}` = "
-                      f"{show(t['dtmax'])}", "dtmin <= dtmax (0 means no bound)")
-
-
-def _central_fits(t: dict, key: str, ctx: Ctx) -> None:
-    """A central flow is stepped by an explicit method, Runge–Kutta or rock4 (its eigenvectors
-    ride in the method's state: flowsim.integrate.central_field), and has no reference flow of its own."""
-    if t["kind"] != "central-flow":
-        return
-    if t["method"] not in CENTRAL_METHODS:
-        raise ctx.bad(join(key, "method"), t["method"], "cannot step a central flow",
-                      "an explicit method: " + ", ".join(CENTRAL_METHODS))
-    if t["reference"] != "":
-        raise ctx.bad(join(key, "reference"), t["reference"], "is not supported by a central flow",
-                      "\"\" (none)")
 
 
 def _read_by(group: str, meaning: str) -> str:
@@ -672,23 +543,13 @@ def _learning_rate(kinds: tuple[str, ...] = ()) -> Any:
                    "central-flow: the GD step whose central flow it solves)", kinds=kinds)
 
 
-def _check_reference(value: Any, key: str, ctx: Ctx) -> str | dict:
-    if value == "":
-        return ""
-    preset = load_preset(value, key, ctx)
-    if preset["kind"] != "flow" or preset["reference"]:
-        raise ctx.bad(key, value, "is not a plain `flow` preset",
-                      "the name or inline table of a `flow` preset without a reference of its own")
-    return preset
-
-
 @table
 class FlowPreset:
     """A continuous solver: the exact gradient flow, or GD's modified or central flow at
     `learning_rate`."""
 
     KINDS: ClassVar[tuple[str, ...]] = FLOW_KINDS
-    RULES: ClassVar = (_dt_bounds, _central_fits)
+    RULES: ClassVar = (dt_bounds, central_fits)
     name: str = _name()
     kind: Literal[FLOW_KINDS] = "flow"
     description: str = _description()
@@ -711,7 +572,7 @@ class FlowPreset:
         "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, auto: tsit5 while "
         "accuracy holds the step and rock4 while stability does, switched per step, or filippov: "
         "event-driven through ReLU kinks")
-    # The keys of the settings groups a flow method reads (`flowsim.integrate.registry`:
+    # The keys of the settings groups a flow method reads (`flowsim.kinds.solvers`:
     # its records hold these names; each meaning names the methods that read it).
     rtol: float = setting(_positive(1e-8), _read_by("accuracy", "relative tolerance of the adaptive step control"))
     atol: float = setting(_positive(1e-10), _read_by("accuracy", "absolute tolerance of the adaptive step control"))
@@ -750,8 +611,9 @@ class FlowPreset:
     # A second, tighter flow solved beside this one: the archive then holds this flow's
     # global-error estimate at every checkpoint (series `flow_error`).
     reference: FlowPreset | None = setting(
-        Custom(fn=_check_reference, text="\"\" (none), or the name or inline table of a `flow` preset",
-               types=(str, dict), default=""),
+        # (the preset specs are declared below: `solver_spec` is looked up when a file is read)
+        Custom(fn=lambda value, key, ctx: check_reference(value, key, ctx, solver_spec),
+               text="\"\" (none), or the name or inline table of a `flow` preset", types=(str, dict), default=""),
         "a tighter flow preset solved beside this one: the archive then holds this flow's global-error "
         "estimate (`flow_error`)", none="")
 
@@ -801,44 +663,6 @@ def solver_spec(inline: bool) -> Tagged:
     return tagged_spec(Preset, common=("description",), replace={"description": Str()}, exclude=("name",))
 
 
-_GD_STEP = re.compile(r"gd-lr(\d+(?:\.\d*)?(?:e-?\d+)?)")   # "gd-lr0.5": GD at that step, any step
-_DIGITS = re.compile(r"\d+(?:\.\d*)?(?:e-?\d+)?")
-
-
-def _positive_number(text: str) -> bool:
-    return math.isfinite(float(text)) and float(text) > 0
-
-
-def load_preset(spec: Any, key: str, ctx: Ctx) -> dict:
-    """A preset by name (a file in solvers/) or inline, validated, with defaults and name."""
-    if isinstance(spec, str):
-        names = sorted(p.name[: -len(".toml")] for p in solvers_dir().glob("*.toml"))
-        step = _GD_STEP.fullmatch(spec)
-        if spec not in names and step and _positive_number(step[1]):
-            return load_preset({"name": spec, "kind": "gd", "learning_rate": float(step[1]),
-                                "description": f"Full-batch gradient descent, step {step[1]}"}, key, ctx)
-        if spec not in names:
-            guess = did_you_mean(spec, names)
-            if guess and (spec.startswith("gd-lr") or _DIGITS.sub("#", guess) == _DIGITS.sub("#", spec)):
-                guess = None     # another step size or order is another solver, not a spelling
-            raise ctx.bad(key, spec, "is not a solver preset",
-                          "one of " + ", ".join(toml_string(n) for n in names)
-                          + " (files in solvers/), gd-lr<η> for any step η > 0 (e.g. \"gd-lr0.5\"), or an "
-                          "inline table such as { name = \"gd-0.5\", kind = \"gd\", learning_rate = 0.5 }",
-                          f"did you mean {toml_string(guess)}?" if guess else "")
-        path = solvers_dir() / f"{spec}.toml"
-        shown = display(path)
-        raw = read_toml(path, shown)
-        preset = solver_spec(inline=False).check(raw, "", Ctx(file=shown, base_dir=path.parent))
-        return {"name": spec, **preset}
-    if isinstance(spec, dict):
-        preset = solver_spec(inline=True).check(spec, key, ctx)
-        name = preset.pop("name")
-        return {"name": name, **preset}
-    raise ctx.wrong_type(key, spec, "a solver preset name or an inline table with `name` "
-                         "and `kind`")
-
-
 # --------------------------------------------------------------------------------------
 # [run]: checkpoints (one of three forms) and solvers
 # --------------------------------------------------------------------------------------
@@ -855,19 +679,9 @@ class CheckpointCount:
     spacing: Literal["linear", "log"] = setting("linear", "linear, or log (from t_end/1000)")
 
 
-def _times_increasing(t: dict, key: str, ctx: Ctx) -> None:
-    times = t["times"]
-    for i in range(1, len(times)):
-        if not times[i] > times[i - 1]:
-            raise ctx.bad(join(key, "times"), times,
-                          f"is not strictly increasing (item {i} = {show(times[i])} "
-                          f"follows {show(times[i - 1])})",
-                          "strictly increasing times in (0, t_end]")
-
-
 @table
 class CheckpointTimes:
-    RULES: ClassVar = (_times_increasing,)
+    RULES: ClassVar = (times_increasing,)
     times: tuple[float, ...] = setting(ListOf(item=_positive(), nonempty=True, max_len=MAX_CHECKPOINTS),
                                        "explicit increasing times in (0, t_end]")
 
@@ -894,66 +708,9 @@ def _check_checkpoints(value: Any, key: str, ctx: Ctx) -> dict:
     return CHECKPOINT_FORMS[forms[0] if forms else "count"].check(value, key, ctx)
 
 
-def _check_solvers(value: Any, key: str, ctx: Ctx) -> list[dict]:
-    allowed = "a non-empty list of distinct solver preset names or inline tables"
-    if not isinstance(value, list):
-        raise ctx.wrong_type(key, value, allowed)
-    if not value:
-        raise ctx.bad(key, value, "is empty", allowed)
-    out: list[dict] = []
-    for i, item in enumerate(value):
-        preset = load_preset(item, f"{key}[{i}]", ctx)
-        if any(p["name"] == preset["name"] for p in out):
-            raise ctx.bad(key, value, f"names solver {toml_string(preset['name'])} twice",
-                          allowed + " (give an inline solver its own `name`)")
-        out.append(preset)
-    return out
-
-
-def _checkpoints_fit(run: dict, key: str, ctx: Ctx) -> None:
-    """Checkpoints must lie in (0, t_end] and be few enough to allocate."""
-    t_end, cp = run["t_end"], run["checkpoints"]
-    ck = join(key, "checkpoints")
-    if "times" in cp:
-        for i, t in enumerate(cp["times"]):
-            if t > t_end:
-                raise ctx.bad(f"{ck}.times[{i}]", t, f"is beyond `{join(key, 't_end')}` = "
-                              f"{show(t_end)}", f"times in (0, t_end = {show(t_end)}]")
-    if "every" in cp and t_end / cp["every"] > MAX_CHECKPOINTS:
-        raise ctx.bad(f"{ck}.every", cp["every"], f"gives {t_end / cp['every']:.3g} "
-                      f"checkpoints up to t_end = {show(t_end)}",
-                      f"at most {MAX_CHECKPOINTS} checkpoints")
-    # The formulas can still collapse for absurd t_end (sub-normal floats): check the result.
-    try:
-        with np.errstate(all="ignore"):
-            ts = checkpoint_times(run)
-        ok = ts.size > 0 and bool(np.all(np.isfinite(ts)) and ts[0] > 0 and np.all(np.diff(ts) > 0))
-    except (ValueError, ArithmeticError):
-        ok = False
-    if not ok:
-        raise ctx.bad(ck, cp, f"does not give strictly increasing times in (0, t_end] for "
-                      f"t_end = {show(t_end)}", "checkpoints that are distinct floats")
-
-
-def _t_end_on_every_grid(run: dict, key: str, ctx: Ctx) -> None:
-    """A discrete solver's last step is round(t_end/η)·η: refuse a t_end it would miss, rather
-    than report `done` short of (or past) the horizon."""
-    t_end = run["t_end"]
-    for i, p in enumerate(run["solvers"]):
-        if _SOLVER_KIND_REGISTRY[p["kind"]].discrete:
-            eta = p["learning_rate"]
-            last = steps(t_end, eta) * eta
-            if abs(last - t_end) > 1e-9 * t_end:
-                raise ctx.bad(join(key, "t_end"), t_end, f"is not a multiple of the step "
-                              f"{show(eta)} of solver {toml_string(p['name'])} "
-                              f"(`{join(key, f'solvers[{i}]')}`): it would end at t = {last:.10g}",
-                              f"a t_end that is a whole number of steps of every discrete "
-                              f"solver (e.g. {max(steps(t_end, eta), 1) * eta:.10g})")
-
-
 @table
 class Run:
-    RULES: ClassVar = (_checkpoints_fit, _t_end_on_every_grid)
+    RULES: ClassVar = (checkpoints_fit, t_end_on_every_grid)
     t_end: float = setting(_positive(), "the horizon in flow time; GD reaches it in t_end/η steps (a whole "
                            "number for every discrete solver)")
     checkpoints: Checkpoints = setting(
@@ -962,7 +719,8 @@ class Run:
                default={"count": 50, "spacing": "linear"}),
         "when rows are recorded: {every = T}, {count = N, spacing} or {times = [...]} (t = 0 is always row 0)")
     solvers: tuple[Preset, ...] = setting(
-        Custom(fn=_check_solvers, text="a non-empty list of solver preset names or inline tables",
+        Custom(fn=lambda value, key, ctx: check_solvers(value, key, ctx, solver_spec),
+               text="a non-empty list of solver preset names or inline tables",
                types=(list,), default=["auto"]),
         "solver presets by name (files in solvers/) or inline tables; each runs every seed of every sweep point",
         default=REQUIRED)    # (in Python: the preset objects; a name is resolved by validation)
@@ -982,91 +740,6 @@ class Run:
 # --------------------------------------------------------------------------------------
 # [sweep], [analysis], [plot] and the whole scenario
 # --------------------------------------------------------------------------------------
-
-
-def _check_seeds(value: Any, key: str, ctx: Ctx) -> list[int]:
-    spec = OneOf(options=(
-        ListOf(item=_SEED, nonempty=True, distinct=True, max_len=MAX_SEEDS),
-        Table(fields={"count": Int(lo=1, hi=MAX_SEEDS), "start": Int(lo=0, default=0)},
-              what="a table {count, start}"),
-    ))
-    seeds = spec.check(value, key, ctx)
-    if isinstance(seeds, dict):
-        if seeds["start"] + seeds["count"] - 1 > SEED_MAX:
-            raise ctx.bad(join(key, "start"), seeds["start"], "is out of range",
-                          f"start + count - 1 <= {SEED_MAX}")
-        seeds = list(range(seeds["start"], seeds["start"] + seeds["count"]))
-    return seeds
-
-
-_UNSWEEPABLE = {"sweep": "a sweep cannot sweep itself",
-                "seeds": "every sweep point already runs every seed; list them in `seeds`"}
-
-
-def point_count(sweep: dict) -> int:
-    lengths = [len(sweep[k]) for k in sweep_axes(sweep)]
-    if not lengths:
-        return 1
-    return math.prod(lengths) if sweep["mode"] == "product" else lengths[0]
-
-
-def sweep_key(k: str) -> str:
-    return f"sweep.{toml_key(k)}"
-
-
-def check_dotted(dotted: str, key: str, ctx: Ctx) -> list[str]:
-    """`dotted` must name a key or table of the scenario schema; returns its parts."""
-    parts = dotted.split(".")
-    spec: Spec = scenario_spec()
-    for depth, part in enumerate(parts):
-        kids = spec.children()
-        if part not in kids:
-            parent = ".".join(parts[:depth])
-            names = sorted(kids)
-            guess = did_you_mean(part, names)
-            mean = f"; did you mean `{join(parent, guess)}`?" if guess else ";"
-            table = f"[{parent}]" if parent else "the top level"
-            allowed = ", ".join(names) if names else "(none: it is not a table)"
-            raise ctx.error(f"unknown key `{key}`: `{dotted}` is not a scenario key{mean} "
-                            f"allowed keys in {table}: {allowed}",
-                            key=key, value=dotted, allowed=allowed)
-        spec = kids[part]
-    return parts
-
-
-def _check_sweep(value: Any, key: str, ctx: Ctx) -> dict:
-    """The [sweep] table's shape; each point is validated later, after expansion."""
-    if not isinstance(value, dict):
-        raise ctx.wrong_type(key, value, "a table")
-    out: dict[str, Any] = {   # the raw [sweep] table: `mode` may be left out
-        "mode": Str(choices=SWEEP_MODES).check(value.get("mode", "product"), join(key, "mode"), ctx)
-    }
-    axes = [k for k in value if k != "mode"]
-    for k in axes:
-        sk = sweep_key(k)
-        parts = check_dotted(k, sk, ctx)
-        if parts[0] in _UNSWEEPABLE:
-            raise ctx.bad(sk, value[k], "cannot be swept", "dotted keys of the scenario other "
-                          "than sweep and seeds", _UNSWEEPABLE[parts[0]])
-        v = value[k]
-        if not isinstance(v, list):
-            raise ctx.wrong_type(sk, v, f"a non-empty list of values for `{k}`")
-        if not v:
-            raise ctx.bad(sk, v, "is empty", f"a non-empty list of values for `{k}`")
-        out[k] = v
-    for a, b in itertools.permutations(axes, 2):
-        if b.startswith(a + "."):
-            raise ctx.bad(sweep_key(b), value[b], f"overlaps `{sweep_key(a)}`",
-                          "sweep keys none of which lies inside another")
-    lengths = {k: len(out[k]) for k in axes}
-    if out["mode"] == "zip" and len(set(lengths.values())) > 1:
-        desc = ", ".join(f"{k}: {n}" for k, n in lengths.items())
-        raise ctx.bad(key, value, f"has lists of different lengths ({desc}) in zip mode",
-                      'lists of one length with mode = "zip" (or mode = "product")')
-    count = point_count(out)
-    if count > MAX_POINTS:
-        raise ctx.bad(key, value, f"has {count} points", f"at most {MAX_POINTS} sweep points")
-    return out
 
 
 @table
@@ -1158,51 +831,17 @@ class Plot:
         "default", "the layout `flowsim plot` draws: the default panels, or a Chen et al. figure")
 
 
-def _k_within_width(top: dict, key: str, ctx: Ctx) -> None:
-    model = top.get("model", {})          # validation reads the raw tables: keys may be missing
-    scaling = model.get("scaling", {})
-    if scaling.get("kind") == "finite" and scaling["k"] > model["width"]:
-        raise ctx.bad("model.scaling.k", scaling["k"],
-                      f"exceeds `model.width` = {model['width']}",
-                      f"an integer in [1, model.width = {model['width']}]")
-
-
-def _rtol_within_dtype(top: dict, key: str, ctx: Ctx) -> None:
-    if top["dtype"] != "float32":
-        return
-    for i, preset in enumerate(top["run"]["solvers"]):
-        for k, p in ((f"run.solvers[{i}]", preset), (f"run.solvers[{i}].reference", preset.get("reference"))):
-            if (isinstance(p, dict) and not _SOLVER_KIND_REGISTRY[p["kind"]].discrete
-                    and p["rtol"] < FLOAT32_MIN_RTOL):
-                raise ctx.bad(k, p["name"], f"has rtol = {num(p['rtol'])}, below what dtype = \"float32\" "
-                              "resolves (its epsilon is 1.2e-7: the step controller would chase "
-                              "rounding noise)", f"with float32, flow presets with rtol >= "
-                              f"{num(FLOAT32_MIN_RTOL)} (e.g. \"dopri5-fast\"), or dtype = \"float64\"")
-
-
-def _observables_fit_model(top: dict, key: str, ctx: Ctx) -> None:
-    """Observables of one model family (Caron's importance, the hidden preactivations) ask
-    the network for what only that family has."""
-    kind = top["model"]["kind"]
-    for name in top["run"]["observe"]:
-        if _OBSERVABLE_REGISTRY[name].family == "shallow" and kind not in SHALLOW_KINDS:
-            raise ctx.bad("run.observe", top["run"]["observe"], f"asks for {toml_string(name)}, defined for "
-                          f"the shallow networks ({', '.join(SHALLOW_KINDS)}), not `model.kind` = "
-                          f"{toml_string(kind)}", "observables of any model: " +
-                          ", ".join(n for n, o in _OBSERVABLE_REGISTRY.items() if not o.family))
-
-
 @table
 class Config:
     """A resolved scenario: the whole file (`Scenario.settings`) or one sweep point
     (`RunSpec.settings`, whose `sweep` is None)."""
 
-    RULES: ClassVar = (_k_within_width, _rtol_within_dtype, _observables_fit_model)
+    RULES: ClassVar = (k_within_width, rtol_within_dtype, observables_fit_model)
     name: str = setting(Str(nonempty=True, default=lambda ctx: ctx.stem),
                         "the scenario's name: the archive defaults to runs/<name>.h5")
     description: str = setting("", "one line shown by `flowsim list` and stored in the archive")
     seeds: tuple[int, ...] = setting(
-        Custom(fn=_check_seeds, types=(list, dict), default=[0],
+        Custom(fn=check_seeds, types=(list, dict), default=[0],
                text=f"a non-empty list of distinct integers in [0, {SEED_MAX}] or a table "
                     "{count = N >= 1, start = S >= 0}",
                kids={"count": Int(lo=1), "start": Int(lo=0)}),
@@ -1219,7 +858,9 @@ class Config:
     loss: Loss = setting(table_spec(Loss))
     run: Run = setting(table_spec(Run, default=REQUIRED))
     sweep: Sweep | None = setting(
-        Custom(fn=_check_sweep, types=(dict,), default=ABSENT,
+        # (the keys a sweep names are the scenario's: its spec is declared below)
+        Custom(fn=lambda value, key, ctx: check_sweep(value, key, ctx, scenario_spec()), types=(dict,),
+               default=ABSENT,
                text='a table: mode = "product" | "zip" and "dotted.key" = [values, ...]',
                kids={"mode": Str(choices=SWEEP_MODES)}),
         "lists of values for dotted keys, combined as a product or zipped; each combination is a sweep point "

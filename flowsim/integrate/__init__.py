@@ -1,7 +1,5 @@
 """Integrators: how the weights move (exact flow, its modified flow, discrete descent).
 
-    registry.py    the solver kinds and flow methods, declared once (each method's settings
-                   groups and integrator factory), and t = kη (no JAX)
     base.py        AbstractIntegrator: init, advance, time, and what the driver records
     flow.py        AbstractFlowIntegrator: a Diffrax-style solver segment by segment,
                    resumable bit for bit; FlowIntegrator (Diffrax's methods),
@@ -18,7 +16,7 @@
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
     reference_pair.py  ReferencePair: a flow beside a tighter reference (its error certificate)
 
-Nothing is imported here, so that reading the registry does not import JAX. The integrators'
-factories take the records of the settings groups their method reads: `flowsim.run.integrators`
-fills them from a solver preset.
+Nothing is imported here. The methods and kinds are declared in `flowsim.kinds.solvers`
+(no JAX); the integrators' factories take the records of the settings groups their method
+reads: `flowsim.run.integrators` fills them from a solver preset.
 """

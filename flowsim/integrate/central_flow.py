@@ -9,7 +9,7 @@ from ..nn.problem import Problem
 from .central_field import CentralField, CentralSolver, CentralState, certificate, certificate_names, conventions
 from .auto import stiffness_probe
 from .flow import AbstractFlowIntegrator, stepping
-from .registry import CENTRAL_METHODS, FLOW_METHODS, Accuracy, Central, StepControl
+from ..kinds.solvers import CENTRAL_METHODS, FLOW_METHODS, Accuracy, Central, StepControl
 from .rock4 import Rock4
 
 

@@ -22,7 +22,7 @@ from ..status import Status
 from ..nn.problem import Params
 from ..nn.problem import Problem
 from .base import AbstractIntegrator
-from .registry import steps
+from ..kinds.solvers import steps
 
 # The perturbation's direction z ~ N(0, I) (over the weights raveled in `ravel_pytree` order)
 # is drawn from fold_in(run key, PERTURBATION_STREAM): the run's seed fixes it, so a rerun

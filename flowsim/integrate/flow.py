@@ -35,7 +35,7 @@ from ..nn.problem import Params
 from ..nn.problem import Problem, hessian_vector_product
 from .auto import HELD_SHARE, Auto, stage_h_rho, stiffness_probe
 from .base import AbstractIntegrator, Scratch
-from .registry import Accuracy, FlowMethod, NewtonKrylov, Stabilised, StepControl
+from ..kinds.solvers import Accuracy, FlowMethod, NewtonKrylov, Stabilised, StepControl
 from .rkc2 import Rkc2, local_tolerances as rkc2_local_tolerances
 from .rock4 import Rock4, StabilisedState, init_hvps as rock4_init_hvps, roundoff_bound
 

@@ -28,7 +28,7 @@ from flowsim import archive as _archive
 from flowsim.archive.dataset import blocks
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Config, Preset
-from flowsim.integrate.registry import DISCRETE_KINDS
+from flowsim.kinds.solvers import DISCRETE_KINDS
 from flowsim.nn.theory import chen_loss_bound
 
 from .traces import safe_name, scenario_config

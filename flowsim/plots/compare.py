@@ -17,7 +17,7 @@ from flowsim.analysis.compare import (SUMMARY_GAPS, Ladder, Pair, Report, Stabil
                                       sweep_summary)
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Preset
-from flowsim.integrate.registry import SOLVER_KINDS
+from flowsim.kinds.solvers import SOLVER_KINDS
 from flowsim.toml_text import is_number
 
 from .central import figure_central

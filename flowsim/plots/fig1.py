@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 
 from flowsim.nn import theory
 from flowsim.config.typed import Config, ShallowModel
-from flowsim.integrate.registry import DISCRETE_KINDS
+from flowsim.kinds.solvers import DISCRETE_KINDS
 
 from .traces import PER_LEAF_MODELS, TOP_NODES, Trace
 from .style import (

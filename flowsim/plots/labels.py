@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from flowsim.config.typed import Config, CustomScaling, FiniteScaling, Preset, Scaling
-from flowsim.integrate.registry import SOLVER_KINDS
+from flowsim.kinds.solvers import SOLVER_KINDS
 
 GREEK = {"gamma": "γ", "alpha": "α", "lam": "λ", "eta": "η", "learning_rate": "η",
          "beta": "β", "kappa": "κ", "width": "m", "sigma": "σ"}

@@ -12,7 +12,9 @@ checkpoints, observed, and written to the archive.
     advice.py        what a flow's statistics say about the preset that should integrate it
     provenance.py    versions, commit, platform, device: what an archive records to trace it
     precision.py     float64 on for a run (not at `import flowsim`)
+    session.py       scenario -> runs -> driver -> archive: what `flowsim run` does
+    analyze.py       `flowsim analyze`: an archive's networks rebuilt and analysed again
 
 Nothing is imported here: each module is imported by its own name. The two ways into this
-path are `flowsim.session` (a scenario) and `flowsim.simulation` (a user's model).
+path are `flowsim.run.session` (a scenario) and `flowsim.simulation` (a user's model).
 """

@@ -25,7 +25,7 @@ Pure Python (no JAX), so that reading an archive does not import the engine.
 
 from collections.abc import Mapping
 
-from ..integrate.registry import FLOW_METHODS
+from ..kinds.solvers import FLOW_METHODS
 
 # Accepted steps before the advisor speaks: the first steps (the initial transient, the step
 # size search) say little of either pattern.

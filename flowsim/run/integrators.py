@@ -3,7 +3,7 @@
 The integrators (`flowsim.integrate`) take the records of the settings groups their method's
 registry entry reads and know no preset class; this is where a preset's keys become those
 records, and where a run's checkpoint times become the rows each solver records (a discrete
-solver's at t = kη, `flowsim.integrate.registry.steps`).
+solver's at t = kη, `flowsim.kinds.solvers.steps`).
 """
 
 import dataclasses
@@ -16,7 +16,7 @@ from ..integrate.base import AbstractIntegrator
 from ..integrate.central_flow import make_central_integrator
 from ..integrate.descent import DescentIntegrator, make_descent_integrator
 from ..integrate.reference_pair import ReferencePair
-from ..integrate.registry import CENTRAL_READS, FLOW_METHODS, FlowMethod, settings_of, steps
+from ..kinds.solvers import CENTRAL_READS, FLOW_METHODS, FlowMethod, settings_of, steps
 
 
 def factory(spec: FlowMethod):

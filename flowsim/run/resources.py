@@ -5,7 +5,7 @@ import jax
 
 from .build import _dataset, data_seed   # (the run's data loader, with its messages)
 from ..config.typed import Config, FlowPreset
-from ..integrate.registry import state_copies
+from ..kinds.solvers import state_copies
 from ..kinds import MODELS as MODEL_KINDS
 from ..models import BuildError
 from ..observe.observables import OBSERVABLES

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 from ...nn.problem import Params, Problem
 from ...status import Status
 from ..base import AbstractIntegrator
-from ..registry import Accuracy, Filippov, FlowMethod
+from ...kinds.solvers import Accuracy, Filippov, FlowMethod
 from .events import crossed, first_crossing, first_exit, first_pole, horner
 from .modes import (TINY, Mode, exit_excess, initial_mode, loss_gradient, low_slope, mode_field,
                     output_layer, preactivations, predictions, projected_ntg, resolve, sliding_mask, slopes,

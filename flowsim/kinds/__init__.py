@@ -1,6 +1,9 @@
-"""The activations, losses and observables flowsim implements, declared with what validation
-needs to know of them: no JAX, so that validating a scenario or reading an archive does not
-import it.
+"""The registry of kinds: every kind flowsim knows, declared once with what validation needs
+to know of it, and no JAX, so that validating a scenario or reading an archive does not
+import it. Here the activations, losses, observables and model kinds;
+
+    solvers.py    the solver kinds and flow methods (each method's settings groups and
+                  integrator factory), and t = kη
 
 `flowsim.nn.activations`, `flowsim.nn.losses` and `flowsim.observe.observables` attach an implementation to
 each name here, in this order (the order of every "allowed: ..." text); a name without one

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
-    from .run.build import Built
-    from .config import RunSpec, Scenario
-    from .run.progress import Progress
+    from .build import Built
+    from ..config import RunSpec, Scenario
+    from .progress import Progress
 
 
 class InputError(Exception):
@@ -57,11 +57,11 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
     The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
     import jax
 
-    from .run.build import build_run, program_signature, start_problem
-    from .run.resources import check_resources
-    from .models import BuildError
-    from .run.devices import is_primary, on_primary
-    from .config import find_scenario, load_scenario
+    from .build import build_run, program_signature, start_problem
+    from .resources import check_resources
+    from ..models import BuildError
+    from .devices import is_primary, on_primary
+    from ..config import find_scenario, load_scenario
 
     if overwrite and resume:
         raise InputError("--overwrite and --resume exclude each other")
@@ -70,8 +70,8 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
         print(f"flowsim: warning: {warning}", file=sys.stderr)
     runs, part = sc.runs, None
     if shard:   # a job array's part: its own archive, joined later by `flowsim merge`
-        from .archive.merge import ShardError, parse_shard
-        from .config.sweep import shard_runs
+        from ..archive.merge import ShardError, parse_shard
+        from ..config.sweep import shard_runs
 
         try:
             i, n = parse_shard(shard)
@@ -108,7 +108,7 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
 def _committed_rows(out: Path) -> dict[str, dict[str, int]] | None:
     """An archive's committed rows, run -> solver -> rows (None where it cannot be read:
     resuming it then says why)."""
-    from .archive import Archive, ArchiveError
+    from ..archive import Archive, ArchiveError
 
     try:
         with Archive(out) as a:    # read as it is: the repair, where needed, is the resume's
@@ -136,7 +136,7 @@ def check_output_folder(out: Path, named: str = "") -> None:
 
 
 def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
-    from .archive.recovery import check_replaceable
+    from ..archive.recovery import check_replaceable
 
     check_output_folder(out)
     check_replaceable(out)
@@ -158,8 +158,8 @@ def _in_current_schema(resolved: dict, path: Path) -> dict:
     since it was written get their defaults (a new key's default is the behaviour before
     it, e.g. `slots` = 8 of the Filippov integrator), so that an upgrade alone does not
     read as a change of scenario. As stored where this schema refuses it."""
-    from .config.schema import SCENARIO
-    from .config.spec import Ctx
+    from ..config.schema import SCENARIO
+    from ..config.spec import Ctx
 
     try:
         again = SCENARIO.check(copy.deepcopy(resolved), "", Ctx(file=str(path), base_dir=path.parent,
@@ -173,8 +173,8 @@ def _refuse_other_scenario(job: Job) -> bool:
     """Whether resuming `job.out` extends its horizon (`--resume --set run.t_end=T` alone);
     an archive written by another scenario or other overrides is refused here, read-only,
     before the writer opens it (opening for writing changes the file's bytes)."""
-    from .archive import Archive
-    from .config import differences
+    from ..archive import Archive
+    from ..config import differences
 
     with Archive(job.out) as stored_archive:
         stored = _in_current_schema(stored_archive.attrs.get("scenario_resolved") or {}, job.out)
@@ -191,8 +191,8 @@ def _refuse_other_scenario(job: Job) -> bool:
 
 
 def _open(job: Job):
-    from .archive import ArchiveWriter
-    from .run.provenance import provenance, warn_on_device_change
+    from ..archive import ArchiveWriter
+    from .provenance import provenance, warn_on_device_change
 
     sc = job.scenario
     if not job.resume:
@@ -211,7 +211,7 @@ def open_archive(job: Job, *, distributed: bool = False):
     """Create the job's archive (or resume it, after checking that the same scenario and
     overrides wrote it). An archive that cannot be written raises the OSError. With
     `distributed`, process 0 holds the file and every process gets a writer that asks it."""
-    from .run.devices import SharedWriter, on_primary
+    from .devices import SharedWriter, on_primary
 
     writer = on_primary(lambda: _open(job))
     return SharedWriter(writer) if distributed else writer
@@ -225,8 +225,8 @@ def drive(job: Job, writer, *, progress: Progress | bool | None = None,
     -> final status. The scenario's `[analysis]` runs after each solver of each batch.
     `should_stop` is asked after each checkpoint, `stop_now` also while a segment computes
     (see `Driver`)."""
-    from .analysis.caron import analyze_runs
-    from .run.driver import Driver
+    from ..analysis.caron import analyze_runs
+    from .driver import Driver
 
     with writer:
         return Driver(job.scenario, writer, progress=progress, report=report, should_stop=should_stop,
