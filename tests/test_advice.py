@@ -10,7 +10,7 @@ from helpers import call_cli, run_cli
 import diffrax as dfx
 
 from flowsim.run.advice import MIN_STEPS, advise
-from flowsim.integrate.flow import stiffness_probe
+from flowsim.integrate.stiffness import stiffness_probe
 
 
 def stats(steps, rejected=0, held=0, at_limit=0):

@@ -1,9 +1,13 @@
 """Integrators: how the weights move (exact flow, its modified flow, discrete descent).
 
     base.py        AbstractIntegrator: init, advance, time, and what the driver records
-    flow.py        AbstractFlowIntegrator: a Diffrax-style solver segment by segment,
-                   resumable bit for bit; FlowIntegrator (Diffrax's methods),
-                   StabilisedIntegrator (rock4, rkc2) and their factories
+    solver.py      AbstractFlowSolver: what the flow engine asks of a flow method (step
+                   limit, rejection, dense read, error order, cost, certificate), declared once
+    flow.py        the flow engine: FlowIntegrator steps any AbstractFlowSolver segment by
+                   segment, resumable bit for bit; imports no method (each method's module
+                   imports it and holds its factory)
+    stiffness.py   Hairer's h·ρ of an explicit Runge–Kutta step: whether it was held by stability
+    runge_kutta.py RungeKutta: Diffrax's Runge–Kutta methods as flow methods, and their factory
     filippov/      FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
                    (modes.py the mode algebra, events.py the events, integrator.py the stepping)
     rock4.py       ROCK4: the stabilised explicit Runge–Kutta method for stiff flows (rock4.json
@@ -12,7 +16,7 @@
     auto.py        Auto: Tsit5 while accuracy holds the step, ROCK4 while stability does (the default)
     central_field.py  the central flow of GD at step η (Cohen et al. 2025): its field and solver
     sdcp.py        the small semidefinite complementarity problem the central flow solves
-    central_flow.py   CentralIntegrator: a flow stepping the central field
+    central_flow.py   CentralIntegrator: the flow engine stepping the central field
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
     reference_pair.py  ReferencePair: a flow beside a tighter reference (its error certificate)
 

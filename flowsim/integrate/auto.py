@@ -11,8 +11,8 @@ not have to know which their network needs.
 The switch, decided from figures the steps compute anyway:
 - **Tsit5 → ROCK4** after `STIFF_STREAK` accepted Tsit5 steps in a row whose h·ρ estimate —
   Hairer's, ‖k_s − k_{s−1}‖ / ‖Y_s − Y_{s−1}‖ from the last two stages, no extra evaluation —
-  reaches `HELD_SHARE` of Tsit5's stability limit (3.5): the step is held by stability
-  (`flowsim.integrate.flow` counts such steps in `stiff_steps`). ROCK4 starts from that estimate,
+  reaches `stiffness.HELD_SHARE` of Tsit5's stability limit (3.5): the step is held by stability
+  (counted in `stiff_steps`). ROCK4 starts from that estimate,
   the stages' difference as its power iteration's vector (the stiff directions dominate it) and
   iterates to convergence at its first step (ROCK4's retry path), so a flow that never turns
   stiff pays no Hessian-vector product.
@@ -54,14 +54,15 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from ..nn.problem import Params
-from .rock4 import Rock4, StabilisedState
+from ..nn.problem import Params, Problem
+from .flow import FlowIntegrator, flow_term, stepping
+from ..kinds.solvers import Accuracy, FlowMethod, Stabilised, StepControl
+from .rock4 import RHO_SERIES, Rock4, StabilisedState, roundoff_bound
+from .solver import INIT_STEP_SEARCH_EVALS, AbstractFlowSolver
+from . import stiffness
+from .stiffness import HELD_SHARE, stage_h_rho, stiffness_probe
 
-# Hairer's estimate, as a share of the stability limit, from which a Tsit5 step counts as held
-# by stability (`flowsim.integrate.flow` counts `stiff_steps` with the same share).
-HELD_SHARE = 0.5
 # Accepted steps in a row before a switch: Tsit5 held (AutoSwitch's maxstiffstep is 10, DOPRI5's
 # 15) and ROCK4 dearer than Tsit5 would be.
 STIFF_STREAK = 10
@@ -75,32 +76,6 @@ TSIT5_HELD_H_RHO = 3.0
 # fourth, and a smaller error constant): ROCK4's steps over Tsit5's at rtol 1e-8, 354/271 = 1.3 on
 # quickstart and 264/164 = 1.6 on caron-fig1-quick, neither flow held by stability there.
 TSIT5_STEP_RATIO = 1.5
-
-
-def stiffness_probe(tableau: dfx.ButcherTableau) -> tuple[tuple[float, ...], float]:
-    """An explicit tableau's stiffness probe: the weights w with Y_s − Y_{s−1} = Σ_j w_j k_j (its
-    last two stages' inputs, k_j = h·f(Y_j)), and the length of the stability interval on the
-    negative real axis, where |R(x)| = |1 + x bᵀ(I − xA)⁻¹ 1| ≤ 1 (Tsit5: 3.5; Dopri5: 3.3)."""
-    s = len(tableau.b_sol)
-    a = np.zeros((s, s))
-    for i, row in enumerate(tableau.a_lower):
-        a[i + 1, : len(row)] = row
-    # A is strictly lower triangular: R(x) = 1 + Σ_{k=1..s} bᵀA^(k−1)1 xᵏ, a polynomial
-    coeffs = [1.0] + [float(tableau.b_sol @ np.linalg.matrix_power(a, k - 1) @ np.ones(s)) for k in range(1, s + 1)]
-    x = -np.arange(1, 2001) * 1e-2     # [-20, 0] holds every registered method's interval
-    limit = -x[np.argmax(np.abs(np.polyval(coeffs[::-1], x)) > 1 + 1e-12) - 1]
-    return tuple(float(w) for w in a[-1] - a[-2]), float(limit)
-
-
-def stage_h_rho(weights: tuple[float, ...], k: Params) -> tuple[jax.Array, Params]:
-    """Hairer's estimate of h·ρ from a step's stacked stage increments k (each leaf: k_j =
-    h·f(Y_j) along its first axis) and the probe's weights: ‖k_s − k_{s−1}‖ / ‖Y_s − Y_{s−1}‖,
-    which approaches h·ρ from below as the stiff components dominate the stages' differences;
-    and k_s − k_{s−1}, a direction they dominate. 0 where the stages do not differ."""
-    dk = jax.tree.map(lambda x: x[-1] - x[-2], k)
-    num = sum(jnp.sum(x**2) for x in jax.tree.leaves(dk))
-    den = sum(jnp.sum(jnp.tensordot(jnp.asarray(weights, x.dtype), x, 1) ** 2) for x in jax.tree.leaves(k))
-    return jnp.sqrt(num / jnp.where(den > 0, den, 1.0)) * (den > 0), dk
 
 
 def cheaper_by_tsit5(h, h_rho, stages) -> jax.Array:
@@ -153,7 +128,7 @@ class _AutoInterpolation(dfx.AbstractLocalInterpolation):
         return jax.tree.map(lambda a, b: jnp.where(self.stabilised, a, b), hermite, tsit5)
 
 
-class Auto(dfx.AbstractSolver):
+class Auto(AbstractFlowSolver):
     """Tsit5 and ROCK4 with the switch between them (see the module's docstring)."""
 
     rock4: Rock4
@@ -161,6 +136,25 @@ class Auto(dfx.AbstractSolver):
 
     term_structure: ClassVar = dfx.AbstractTerm
     interpolation_cls: ClassVar[Callable] = _AutoInterpolation
+    # in Tsit5's steps ρ is Hairer's estimate; it is estimated only when auto turns to ROCK4
+    certificate_series: ClassVar[tuple[str, ...]] = RHO_SERIES
+
+    @property
+    def init_evals(self) -> int:
+        # the step-size search and `init`'s f(y0)
+        return INIT_STEP_SEARCH_EVALS + 1
+
+    def cost(self, state: AutoState) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """Tsit5's six evaluations or ROCK4's stages, as the try's mode was."""
+        return state.stages, state.hvps, state.stepped
+
+    def held(self, dense: dict) -> jax.Array:
+        """A Tsit5 step's h·ρ estimate reached `HELD_SHARE` of its stability limit (never a
+        ROCK4 step: its dense output is not Tsit5's)."""
+        return stiffness.held(self.tsit5.tableau, dense["k"]) & ~dense["stabilised"]
+
+    def certificate(self, problem: Problem, y: Params, state: AutoState) -> dict[str, jax.Array]:
+        return {"rho": state.rho, "stages": state.stages}
 
     def order(self, terms) -> int:
         return 4
@@ -239,3 +233,12 @@ class Auto(dfx.AbstractSolver):
         return jax.lax.cond(step.stepped,
                             lambda: self.rock4.read(terms, t0, t, y0, args, committed.rock, step.rock),
                             lambda: (interpolated, zero, zero))
+
+
+def auto_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                    learning_rate: float | None = None, stop_loss: float = 0.0) -> FlowIntegrator:
+    """The factory the registry names for auto: ROCK4's steps no longer than round-off at this
+    tolerance allows."""
+    solver = Auto(rock4=Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
+                              h_rho_max=jnp.asarray(roundoff_bound(accuracy.rtol))))
+    return FlowIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate))

@@ -32,8 +32,9 @@ central-cohen-scale at η = 0.25 (two held, the next at 0.91–0.95) 0.97 instea
 
 Predicted time-averaged loss: L + ½⟨∇²L̃, Σ⟩/rate = L + ½ Σ_i λ_i X_ii / rate.
 
-Integration: ROCK4 (`flowsim.integrate.rock4`, the method of central-mlp's leg) or an
-explicit Runge–Kutta method of Diffrax (`inner`) on this field, under flowsim's PID control.
+Integration: ROCK4 (`flowsim.integrate.rock4`, the method of central-mlp's leg: a method that
+`steps_at_given_rho`) or an explicit Runge–Kutta method of Diffrax (`inner`) on this field,
+under flowsim's PID control.
 The eigenvectors are solver state: each evaluation starts the eigen-tracking (`track`) from
 the last accepted points' U extrapolated to its time (`WarmStart`), so a checkpoint holds
 them and a resumed run is the same computation. The vectors at t = 0 come from jax's LOBPCG
@@ -84,7 +85,8 @@ from jax.experimental.sparse.linalg import lobpcg_standard
 from jax.flatten_util import ravel_pytree
 
 from ..nn.problem import Params, Problem
-from . import rock4, sdcp
+from . import sdcp
+from .solver import AbstractFlowSolver
 
 # A held margin relaxes onto 2/η over this many GD steps (κ = 1/(RELAX_STEPS·η)).
 RELAX_STEPS = 1.0
@@ -441,24 +443,30 @@ class CentralState(eqx.Module):
     tried: jax.Array        # (3,) the same for the last try alone
 
 
-class CentralSolver(dfx.AbstractSolver):
-    """A Diffrax explicit Runge–Kutta method, or ROCK4 (`flowsim.integrate.rock4`), stepping
-    `CentralField`, with the eigenvectors, the held set and the cost counters in its state
-    (see the module's docstring for the events).
-    ROCK4 takes ρ from the last accepted point (`spectral_bound`), not from power iteration
-    through the field (which would differentiate the tracking and the complementarity
-    solver), and passes each stage its abscissa, from which the stage's warm start is
-    extrapolated as a Runge–Kutta stage's is; its cost is counted stage by stage."""
+class CentralSolver(AbstractFlowSolver):
+    """A flow method stepping `CentralField`, with the eigenvectors, the held set and the cost
+    counters in its state (see the module's docstring for the events): a Diffrax explicit
+    Runge–Kutta method (`flowsim.integrate.runge_kutta`), or a stabilised one that
+    `steps_at_given_rho` (ROCK4).
+    The stabilised method takes ρ from the last accepted point (`spectral_bound`), not from
+    power iteration through the field (which would differentiate the tracking and the
+    complementarity solver), and passes each stage its abscissa, from which the stage's warm
+    start is extrapolated as a Runge–Kutta stage's is; its cost is counted stage by stage."""
 
-    inner: dfx.AbstractSolver    # or a `rock4.Rock4` (only its step's arithmetic is used)
+    inner: AbstractFlowSolver    # a stabilised one: only its step's arithmetic is used (`step_at_rho`)
     field: CentralField
     evals_per_step: int = eqx.field(static=True)    # Runge–Kutta: evaluations per try; ROCK4: 0 (per try)
 
     term_structure: ClassVar = dfx.AbstractTerm
 
     @property
+    def certificate_series(self) -> tuple[str, ...]:
+        return certificate_names(self.field.k)
+
+    @property
     def stabilised(self) -> bool:
-        return isinstance(self.inner, rock4.Rock4)
+        """Stepped at the ρ of the tracked spectrum (ROCK4), not by a Runge–Kutta method."""
+        return self.inner.steps_at_given_rho
 
     @property
     def interpolation_cls(self):
@@ -474,11 +482,27 @@ class CentralSolver(dfx.AbstractSolver):
     def error_order(self, terms) -> int:
         return self.inner.error_order(terms)
 
-    def max_step(self, state: CentralState) -> jax.Array:
-        """ROCK4: the longest step its highest usable degree keeps stable at ρ; no bound otherwise."""
+    def max_step(self, state: CentralState) -> jax.Array | None:
+        """ROCK4: the longest step it keeps stable at ρ; no bound otherwise."""
         if not self.stabilised:
-            return jnp.asarray(jnp.inf, state.start.t.dtype)
-        return rock4.MAX_H_RHO / state.inner.rho
+            return None
+        return self.inner.max_step_at_rho(state.inner.rho)
+
+    @property
+    def init_evals(self) -> int:
+        # the first step's size (2 evaluations), the state's first point, and a Runge–Kutta
+        # method's FSAL stage (ROCK4 takes f(y0) from the first point)
+        return 3 if self.stabilised else 4
+
+    def cost(self, state: CentralState):
+        # field evaluations; "hvps" holds the try's Hessian-vector and third-derivative products
+        return state.tried[0], state.tried[1] + state.tried[2], jnp.asarray(self.stabilised)
+
+    def held(self, dense: dict) -> jax.Array:
+        return self.inner.held(dense)
+
+    def certificate(self, problem: Problem, y: Params, state: CentralState) -> dict[str, jax.Array]:
+        return certificate(self, problem, y, state)
 
     def _start(self, y0) -> jax.Array:
         w, _ = ravel_pytree(y0)
@@ -524,8 +548,8 @@ class CentralSolver(dfx.AbstractSolver):
             point = self.point(args, y, state, t, STAGE_TRACK_TOL, STAGE_GUARDS)
             return point.velocity, _cost(1, point)
 
-        y1, y_error, dense, _, point, tried, _ = rock4.advance(field, end, t0, t1, y0, state.inner.f0,
-                                                               state.inner.rho, jnp.zeros(3, jnp.int64))
+        y1, y_error, dense, _, point, tried, _ = self.inner.step_at_rho(field, end, t0, t1, y0, state.inner.f0,
+                                                                        state.inner.rho, jnp.zeros(3, jnp.int64))
         return y1, y_error, dense, self._rock4_inner(point), point, tried, dfx.RESULTS.successful
 
     def step(self, terms, t0, t1, y0, args, state: CentralState, made_jump):

@@ -1,45 +1,24 @@
-"""The integrator of a `central-flow` preset: the flow stepping of `AbstractFlowIntegrator`
-with `CentralSolver` (`flowsim.integrate.central_field`), the central flow's series as its
-certificate and its eigen-tracking and third-derivative products in the statistics."""
+"""The integrator of a `central-flow` preset: the flow engine (`flowsim.integrate.flow`)
+stepping `CentralSolver` (`flowsim.integrate.central_field`), whose certificate is the central
+flow's series and whose statistics hold its eigen-tracking and third-derivative products."""
 
 import diffrax as dfx
 import jax
 
-from ..nn.problem import Problem
-from .central_field import CentralField, CentralSolver, CentralState, certificate, certificate_names, conventions
-from .auto import stiffness_probe
-from .flow import AbstractFlowIntegrator, stepping
+from .central_field import CentralField, CentralSolver, conventions
+from .flow import FlowIntegrator, stepping
 from ..kinds.solvers import CENTRAL_METHODS, FLOW_METHODS, Accuracy, Central, StepControl
 from .rock4 import Rock4
+from .runge_kutta import runge_kutta
 
 
-class CentralIntegrator(AbstractFlowIntegrator):
-    """A flow whose solver is a `CentralSolver`."""
-
-    @property
-    def certificate_series(self) -> tuple[str, ...]:
-        return certificate_names(self.solver.field.k)
-
-    def certificate(self, problem: Problem, state) -> dict[str, jax.Array]:
-        return certificate(self.solver, problem, self.params(state), state.solver_state)
+class CentralIntegrator(FlowIntegrator):
+    """A flow whose solver is a `CentralSolver`: the engine's, with the central flow's
+    conventions."""
 
     @property
     def conventions(self) -> str:
         return conventions(float(self.solver.field.eta))
-
-    @property
-    def init_evals(self) -> int:
-        # the first step's size (2 evaluations), the state's first point, and a Runge–Kutta
-        # method's FSAL stage (ROCK4 takes f(y0) from the first point)
-        return 3 if self.solver.stabilised else 4
-
-    @property
-    def init_hvps(self) -> int:
-        return 0    # counted in the state's `spent` (series central_hvps)
-
-    def _cost(self, sstate: CentralState):
-        # field evaluations; "hvps" holds the try's Hessian-vector and third-derivative products
-        return sstate.tried[0], sstate.tried[1] + sstate.tried[2], jax.numpy.asarray(self.solver.stabilised)
 
 
 def make_central_integrator(method: str, *, central: Central, accuracy: Accuracy, step_control: StepControl,
@@ -54,11 +33,9 @@ def make_central_integrator(method: str, *, central: Central, accuracy: Accuracy
                          k=int(central.max_eigen), threshold=float(central.track_threshold))
     if FLOW_METHODS[method].stabilised:
         # ρ from the tracked spectrum (CentralSolver), not rock4's power iteration
-        inner, evals, probe = Rock4(), 0, None
+        inner, evals = Rock4(), 0
     else:
-        inner = getattr(dfx, FLOW_METHODS[method].diffrax)()
-        tab = inner.tableau
-        evals, probe = len(tab.c) + 1 - int(tab.fsal), stiffness_probe(tab)
+        inner = runge_kutta(FLOW_METHODS[method].diffrax)
+        evals = inner.evals_per_step
     return CentralIntegrator(solver=CentralSolver(inner=inner, field=field, evals_per_step=evals),
-                             **stepping(accuracy, step_control, stop_loss), term=dfx.ODETerm(field),
-                             stiffness_probe=probe)
+                             **stepping(accuracy, step_control, stop_loss), term=dfx.ODETerm(field))

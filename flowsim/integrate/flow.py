@@ -1,10 +1,13 @@
-"""Exact gradient flow dW/dt = −rate ∇L(W) with an adaptive Diffrax solver, advanced
-from one checkpoint time to the next by a loop over the solver's steps.
+"""The flow engine: exact gradient flow dW/dt = −rate ∇L(W) stepped by a flow method (an
+`AbstractFlowSolver`, `flowsim.integrate.solver`: every method declares what the engine asks
+of it) under flowsim's PID controller, advanced from one checkpoint time to the next by a
+loop over the method's steps. The methods import this module, never the reverse; their
+factories build a `FlowIntegrator` with `stepping` and `flow_term`.
 
 The steps do not depend on the checkpoints: a checkpoint inside a step is read from the
-step's dense output (the solver's interpolant, as Diffrax's `SaveAt(ts=...)` does), or by the
-solver's own `read` where it has one (a stabilised method: a shorter step from the step's
-start, its evaluations counted), and only the run's horizon ends a step on a given time. So
+step's dense output (the method's interpolant, as Diffrax's `SaveAt(ts=...)` does), or by the
+method's own `read` (a stabilised method: a shorter step from the step's start, its
+evaluations counted), and only the run's horizon ends a step on a given time. So
 the checkpoint count costs observations, not steps (ending a step on each of 60 log-spaced
 checkpoints took 83 steps where 38 reach t = 20 000 on the Fig. 1 problem), and where the
 chunks of the driver end changes nothing. The step that passes a checkpoint is held in the state, uncommitted
@@ -17,8 +20,6 @@ The initial state is built once, outside the advance function, so every stretch 
 same pytree structure and the advance function compiles once.
 """
 
-import abc
-import dataclasses
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -26,32 +27,24 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import lineax as lx
-import numpy as np
 import optimistix as optx
 
 from ..status import Status
 from ..nn.problem import Params
 from ..nn.problem import Problem, hessian_vector_product
-from .auto import HELD_SHARE, Auto, stage_h_rho, stiffness_probe
 from .base import AbstractIntegrator, Scratch
-from ..kinds.solvers import Accuracy, FlowMethod, NewtonKrylov, Stabilised, StepControl
-from .rkc2 import Rkc2, local_tolerances as rkc2_local_tolerances
-from .rock4 import Rock4, StabilisedState, init_hvps as rock4_init_hvps, roundoff_bound
+from ..kinds.solvers import Accuracy, StepControl
+from .solver import AbstractFlowSolver
 
 # Tries in a row whose values were not finite after which a member ends `nonfinite`: each
 # shrinks the step by the controller's factormin (0.2), so the last was ~1e-14 of the first
 # (a state whose vector field is not finite would otherwise be tried until `max_steps`).
 _NONFINITE_TRIES = 20
 
-# Vector-field evaluations outside the per-step count: the initial step-size search (2)
-# plus, for FSAL methods, the first step's extra evaluation of f(t0, y0) (1).
-_INIT_EVALS_STEP_SEARCH = 2
-
 # A flow's statistics, in the order its advance accumulates them: `hvps` counts ROCK4's
 # Jacobian-vector products (power iteration for ρ), `stiff_steps` the accepted steps held by
 # stability (explicit Runge–Kutta methods, and `auto` in its Tsit5 steps: Hairer's estimate of
-# h·ρ from the last two stages reached `auto.HELD_SHARE` of the stability limit),
+# h·ρ from the last two stages reached `stiffness.HELD_SHARE` of the stability limit),
 # `stabilised_steps` the accepted steps a stabilised method took (all of rock4's and rkc2's,
 # `auto`'s in ROCK4), `stiff_rejections` the rejected tries at the stability limit: held, as a
 # step in `stiff_steps` is, or a stabilised method's try as long as its h·ρ ceiling allows
@@ -165,40 +158,34 @@ def _modified_velocity(eta: float) -> _ModifiedVelocity:
     return _ModifiedVelocity(eta=jnp.asarray(eta, dtype=jnp.float64))
 
 
-class AbstractFlowIntegrator(AbstractIntegrator):
-    """Advances a `FlowState` to a later time by a Diffrax-style solver under the PID
-    controller; knows nothing of files or checkpoints. What a try costs and what certifies the
-    result are the solver family's (`FlowIntegrator`, `StabilisedIntegrator` here,
-    `flowsim.integrate.central_flow.CentralIntegrator`). A solver may bound the proposed step
-    (`max_step(state)`: ROCK4's stability and round-off) and keep what a rejected try learnt
-    (`rejected(committed, tried)`)."""
+class FlowIntegrator(AbstractIntegrator):
+    """Advances a `FlowState` to a later time by a flow method (`solver`, an
+    `AbstractFlowSolver`) under the PID controller; knows nothing of files or checkpoints.
+    What a try costs, what bounds its step, what a rejected try keeps, how a time inside a
+    step is read and what certifies the result are the method's (`flowsim.integrate.solver`)."""
 
-    solver: dfx.AbstractSolver
+    solver: AbstractFlowSolver
     controller: ProposingPID
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
-    # Explicit Runge–Kutta methods and auto: the weights of the stages' increments in Y_s − Y_{s−1},
-    # and the (explicit) method's stability limit on the negative real axis (`auto.stiffness_probe`);
-    # None otherwise.
-    stiffness_probe: tuple[tuple[float, ...], float] | None = eqx.field(static=True)
 
     discrete: ClassVar[bool] = False
 
     @property
-    @abc.abstractmethod
-    def init_evals(self) -> int:
-        """Evaluations of `init` (the first step's size and f(y0)), outside the statistics."""
+    def certificate_series(self) -> tuple[str, ...]:
+        return self.solver.certificate_series
 
     @property
-    @abc.abstractmethod
-    def init_hvps(self) -> int:
-        """Jacobian-vector products of `init`, outside the statistics."""
+    def init_evals(self) -> int:
+        return self.solver.init_evals
 
-    @abc.abstractmethod
-    def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """Field evaluations and Jacobian-vector products of the try that left `sstate`, and
-        whether a stabilised method took it (`stabilised_steps`)."""
+    @property
+    def init_hvps(self) -> int:
+        return self.solver.init_hvps
+
+    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
+        return self.solver.certificate(problem, self.params(state), state.solver_state)
 
     def init(self, problem: Problem, params: Params, key: jax.Array | None = None) -> FlowState:
         """The state at t = 0: solver state and the controller's first step proposal (the
@@ -213,15 +200,6 @@ class AbstractFlowIntegrator(AbstractIntegrator):
         return FlowState(t=t0, y=params, solver_state=sstate, controller_state=cstate,
                          ahead=Ahead(jnp.asarray(False), *zeros, at=t0, y_at=params))
 
-    def _held(self, dense: dict) -> jax.Array:
-        """Whether a step's h·ρ estimate reached `HELD_SHARE` of the stability limit (never a
-        stabilised step of auto's: its dense output is not Tsit5's)."""
-        if self.stiffness_probe is None:
-            return jnp.asarray(False)
-        weights, limit = self.stiffness_probe
-        h_rho, _ = stage_h_rho(weights, dense["k"])
-        return (h_rho >= HELD_SHARE * limit) & ~jnp.asarray(dense.get("stabilised", False))
-
     @eqx.filter_jit
     def _attempt(self, problem: Problem, t, y, solver_state, controller_state, clip):
         """One try of the step the controller proposes from the committed state (t, y, solver
@@ -232,12 +210,11 @@ class AbstractFlowIntegrator(AbstractIntegrator):
         the first segment's program finds that trace (JAX inlines the call)."""
         proposal = controller_state[1]
         ceiling = jnp.asarray(False)
-        if hasattr(self.solver, "max_step"):    # ROCK4: no longer than stability and round-off allow
-            ceiling = self.solver.max_step(solver_state) <= proposal
-            proposal = jnp.minimum(proposal, self.solver.max_step(solver_state))
-        order = self.solver.error_order(self.term)
-        if hasattr(self.solver, "step_error_order"):     # auto: the order of the method stepping
-            order = self.solver.step_error_order(self.term, solver_state)
+        longest = self.solver.max_step(solver_state)
+        if longest is not None:    # ROCK4: no longer than stability and round-off allow
+            ceiling = longest <= proposal
+            proposal = jnp.minimum(proposal, longest)
+        order = self.solver.step_error_order(self.term, solver_state)
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
         y1, y_err, dense, sstate, solver_result = self.solver.step(self.term, t, t1, y, problem, solver_state, False)
@@ -247,7 +224,7 @@ class AbstractFlowIntegrator(AbstractIntegrator):
             t, t1, y, y1, problem, y_err, order, controller_state)
         # a rejected step's solver failure only makes the next try smaller (as in Diffrax)
         result = dfx.RESULTS.where(keep & (solver_result != dfx.RESULTS.successful), solver_result, result)
-        held = self._held(dense)
+        held = self.solver.held(dense)
         return keep, t1, y1, sstate, cstate, _stages(dense), result, blowup, held, held | ceiling
 
     def advance(self, problem: Problem, state: FlowState, t_next, horizon=None) -> tuple[FlowState, dict]:
@@ -259,7 +236,7 @@ class AbstractFlowIntegrator(AbstractIntegrator):
         clip = t_next if horizon is None else jnp.maximum(jnp.asarray(horizon, t_next.dtype), t_next)
 
         def commit(s: FlowState, take, t1, y1, sstate, cstate, held, stats, code):
-            evals, hvps, stabilised = self._cost(sstate)
+            evals, hvps, stabilised = self.solver.cost(sstate)
             t, y, sstate, cstate = _where(take, (t1, y1, sstate, cstate),
                                           (s.t, s.y, s.solver_state, s.controller_state))
             s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
@@ -284,12 +261,10 @@ class AbstractFlowIntegrator(AbstractIntegrator):
             # a rejected try updates the committed controller (its next proposal); a step held
             # ahead leaves it as it was, so that the step is proposed again after a restore.
             # ROCK4 also keeps what the rejected try learnt of ρ, the central flow its cost.
-            sstate_kept = s.solver_state
-            if hasattr(self.solver, "rejected"):
-                sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
+            sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
             s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
                           controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
-            evals, hvps, _ = self._cost(sstate)
+            evals, hvps, _ = self.solver.cost(sstate)
             stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0, 0, limited]).astype(stats.dtype)
             s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
             code = jnp.where(result != dfx.RESULTS.successful, Status.FAILED, code)
@@ -325,13 +300,11 @@ class AbstractFlowIntegrator(AbstractIntegrator):
     def _read(self, problem: Problem, s: FlowState, t, fresh) -> tuple[Params, jax.Array, jax.Array]:
         """The weights at t inside the step held ahead of the committed state (where `fresh`;
         else the last read, `s.ahead.y_at`), and the field evaluations and Jacobian-vector
-        products the reading cost: the solver's `read` where it has one (given the step's
-        interpolant, which it may return), else the interpolant, which costs nothing."""
+        products the reading cost: the method's `read`, given the step's interpolant (which it
+        may return, at no cost)."""
         a = s.ahead
         zero = jnp.zeros((), jnp.int32)
         y = self.solver.interpolation_cls(t0=s.t, t1=a.t1, y0=s.y, y1=a.y1, **a.stages).evaluate(t)
-        if not hasattr(self.solver, "read"):
-            return y, zero, zero
         read = lambda: self.solver.read(self.term, s.t, t, s.y, problem, s.solver_state, a.solver_state, y)
         return jax.lax.cond(fresh, read, lambda: (a.y_at, zero, zero))
 
@@ -349,131 +322,8 @@ class AbstractFlowIntegrator(AbstractIntegrator):
         return steps >= self.max_steps
 
 
-class FlowIntegrator(AbstractFlowIntegrator):
-    """A flow stepped by a Diffrax Runge–Kutta method, explicit or implicit: a fixed count
-    of evaluations per try."""
-
-    evals_per_step: int = eqx.field(static=True)    # 0: not countable (implicit)
-
-    certificate_series: ClassVar[tuple[str, ...]] = ()
-
-    @property
-    def init_evals(self) -> int:
-        if not self.evals_per_step:
-            return 0
-        return _INIT_EVALS_STEP_SEARCH + int(self.solver.tableau.fsal)
-
-    @property
-    def init_hvps(self) -> int:
-        return 0
-
-    def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
-        return jnp.asarray(self.evals_per_step), jnp.asarray(0), jnp.asarray(False)
-
-    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        return {}
-
-
-class AbstractRhoCertified(AbstractFlowIntegrator):
-    """A flow whose solver state holds a spectral radius estimate ρ and the last try's stage
-    count, which certify its steps; its `init` evaluates f(y0) beside the step-size search."""
-
-    certificate_series: ClassVar[tuple[str, ...]] = ("rho", "stages")
-
-    @property
-    def init_evals(self) -> int:
-        return _INIT_EVALS_STEP_SEARCH + 1
-
-    def certificate(self, problem: Problem, state: FlowState) -> dict[str, jax.Array]:
-        return {"rho": state.solver_state.rho, "stages": state.solver_state.stages}
-
-
-class StabilisedIntegrator(AbstractRhoCertified):
-    """A flow stepped by a stabilised method (`rock4.AbstractStabilised`): its stage count,
-    and so its cost, is the try's."""
-
-    @property
-    def init_hvps(self) -> int:
-        return rock4_init_hvps()
-
-    def _cost(self, sstate: StabilisedState) -> tuple[jax.Array, jax.Array, jax.Array]:
-        return sstate.stages, sstate.hvps, jnp.asarray(True)
-
-
-class AutoIntegrator(AbstractRhoCertified):
-    """A flow stepped by `auto` (`flowsim.integrate.auto`): Tsit5's six evaluations or ROCK4's
-    stages per try, as the try's mode was (in Tsit5's steps ρ is Hairer's estimate). Its ρ is
-    estimated only when it turns to ROCK4, in its statistics."""
-
-    @property
-    def init_hvps(self) -> int:
-        return 0
-
-    def _cost(self, sstate) -> tuple[jax.Array, jax.Array, jax.Array]:
-        return sstate.stages, sstate.hvps, sstate.stepped
-
-
-# The factories the registry names (`FlowMethod.integrator`): each receives the method's
-# entry and a record of each settings group the entry reads, by group name;
-# `learning_rate`: GD's step whose modified flow is solved (None: the gradient flow).
-
-
-def diffrax_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl,
-                       newton_krylov: NewtonKrylov | None = None, learning_rate: float | None = None,
-                       stop_loss: float = 0.0) -> FlowIntegrator:
-    """The flow stepped by the Diffrax method `spec.diffrax`; an implicit one solves its
-    stages by `newton_krylov`."""
-    probe = None
-    if spec.implicit:
-        # Matrix-free Newton–Krylov: Newton linearises the vector field with jax.linearize,
-        # so GMRES only ever applies Hessian-vector products; the md×md Jacobian that the
-        # default VeryChord root finder would build is never formed.
-        nk = newton_krylov
-        newton = optx.Newton(rtol=nk.newton_rtol, atol=nk.newton_atol,
-                             linear_solver=lx.GMRES(rtol=nk.linear_rtol, atol=nk.linear_atol,
-                                                    restart=nk.krylov_restart, max_steps=nk.krylov_max_steps))
-        solver = getattr(dfx, spec.diffrax)(root_finder=newton)
-        evals = 0
-    else:
-        solver = getattr(dfx, spec.diffrax)()
-        tab = solver.tableau
-        evals = len(tab.c) + 1 - int(tab.fsal)
-        probe = stiffness_probe(tab)
-    return FlowIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate),
-                          evals_per_step=evals, stiffness_probe=probe)
-
-
-def rock4_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
-                     learning_rate: float | None = None, stop_loss: float = 0.0) -> StabilisedIntegrator:
-    """ROCK4, its steps no longer than round-off at this tolerance allows (rock4's docstring)."""
-    solver = Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
-                   h_rho_max=jnp.asarray(roundoff_bound(accuracy.rtol)))
-    return StabilisedIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss),
-                                term=flow_term(learning_rate), stiffness_probe=None)
-
-
-def rkc2_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
-                    learning_rate: float | None = None, stop_loss: float = 0.0) -> StabilisedIntegrator:
-    """RKC2, its step control at the local tolerances its global error asks (rkc2's docstring)."""
-    rtol, atol = rkc2_local_tolerances(accuracy.rtol, accuracy.atol)
-    solver = Rkc2(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety)
-    return StabilisedIntegrator(solver=solver, **stepping(dataclasses.replace(accuracy, rtol=rtol, atol=atol),
-                                                          step_control, stop_loss),
-                                term=flow_term(learning_rate), stiffness_probe=None)
-
-
-def auto_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
-                    learning_rate: float | None = None, stop_loss: float = 0.0) -> "AutoIntegrator":
-    """Tsit5 and ROCK4, switched per step (`flowsim.integrate.auto`); ROCK4's steps no longer
-    than round-off at this tolerance allows."""
-    solver = Auto(rock4=Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
-                              h_rho_max=jnp.asarray(roundoff_bound(accuracy.rtol))))
-    return AutoIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate),
-                          stiffness_probe=stiffness_probe(solver.tsit5.tableau))
-
-
 def stepping(accuracy: Accuracy, step_control: StepControl, stop_loss: float) -> dict:
-    """The fields of an `AbstractFlowIntegrator` that the step control sets: the controller,
+    """The fields of a `FlowIntegrator` that the step control sets: the controller,
     the step budget and where a run stops."""
     # The tolerances go in as (weakly typed) arrays, not Python floats: a float would be a
     # constant of the compiled program, and every rung of a tolerance ladder would compile

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from ..nn.problem import Params
 from ..nn.problem import Problem
 from .base import AbstractIntegrator
-from .flow import AbstractFlowIntegrator, FlowState
+from .flow import FlowIntegrator, FlowState
 
 
 class PairState(eqx.Module):
@@ -23,8 +23,8 @@ class ReferencePair(AbstractIntegrator):
     """The flow's own state, statistics and status, with the reference advanced to the same
     times beside it."""
 
-    flow: AbstractFlowIntegrator
-    reference: AbstractFlowIntegrator
+    flow: FlowIntegrator
+    reference: FlowIntegrator
 
     discrete: ClassVar[bool] = False
     certificate_series: ClassVar[tuple[str, ...]] = ("flow_error", "flow_loss_error")

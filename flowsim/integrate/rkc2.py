@@ -33,12 +33,15 @@ tolerance (the SCALE.md prototype: 20× rtol at 1e-5; here, on a tanh network to
 0.46, 0.53, 0.57 × rtol; tests/test_rkc2.py).
 """
 
-import equinox as eqx
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from ..nn.problem import Params
+from .flow import FlowIntegrator, flow_term, stepping
+from ..kinds.solvers import Accuracy, FlowMethod, Stabilised, StepControl
 from .rock4 import AbstractStabilised
 
 DAMPING = 2.0 / 13.0
@@ -99,8 +102,6 @@ MAX_H_RHO = ((MAX_STAGES - 1) ** 2 - 1) / 1.54
 class Rkc2(AbstractStabilised):
     """RKC2, a step of s stages costing s evaluations."""
 
-    rho_every: int = eqx.field(static=True, default=10)
-    rho_safety: float = eqx.field(static=True, default=1.2)
     h_rho_max: float | jax.Array = MAX_H_RHO
 
     def order(self, terms) -> int:
@@ -140,3 +141,13 @@ class Rkc2(AbstractStabilised):
         first = (jax.tree.map(lambda y, f: y + h * mu1 * f, y0, f0), t0 + h * mu1)
         _, (y1, _) = jax.lax.fori_loop(2, s + 1, stage, ((y0, t0), first))
         return y1, s - 1
+
+
+def rkc2_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                    learning_rate: float | None = None, stop_loss: float = 0.0) -> FlowIntegrator:
+    """The factory the registry names for rkc2: its step control at the local tolerances its
+    global error asks (the module's docstring)."""
+    rtol, atol = local_tolerances(accuracy.rtol, accuracy.atol)
+    solver = Rkc2(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety)
+    return FlowIntegrator(solver=solver, **stepping(dataclasses.replace(accuracy, rtol=rtol, atol=atol),
+                                                    step_control, stop_loss), term=flow_term(learning_rate))

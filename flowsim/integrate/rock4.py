@@ -1,5 +1,5 @@
 """ROCK4 (Abdulle 2002): a stabilised explicit Runge–Kutta–Chebyshev method of order 4, as a
-Diffrax solver that `FlowIntegrator` steps like any other.
+flow method (`flowsim.integrate.solver`) that the engine steps like any other.
 
 Why: the Jacobian of a gradient flow is −rate ∇²L, symmetric, so its spectrum is real. An
 explicit method of fixed stages is stable only while h·λ_max stays below a constant (Tsit5:
@@ -71,7 +71,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..nn.problem import Params
+from ..nn.problem import Params, Problem
+from .flow import FlowIntegrator, flow_term, stepping
+from ..kinds.solvers import Accuracy, FlowMethod, Stabilised, StepControl
+from .solver import INIT_STEP_SEARCH_EVALS, AbstractFlowSolver
 
 # Power iterations at t = 0 from f(y0): enough for a first estimate within the safety factor
 # on the clustered spectra measured (1.72, 1.57, 1.50 at t = 0 on cohen-eos-quick).
@@ -199,21 +202,43 @@ class StabilisedState(eqx.Module):
     error: Params           # the last try's error estimate (where a retry's power iteration looks)
 
 
-class AbstractStabilised(dfx.AbstractSolver):
+# What a stabilised method certifies its steps with: its spectral radius estimate and the last
+# try's stage count (auto's too).
+RHO_SERIES = ("rho", "stages")
+
+
+class AbstractStabilised(AbstractFlowSolver):
     """A stabilised explicit (Runge–Kutta–Chebyshev) method for an autonomous ODE dy/dt = f(y)
     (the time argument is passed on, unused by a gradient flow's field), its stage count set
     per step by h·ρ: the spectral radius ρ of ∂f/∂y from power iteration, refreshed every
     `rho_every` accepted steps and to convergence after a rejection, in its state. A method
     provides `advance_with(field, t0, t1, y0, f0, rho)` → (y1, its error estimate, the dense
     output, f(y1), the evaluations spent), `solution_with` (y1 alone, for `read`) and the
-    longest h·ρ it may take."""
+    longest h·ρ it may take (`h_rho_max`)."""
 
-    rho_every: eqx.AbstractVar[int]
-    rho_safety: eqx.AbstractVar[float]
-    h_rho_max: eqx.AbstractVar[float]
+    h_rho_max: eqx.AbstractVar[float | jax.Array]
+    # the preset's `rho_every`, `rho_safety` (flowsim.config.FlowPreset): the same defaults
+    rho_every: int = eqx.field(static=True, default=10, kw_only=True)
+    rho_safety: float = eqx.field(static=True, default=1.2, kw_only=True)
 
     term_structure: ClassVar = dfx.AbstractTerm
     interpolation_cls: ClassVar = dfx.ThirdOrderHermitePolynomialInterpolation.from_k
+    certificate_series: ClassVar[tuple[str, ...]] = RHO_SERIES
+
+    @property
+    def init_evals(self) -> int:
+        # the step-size search and `init`'s f(y0)
+        return INIT_STEP_SEARCH_EVALS + 1
+
+    @property
+    def init_hvps(self) -> int:
+        return _INIT_ITERATIONS     # the first estimate of ρ
+
+    def cost(self, state: StabilisedState) -> tuple[jax.Array, jax.Array, jax.Array]:
+        return state.stages, state.hvps, jnp.asarray(True)
+
+    def certificate(self, problem: Problem, y: Params, state: StabilisedState) -> dict[str, jax.Array]:
+        return {"rho": state.rho, "stages": state.stages}
 
     @abc.abstractmethod
     def advance_with(self, field, t0, t1, y0: Params, f0: Params, rho):
@@ -280,14 +305,15 @@ class AbstractStabilised(dfx.AbstractSolver):
 
 
 class Rock4(AbstractStabilised):
-    """ROCK4, a step of degree ms costing ms + 4 evaluations."""
+    """ROCK4, a step of degree ms costing ms + 4 evaluations. It can also step at a ρ known
+    otherwise (`steps_at_given_rho`: the central flow's, from its tracked spectrum)."""
 
-    rho_every: int = eqx.field(static=True, default=10)
-    rho_safety: float = eqx.field(static=True, default=1.2)
     # the longest h·ρ a step may take: `MAX_H_RHO`, or the round-off ceiling of the run's
-    # tolerance (`roundoff_bound`), which `flowsim.integrate.flow` passes as an array, not a
+    # tolerance (`roundoff_bound`), which `rock4_integrator` passes as an array, not a
     # static field, so that another tolerance runs the same compiled program
     h_rho_max: float | jax.Array = MAX_H_RHO
+
+    steps_at_given_rho: ClassVar[bool] = True
 
     def order(self, terms) -> int:
         return 4
@@ -307,6 +333,12 @@ class Rock4(AbstractStabilised):
         unevaluated = lambda t, y: (jax.tree.map(jnp.zeros_like, y), zero, None)
         y1, *_, ms = advance(field, unevaluated, t0, t1, y0, f0, rho, zero)
         return y1, ms + 3
+
+    def step_at_rho(self, field, end, t0, t1, y0, f0, rho, no_cost):
+        return advance(field, end, t0, t1, y0, f0, rho, no_cost)
+
+    def max_step_at_rho(self, rho) -> jax.Array:
+        return self.h_rho_max / rho
 
 
 def degree(h, rho) -> tuple[jax.Array, jax.Array]:
@@ -364,6 +396,10 @@ def advance(field, end, t0, t1, y0: Params, f0: Params, rho, no_cost):
     return y1, y_error, dense, f1, aux, spent + c1 + c2 + c3 + c4 + c5, ms
 
 
-def init_hvps() -> int:
-    """Jacobian-vector products of `Rock4.init`: the first estimate of ρ."""
-    return _INIT_ITERATIONS
+def rock4_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl, stabilised: Stabilised,
+                     learning_rate: float | None = None, stop_loss: float = 0.0) -> FlowIntegrator:
+    """The factory the registry names for rock4: its steps no longer than round-off at this
+    tolerance allows (the module's docstring)."""
+    solver = Rock4(rho_every=stabilised.rho_every, rho_safety=stabilised.rho_safety,
+                   h_rho_max=jnp.asarray(roundoff_bound(accuracy.rtol)))
+    return FlowIntegrator(solver=solver, **stepping(accuracy, step_control, stop_loss), term=flow_term(learning_rate))

@@ -112,8 +112,8 @@ class FlowMethod:
     state_copies: int
     diffrax: str          # the Diffrax solver class (a name, so that this table needs no JAX)
     # The settings groups (`SETTING_GROUPS`) its integrator's factory reads, and that factory,
-    # "module:function" in flowsim.integrate (a name, so that this table needs no JAX): called
-    # with the method's entry and one record per group, by group name
+    # "package.module:function" (a name, so that this table needs no JAX): called with the
+    # method's entry and one record per group, by group name
     # (`flowsim.run.integrators.flow_integrator`).
     reads: tuple[str, ...]
     integrator: str
@@ -148,11 +148,11 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
 
 
 def _diffrax(name: str, solver: str, state_copies: int, *, implicit: bool = False) -> FlowMethod:
-    """A Diffrax solver stepped by `FlowIntegrator` (an implicit one solves its stages by
+    """A Diffrax solver stepped by the flow engine (an implicit one solves its stages by
     Newton–Krylov)."""
     return FlowMethod(name, implicit=implicit, state_copies=state_copies, diffrax=solver,
                       reads=(*_DIFFRAX, "newton_krylov") if implicit else _DIFFRAX,
-                      integrator="flow:diffrax_integrator")
+                      integrator="flowsim.integrate.runge_kutta:diffrax_integrator")
 
 
 FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
@@ -166,19 +166,31 @@ FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
     # the recurrence's three iterates and a stage, four finishing stages, y1, f(y0), f(y1),
     # the error, the power iteration's vector, the last try's error; and the step held ahead (+ 6)
     FlowMethod("rock4", implicit=False, state_copies=21, diffrax="", reads=(*_DIFFRAX, "stabilised"),
-               integrator="flow:rock4_integrator", stabilised=True),
+               integrator="flowsim.integrate.rock4:rock4_integrator", stabilised=True),
     # the recurrence's three iterates and a stage, y1, f(y0), f(y1), the error, the power
     # iteration's vector, the last try's error; and the step held ahead (+ 6)
     FlowMethod("rkc2", implicit=False, state_copies=16, diffrax="", reads=(*_DIFFRAX, "stabilised"),
-               integrator="flow:rkc2_integrator", stabilised=True, central=False),
+               integrator="flowsim.integrate.rkc2:rkc2_integrator", stabilised=True, central=False),
     # Tsit5's (its seven stages in the step held ahead, as ROCK4's ends fill two of them), and
     # ROCK4's power-iteration vector and last error in the state (+ 2)
     FlowMethod("auto", implicit=False, state_copies=23, diffrax="", reads=(*_DIFFRAX, "stabilised"),
-               integrator="flow:auto_integrator", switching=True, central=False),
+               integrator="flowsim.integrate.auto:auto_integrator", switching=True, central=False),
     # Dormand–Prince stages, its dense output's five coefficients, the event point
     FlowMethod("filippov", implicit=False, state_copies=18, diffrax="Dopri5", reads=("accuracy", "filippov"),
-               integrator="filippov:filippov_integrator", filippov=True),
+               integrator="flowsim.integrate.filippov:filippov_integrator", filippov=True),
 )}
+
+
+
+def register_flow_method(method: FlowMethod) -> None:
+    """Add a flow method to `FLOW_METHODS`: a row naming its integrator's factory by import path
+    (a method of one's own: its module implements `flowsim.integrate.solver.AbstractFlowSolver`
+    and the factory; tests/test_plugin_method.py registers one). A name taken is refused."""
+    if method.name in FLOW_METHODS:
+        raise ValueError(f"flow method {method.name!r} is registered already; "
+                         f"taken: {', '.join(FLOW_METHODS)}")
+    FLOW_METHODS[method.name] = method
+
 
 # The methods that can step a central flow: the explicit ones, Runge–Kutta and ROCK4 (its
 # eigenvectors ride in the method's state: flowsim.integrate.central_field)

@@ -20,9 +20,9 @@ from ..kinds.solvers import CENTRAL_READS, FLOW_METHODS, FlowMethod, settings_of
 
 
 def factory(spec: FlowMethod):
-    """The integrator factory a flow method's entry names ("module:function" in flowsim.integrate)."""
+    """The integrator factory a flow method's entry names ("package.module:function")."""
     module, name = spec.integrator.split(":")
-    return getattr(importlib.import_module(f"flowsim.integrate.{module}"), name)
+    return getattr(importlib.import_module(module), name)
 
 
 def flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
