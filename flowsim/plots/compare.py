@@ -21,6 +21,7 @@ from flowsim.integrate.registry import SOLVER_KINDS
 from flowsim.toml_text import is_number
 
 from .central import figure_central
+from .style import value_ticks
 
 
 def _safe(name: str) -> str:
@@ -207,6 +208,7 @@ def _ladder_panel(ax, f: _RunFigure, letter: str) -> None:
         else:
             ax.plot([], [], color=c, marker=mk, ls="none", label=f"{name}: not fitted")
     ax.set_xscale("log", base=2)
+    value_ticks(ax.xaxis, np.concatenate([lad.etas for lad in f.lads]))   # the ladder's steps, labelled
     ax.set_yscale("log")
     ax.set_xlabel("step η")
     meas = f.lads[0].measure
@@ -278,6 +280,7 @@ def figure_sweep(rep: Report, key: str):   # -> Figure | None
         if numeric and min(float(c.value) for c in cells) > 0 and \
                 max(float(c.value) for c in cells) >= 10 * min(float(c.value) for c in cells):
             ax.set_xscale("log")
+            value_ticks(ax.xaxis, [float(c.value) for c in cells])   # the swept values, labelled
         if not numeric:
             ax.set_xticks(range(len(values)), values, rotation=20, ha="right", fontsize=8)
         if all(c.mean > 0 for c in cells if c.gap == gap):
