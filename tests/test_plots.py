@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import QuadMesh
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 
@@ -39,8 +40,14 @@ def config(name="x", width=None, scaling=None):
     return dataclasses.replace(BASE, name=name, model=model)
 
 
+K, G = 3, 128      # hessian_top's eigenvalues, hessian_density's grid points
+
+
 def _series_spec(names, p, m):
-    spec = {"loss": ((), "float64", ()), "test_loss": ((), "float64", ()),
+    spec = {"hessian_top": ((K,), "float64", ("hessian_eig",)),
+            "hessian_density": ((G,), "float64", ("density_grid",)),
+            "hessian_density_grid": ((G,), "float64", ("density_grid",)),
+            "loss": ((), "float64", ()), "test_loss": ((), "float64", ()),
             "ntg": ((p, p), "float64", ("point", "point_b")), "ntg_eig": ((p,), "float64", ("point",)),
             "ntg_change_spectral": ((), "float64", ()), "weight_change": ((m,), "float64", ("node",))}
     return {k: v for k, v in spec.items() if k in names}
@@ -55,8 +62,20 @@ def _rows(rng, t, scale, lam, ntg0, names, blow_up=False):
     row = {"loss": loss, "test_loss": 1.3 * loss + 5 * (1 - decay), "ntg": ntg,
            "ntg_eig": np.linalg.eigvalsh(ntg),
            "ntg_change_spectral": np.linalg.norm(ntg - ntg0, ord=2),
-           "weight_change": np.sqrt(lam) * (1 - decay) * 3 * (1 + 0.1 * rng.random(len(lam)))}
+           "weight_change": np.sqrt(lam) * (1 - decay) * 3 * (1 + 0.1 * rng.random(len(lam))),
+           **_hessian_row(rng, t)}
     return {k: v for k, v in row.items() if k in names}
+
+
+def _hessian_row(rng, t):
+    """The K largest eigenvalues, rising past 2 (2/η of gd-lr1) as the flow sharpens, and a
+    density on a grid of the row's own: a bulk at 0 and a bump at each of the K, normalised."""
+    sharp = (1.5 + (1 - np.exp(-t / 500.0))) * (1 + 0.02 * rng.normal())
+    top = sharp * np.array([1.0, 0.7, 0.5])[:K]
+    grid = np.linspace(-0.2, 1.1 * sharp, G)
+    dens = 0.9 * np.exp(-0.5 * (grid / 0.05) ** 2) + sum(0.1 / K * np.exp(-0.5 * ((grid - e) / 0.02) ** 2)
+                                                          for e in top)
+    return {"hessian_top": top, "hessian_density": dens / np.trapezoid(dens, grid), "hessian_density_grid": grid}
 
 
 def make_archive(path, *, name="synthetic-fig1", seeds=(0, 1, 2), points=POINTS,
@@ -367,3 +386,100 @@ def test_one_point_colours_each_solver_and_one_seed_has_no_band(tmp_path, saved)
                         model=MODULE, m=len(MODULE.leaves), diverge=False, series=("loss",))
     run_cli("plot", path, "-o", tmp_path / "figs")
     assert "line: mean over seeds, band: min–max" in _texts(saved["cohen2-fig1.png"])
+
+
+# --------------------------------------------------------------------------------------
+# The Hessian's spectrum (issue 53): `hessian_top` against 2/η, `hessian_density` as a heat
+# map over time, from `flowsim plot` and `flowsim compare -o`; absent series, no figure.
+# --------------------------------------------------------------------------------------
+
+HESSIAN = ("loss", "hessian_top", "hessian_density", "hessian_density_grid")
+
+
+def _mesh(ax):
+    return next(c for c in ax.collections if isinstance(c, QuadMesh))
+
+
+def _raw(path, point, solver, name):
+    """Every seed's rows of series `name` of a sweep point's solver, as the archive holds them."""
+    with A.open(path) as arch:
+        return [np.asarray(run.solvers[solver][name], float) for run in arch.runs.values() if run.point == point]
+
+
+def test_plot_draws_the_top_eigenvalues_and_the_density_over_time(tmp_path, saved):
+    path = make_archive(tmp_path / "eig.h5", name="eig", seeds=(0, 1), diverge=False, series=HESSIAN)
+    run_cli("plot", path, "-o", tmp_path / "figs")
+    assert (tmp_path / "figs" / "eig-hessian.png").stat().st_size > 20_000
+    fig = saved["eig-hessian.png"]
+    top, *heat = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    assert top.get_title(loc="left") == "(a) the 3 largest Hessian eigenvalues (bold: the largest); dotted: 2/η"
+    # each point × solver: K lines, the largest the mean over the seeds of the archive's rows
+    rows = [ln for ln in top.lines if len(ln.get_xdata()) == 21]
+    assert len(rows) == 2 * 2 * K
+    largest = np.mean([r[:, 0] for r in _raw(path, 1, "gd-lr1", "hessian_top")], axis=0)
+    assert any(np.allclose(ln.get_ydata(), largest, rtol=1e-12) for ln in rows)
+    limits = [ln.get_ydata()[0] for ln in top.lines if ln.get_linestyle() == ":"]
+    assert limits == [2.0]                                  # gd-lr1's 2/η
+    assert [t.get_text() for t in top.get_legend().get_texts()] == [
+        "NTK, tsit5: flow", "NTK, gd-lr1: GD η=1", "asymmetric γ=0.5 α=0.7, tsit5: flow",
+        "asymmetric γ=0.5 α=0.7, gd-lr1: GD η=1"]
+    # a heat map per point × solver: the seeds' densities interpolated onto one grid, averaged
+    assert [ax.get_title(loc="left") for ax in heat] == [
+        "(b) spectral density: NTK, tsit5: flow", "(c) spectral density: NTK, gd-lr1: GD η=1",
+        "(d) spectral density: asymmetric γ=0.5 α=0.7, tsit5: flow",
+        "(e) spectral density: asymmetric γ=0.5 α=0.7, gd-lr1: GD η=1"]
+    mesh = _mesh(heat[3])
+    cells = np.asarray(mesh.get_array()).reshape(-1, 21)    # (eigenvalue cells, rows)
+    every = [g for p in (0, 1) for solver in ("tsit5", "gd-lr1") for g in _raw(path, p, solver, "hessian_density_grid")]
+    grid = np.linspace(min(g.min() for g in every), max(g.max() for g in every), 240)   # every panel's
+    grids, dens = _raw(path, 1, "gd-lr1", "hessian_density_grid"), _raw(path, 1, "gd-lr1", "hessian_density")
+    for j in (0, 10, 20):
+        expected = np.mean([np.interp(grid, g[j], d[j], left=0, right=0) for g, d in zip(grids, dens)], axis=0)
+        np.testing.assert_allclose(cells[:, j], expected, rtol=1e-12, atol=0)
+    assert mesh.norm.vmax == pytest.approx(max(d.max() for p in (0, 1) for solver in ("tsit5", "gd-lr1")
+                                               for d in _raw(path, p, solver, "hessian_density")), rel=0.02)
+    white = [ln for ln in heat[3].lines if ln.get_linestyle() == ":"]
+    assert [ln.get_ydata()[0] for ln in white] == [2.0]     # GD's own 2/η over its density
+    assert not [ln for ln in heat[2].lines if ln.get_linestyle() == ":"]   # a flow has none
+
+
+def test_compare_draws_each_solver_s_spectrum(tmp_path, saved):
+    """`flowsim compare -o`: per run, a figure of each solver's top eigenvalues (GD in its
+    η's colour, dashed; the flow grey) against 2/η, and a heat map per solver."""
+    path = make_archive(tmp_path / "eig.h5", name="eig", seeds=(0,), points=POINTS[:1], diverge=False,
+                        series=HESSIAN)
+    run_cli("compare", path, "-o", tmp_path / "figs")
+    fig = saved["eig-compare-p0-s0-hessian.png"]
+    run = saved["eig-compare-p0-s0.png"]
+    assert fig is not run
+    top, flow, gd = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+    rows = {(ln.get_color() if isinstance(ln.get_color(), str) else tuple(ln.get_color()), ln.get_linestyle())
+            for ln in top.lines if len(ln.get_xdata()) == 21}
+    assert len(rows) == 2 and ("0.25", "-") in rows                  # the flow grey and solid, GD dashed
+    (raw,) = _raw(path, 0, "gd-lr1", "hessian_top")
+    drawn = {tuple(np.round(ln.get_ydata(), 12)) for ln in top.lines if ln.get_linestyle() == "--"}
+    assert drawn == {tuple(np.round(raw[:, r], 12)) for r in range(K)}
+    assert [ln.get_ydata()[0] for ln in top.lines if ln.get_linestyle() == ":"] == [2.0]
+    assert flow.get_title(loc="left") == "(b) spectral density: tsit5: flow"
+    assert gd.get_title(loc="left") == "(c) spectral density: gd-lr1: GD η=1"
+    assert _mesh(gd).get_array().shape == (240, 21)
+
+
+@pytest.mark.parametrize("series, panels", [
+    (("loss",), None),                                                      # neither: no figure
+    (("loss", "hessian_top"), ["(a) the 3 largest Hessian eigenvalues (bold: the largest); dotted: 2/η"]),
+    (("loss", "hessian_density", "hessian_density_grid"), ["(a) spectral density: tsit5: flow",
+                                                           "(b) spectral density: gd-lr1: GD η=1"]),
+])
+def test_the_spectrum_shows_what_is_recorded(tmp_path, saved, series, panels):
+    path = make_archive(tmp_path / "some.h5", name="some", seeds=(0,), points=[("", {"kind": "ntk"})],
+                        model=MODULE, m=len(MODULE.leaves), diverge=False, series=series)
+    run_cli("plot", path, "-o", tmp_path / "plots")
+    run_cli("compare", path, "-o", tmp_path / "compare")
+    for name in ("some-hessian.png", "some-compare-p0-s0-hessian.png"):
+        if panels is None:
+            assert name not in saved
+            continue
+        fig = saved[name]
+        assert [ax.get_title(loc="left") for ax in fig.axes if ax.get_label() != "<colorbar>"] == panels
+        assert len(fig.axes) == len(panels) + ("hessian_density" in series)      # one colour bar

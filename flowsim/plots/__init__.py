@@ -7,6 +7,9 @@
 - ``<name>-test.<fmt>`` when ``test_loss`` is recorded: train and test loss;
 - ``<name>-sharpness.<fmt>`` when ``sharpness`` is recorded: loss and sharpness with each
   GD's stability limit 2/η (Cohen et al. 2021);
+- ``<name>-hessian.<fmt>`` when ``hessian_top`` or ``hessian_density`` is recorded: the
+  top-k Hessian eigenvalues against 2/η and the spectral density as a heat map over time,
+  one per sweep point × solver (`hessian.py`);
 - ``<name>-central.<fmt>`` when a ``central-flow`` leg runs beside GD at its η: GD's loss
   (raw and smoothed), the central flow's predicted loss and the gradient flow's, the three
   sharpnesses with 2/η, and GD's distances to the central flow, the flow and its twin
@@ -41,6 +44,7 @@ from flowsim.analysis.compare_central import archive_tracks
 
 from . import chen
 from .central import figure_central
+from .hessian import figure_hessian
 from .caron import caron_figures
 from .fig1 import (
     figure_fig1,
@@ -75,7 +79,8 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
     if kind:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
         return chen.plot_archive(path, out, formats=formats, name=name)
     figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name),
-               "sharpness": figure_sharpness(traces, name), "central": figure_central(tracks, name)}
+               "sharpness": figure_sharpness(traces, name), "hessian": figure_hessian(traces, name),
+               "central": figure_central(tracks, name)}
     figures.update(caron_figures(path, name))   # pruning, transfer, PCA, lr transfer
     written = []
     for tag, fig in figures.items():

@@ -21,7 +21,10 @@ from flowsim.integrate.registry import SOLVER_KINDS
 from flowsim.toml_text import is_number
 
 from .central import figure_central
+from .hessian import Spectrum, figure_spectra
+from .labels import solver_label
 from .style import value_ticks
+from .traces import HESSIAN_SERIES
 
 
 def _safe(name: str) -> str:
@@ -292,6 +295,30 @@ def figure_sweep(rep: Report, key: str):   # -> Figure | None
     return fig
 
 
+def figure_spectrum(rep: Report, run: str):   # -> Figure | None
+    """One run's Hessian spectrum (`hessian.py`): each solver's top-k eigenvalues against
+    2/η and its spectral density over time, in the run figure's colours (a colour per η,
+    the gradient flow grey); None where no solver recorded `hessian_top` or `hessian_density`."""
+    col = _gather(rep, run).col
+    spectra = []
+    with _archive.open(rep.path) as arch:
+        for view in arch.runs[run].solvers.values():
+            have = [n for n in HESSIAN_SERIES if n in view.series_names]
+            if not have:
+                continue
+            preset = from_dict(Preset, view.preset)
+            eta = float(preset.learning_rate) if preset.learning_rate is not None else None
+            discrete = SOLVER_KINDS[preset.kind].discrete
+            spectra.append(Spectrum(
+                label=solver_label(view.name, preset), t=np.asarray(view.t, float),
+                colour=col.get(eta, "0.5") if eta is not None else "0.25",
+                ls="--" if discrete else _FLOW_STYLE.get(preset.kind, "-"), eta=eta,
+                **{key: np.asarray(view[n], float)[None] for key, n in zip(("top", "density", "grid"), HESSIAN_SERIES)
+                   if n in have}))
+    label = rep.runs.get(run, "")
+    return figure_spectra(spectra, f"{rep.name} · {run}: the Hessian's spectrum" + (f"\n{label}" if label else ""))
+
+
 def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -299,13 +326,11 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
     for run in rep.runs:
         if not any(p.run == run for p in rep.pairs):
             continue
-        fig = figure_run(rep, run)
-        if fig is None:   # nothing recorded that a panel shows
-            continue
-        for fmt in formats:
-            path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
-            fig.savefig(path, dpi=110)
-            written.append(path)
+        for suffix, fig in (("", figure_run(rep, run)), ("-hessian", figure_spectrum(rep, run))):
+            for fmt in formats if fig is not None else ():   # (None: nothing recorded that it shows)
+                path = out / f"{_safe(rep.name)}-compare-{_safe(run)}{suffix}.{fmt}"
+                fig.savefig(path, dpi=110)
+                written.append(path)
     fig = figure_central(rep.central, rep.name)
     for fmt in formats if fig is not None else ():
         path = out / f"{_safe(rep.name)}-compare-central.{fmt}"
