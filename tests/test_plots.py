@@ -80,17 +80,19 @@ def _hessian_row(rng, t):
 
 def make_archive(path, *, name="synthetic-fig1", seeds=(0, 1, 2), points=POINTS,
                  series=ALL_SERIES, diverge=True, k=21, m=40, p=8, d=3, times=None,
-                 solvers=("tsit5", "gd-lr1"), widths=None, sweep="", model=None):
+                 solvers=("tsit5", "gd-lr1"), widths=None, sweep="", model=None, loss=None):
     """A small archive as the driver writes it: points × seeds runs, each with `solvers`
     (preset names, or ``(name, {"kind": "gd", "learning_rate": η})``).
 
     `widths` gives each point its width (else `m`), `sweep` the scenario's ``[sweep]`` table
     in TOML (as `flowsim compare` reads it), `model` a typed model for every run in place of
-    the shallow one (`m` is then its number of leaves). With ``diverge`` the GD run of the
+    the shallow one (`m` is then its number of leaves), `loss` the loss kind. With ``diverge`` the GD run of the
     last point, first seed, blows up and stops early with status "diverged".
     """
     rng = np.random.default_rng(0)
     settings = loads_scenario(BASE_TEXT + sweep).settings if sweep else BASE
+    if loss is not None:
+        settings = dataclasses.replace(settings, loss=dataclasses.replace(settings.loss, kind=loss))
     resolved = to_dict(dataclasses.replace(settings, name=name))
     presets = {}
     for s in solvers:
@@ -104,7 +106,7 @@ def make_archive(path, *, name="synthetic-fig1", seeds=(0, 1, 2), points=POINTS,
         k = len(ts)
         for pi, (label, scaling) in enumerate(points):
             width = m if widths is None else widths[pi]
-            params = config(name, width, scaling)
+            params = dataclasses.replace(config(name, width, scaling), loss=settings.loss)
             params = to_dict(params if model is None else dataclasses.replace(params, model=model))
             gamma = 1.0 if scaling["kind"] == "ntk" else scaling.get("gamma", 0.0)
             lam = gamma / m + (1 - gamma) * (np.arange(1, m + 1) ** -1.4) / np.sum(np.arange(1, m + 1) ** -1.4)
@@ -322,6 +324,30 @@ def test_a_ladder_of_two_steps_labels_both(tmp_path, saved):
     assert not _overlaps([t for t, _ in ticks], renderer)
 
 
+def test_a_log_axis_over_a_decade_reads_as_plain_numbers(tmp_path, saved):
+    """Times 0.8 to 8 (cohen-scale-quick shortened): matplotlib labels 2×10⁰, 3×10⁰, … between
+    the decades, which run together on a narrow panel; every log axis of every figure
+    `flowsim compare -o` and `flowsim plot` save reads 1, 2, 3 … instead, no label over another."""
+    path = make_archive(tmp_path / "short.h5", name="short", seeds=(0,), points=POINTS[:1], diverge=False,
+                        times=np.linspace(0.0, 8.0, 11), series=("loss", "weight_change"),
+                        solvers=("tsit5", ("gd-0.04", {"kind": "gd", "learning_rate": 0.04}),
+                                 ("gd-0.02", {"kind": "gd", "learning_rate": 0.02})))
+    run_cli("compare", path, "-o", tmp_path / "figs")
+    run_cli("plot", path, "-o", tmp_path / "figs")
+    gaps = saved["short-compare-p0-s0.png"].axes[0]
+    assert [_plain(t.get_text()) for t, _ in _tick_labels(gaps)] == ["1", "2", "3", "4", "6"]
+    checked = 0
+    for name, fig in saved.items():
+        renderer = _renderer(fig)
+        for ax in fig.axes:
+            for axis in "xy":
+                labels = [t for t, _ in _tick_labels(ax, axis)]
+                assert not any("times" in t.get_text() for t in labels), (name, [t.get_text() for t in labels])
+                assert not _overlaps(labels, renderer), (name, [t.get_text() for t in labels])
+                checked += len(labels)
+    assert checked > 50
+
+
 def test_time_axis_from_zero_over_decades_keeps_zero_apart(tmp_path, saved):
     """Log-spaced checkpoints from t = 0.05 (the README's `flowsim.simulate` example): the
     symlog time axis labels 0 and the decades, none drawn over another (`0` sat on `10⁻²`)."""
@@ -386,6 +412,20 @@ def test_one_point_colours_each_solver_and_one_seed_has_no_band(tmp_path, saved)
                         model=MODULE, m=len(MODULE.leaves), diverge=False, series=("loss",))
     run_cli("plot", path, "-o", tmp_path / "figs")
     assert "line: mean over seeds, band: min–max" in _texts(saved["cohen2-fig1.png"])
+
+
+def test_the_theory_legend_names_the_panels_its_bounds_are_on(tmp_path, saved):
+    """The dotted bounds' legend names the panels they are drawn on: (a) and (d) with every
+    panel; (a) alone without the NTG's; nothing where the loss is not half-sse and (d) is
+    not drawn (caron-fig1-quick's mse loss was said to have a bound on (a))."""
+    def words(name, **kw):
+        path = make_archive(tmp_path / f"{name}.h5", name=name, seeds=(0,), diverge=False, **kw)
+        run_cli("plot", path, "-o", tmp_path / "figs")
+        return [t for t in _texts(saved[f"{name}-fig1.png"]) if t.startswith("theory")]
+
+    assert words("all") == [r"theory: $\gamma\kappa_n/4$ on (d), $L_0\,e^{-\gamma\kappa_n t/2}$ on (a)"]
+    assert words("no-ntg", series=("loss", "weight_change")) == [r"theory: $L_0\,e^{-\gamma\kappa_n t/2}$ on (a)"]
+    assert words("mse", series=("loss", "weight_change"), loss="mse") == []
 
 
 # --------------------------------------------------------------------------------------

@@ -56,6 +56,7 @@ from .fig1 import (
     panel_weight_change,
 )
 from .labels import short_label
+from .style import plain_multiples
 from .traces import TOP_NODES, Trace, gather, safe_name, scenario_name
 
 __all__ = ["plot_archive", "short_label", "gather", "Trace", "figure_fig1", "figure_test", "figure_sharpness",
@@ -86,6 +87,7 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
     for tag, fig in figures.items():
         if fig is None:
             continue
+        plain_multiples(fig)
         for fmt in formats:
             target = out / f"{safe_name(name)}-{tag}.{fmt.lstrip('.')}"
             fig.savefig(target, dpi=150 if fmt == "png" else None)

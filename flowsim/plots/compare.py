@@ -23,7 +23,7 @@ from flowsim.toml_text import is_number
 from .central import figure_central
 from .hessian import Spectrum, figure_spectra
 from .labels import solver_label
-from .style import value_ticks
+from .style import plain_multiples, value_ticks
 from .traces import HESSIAN_SERIES
 
 
@@ -329,12 +329,12 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
         for suffix, fig in (("", figure_run(rep, run)), ("-hessian", figure_spectrum(rep, run))):
             for fmt in formats if fig is not None else ():   # (None: nothing recorded that it shows)
                 path = out / f"{_safe(rep.name)}-compare-{_safe(run)}{suffix}.{fmt}"
-                fig.savefig(path, dpi=110)
+                plain_multiples(fig).savefig(path, dpi=110)
                 written.append(path)
     fig = figure_central(rep.central, rep.name)
     for fmt in formats if fig is not None else ():
         path = out / f"{_safe(rep.name)}-compare-central.{fmt}"
-        fig.savefig(path, dpi=110)
+        plain_multiples(fig).savefig(path, dpi=110)
         written.append(path)
     for key in rep.swept_keys:
         fig = figure_sweep(rep, key)
@@ -342,6 +342,6 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
             continue
         for fmt in formats:
             path = out / f"{_safe(rep.name)}-compare-sweep-{_safe(key)}.{fmt}"
-            fig.savefig(path, dpi=110)
+            plain_multiples(fig).savefig(path, dpi=110)
             written.append(path)
     return written

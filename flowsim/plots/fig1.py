@@ -217,8 +217,21 @@ def figure_fig1(traces: list[Trace], name: str) -> Figure:
     title = f"{name}   ({seeds_note(traces)})" if traces else name
     fig.suptitle(title + (f"\nnot recorded: {', '.join(missing)}" if missing else ""), fontsize=13)
     if traces:
-        legends(fig, traces, style, theory=any(theory_constants(tr) is not None for tr in traces))
+        letters = {p[0]: letter for p, letter in zip(shown, "abcd")}
+        legends(fig, traces, style, theory=_theory_words(traces, letters))
     return fig
+
+
+def _theory_words(traces: list[Trace], letters: dict[str, str]) -> str:
+    """The legend's words for the bounds drawn, naming their panels by letter: γκ_n/4 on the
+    eigenvalue panel, L_0 e^{−γκ_n t/2} on the loss panel (half-sse losses only); "" for none."""
+    bounded = [tr for tr in traces if theory_constants(tr) is not None]
+    parts = []
+    if bounded and "NTG eigenvalues" in letters:
+        parts.append(rf"$\gamma\kappa_n/4$ on ({letters['NTG eigenvalues']})")
+    if "training loss" in letters and any(tr.params.loss.kind == "half-sse" for tr in bounded):
+        parts.append(rf"$L_0\,e^{{-\gamma\kappa_n t/2}}$ on ({letters['training loss']})")
+    return "theory: " + ", ".join(parts) if parts else ""
 
 
 def figure_test(traces: list[Trace], name: str) -> Figure | None:
@@ -233,7 +246,7 @@ def figure_test(traces: list[Trace], name: str) -> Figure | None:
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(f"{name}: train and test loss   ({seeds_note(traces)})", fontsize=13)
-    legends(fig, traces, style, theory=False)
+    legends(fig, traces, style)
     return fig
 
 
@@ -266,5 +279,5 @@ def figure_sharpness(traces: list[Trace], name: str) -> Figure | None:
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(f"{name}: loss and sharpness   ({seeds_note(traces)})", fontsize=13)
-    legends(fig, traces, style, theory=False)
+    legends(fig, traces, style)
     return fig

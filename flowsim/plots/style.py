@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.axis import Axis
 from matplotlib.lines import Line2D
-from matplotlib.ticker import FixedFormatter, FixedLocator, NullFormatter
+from matplotlib.ticker import FixedFormatter, FixedLocator, LogFormatterSciNotation, NullFormatter
 
 from .labels import is_discrete, solver_label
 from .traces import Trace
@@ -168,6 +168,39 @@ def value_ticks(axis: Axis, values) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+class PlainMultiples(LogFormatterSciNotation):
+    """matplotlib's log-axis labels, but a label between decades written as the number it
+    is (``30``, ``0.04``) instead of ``3×10¹``, a third of its width, so that the labels of
+    an axis spanning a decade or two do not run together on a narrow panel; on such an axis
+    (under two decades) its decades too (``1``, ``0.1``), so that one axis reads one way.
+    Numbers from 10⁻³ to 10⁴ only: others keep their powers of ten."""
+
+    def __call__(self, x, pos=None):
+        label = super().__call__(x, pos)
+        lo, hi = sorted(self.axis.get_view_interval()) if self.axis is not None else (0.0, 0.0)
+        narrow = lo > 0 and hi / lo < 100
+        if label and ("times" in label or narrow) and 1e-3 <= abs(x) < 1e4:
+            return rf"$\mathdefault{{{x:.3g}}}$"
+        return label
+
+
+def plain_multiples(fig: Figure) -> Figure:
+    """Every log axis of `fig` left with matplotlib's own labels gets `PlainMultiples`
+    (ticks a figure chose itself, as `value_ticks`, are kept); returns `fig`."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() != "log":
+                continue
+            base = axis.get_transform().base
+            for get, put in ((axis.get_major_formatter, axis.set_major_formatter),
+                             (axis.get_minor_formatter, axis.set_minor_formatter)):
+                old = get()
+                if type(old) is LogFormatterSciNotation:
+                    put(PlainMultiples(base=base, labelOnlyBase=old.labelOnlyBase,
+                                       minor_thresholds=old.minor_thresholds))
+    return fig
+
+
 def set_time_axis(ax: Axes, traces: Iterable[Trace]) -> None:
     """Symlog when the positive checkpoint times span three decades or more, else linear.
     The linear part ends at the power of ten at or below the first positive time, so that
@@ -207,7 +240,7 @@ def one_per_point(traces: list[Trace]) -> list[Trace]:
     return out
 
 
-def legends(fig: Figure, traces: list[Trace], style: Style, *, theory: bool) -> None:
+def legends(fig: Figure, traces: list[Trace], style: Style, *, theory: str = "") -> None:
     """Colour legend (sweep points) and line-style legend (solvers, with early ends; with
     their colours where there is one point); the seed band is described where there is one."""
     points = one_per_point(traces)
@@ -231,9 +264,9 @@ def legends(fig: Figure, traces: list[Trace], style: Style, *, theory: bool) -> 
         s_handles.append(Line2D([], [], color=style.solver_colour.get(name, "0.2"), ls=style.line[name], lw=1.6,
                                 marker="x" if ends else None, ms=7, mew=2))
         s_labels.append(text)
-    if theory:
+    if theory:                                   # the words for the dotted bounds drawn
         s_handles.append(Line2D([], [], color=THEORY_GREY, ls=":", lw=1.2))
-        s_labels.append(r"theory: $\gamma\kappa_n/4$ on (d), $L_0\,e^{-\gamma\kappa_n t/2}$ on (a)")
+        s_labels.append(theory)
     if any(len(tr.seeds) > 1 for tr in traces):     # one seed has no band to describe
         s_handles.append(Line2D([], [], color="0.6", lw=6, alpha=0.3))
         s_labels.append("line: mean over seeds, band: min–max")
