@@ -21,11 +21,13 @@
 `flowsim compare -o` draws its own figures (`compare.py`, from `flowsim.analysis.compare`'s
 numbers).
 
-Styling (`style.py`): one colour per sweep point, one line style per solver (flow solid,
-discrete dashed, modified flow dotted), mean over seeds with a min–max band over seeds, a
-``×`` where a run ended early or is unfinished (any status but done, `interrupted`
-included: `traces.EARLY_END`; the status is noted in the solver legend); the legend's text
-(sweep-point labels, node scalings, solvers) is `labels.py`'s.
+Styling (`style.py`): one colour per sweep point (without a sweep, per solver), one line
+style per solver (flow solid, discrete dashed, modified flow dotted), mean over seeds with a
+min–max band over seeds, a ``×`` where a run ended early or is unfinished (any status but
+done, `interrupted` included: `traces.EARLY_END`; the status is noted in the solver legend);
+the legend's text (sweep-point labels, node scalings, solvers) is `labels.py`'s; a log axis
+of a decade or two is labelled in plain numbers as the figures are written
+(`style.plain_multiples`).
 
 The pieces are small and public for reuse and tests: :func:`gather` (`traces.py`) reads an archive
 into :class:`Trace` objects (one per sweep point and solver, seeds stacked) through the

@@ -1,6 +1,9 @@
-"""Shared look of the figures: one colour per sweep point, one line style per solver
-(flow solid, discrete dashed, modified flow dotted), mean over seeds with a min–max band,
-a ``×`` where a run ended early, and the two-column legend."""
+"""Shared look of the figures: one colour per sweep point (per solver without a sweep), one
+line style per solver (flow solid, discrete dashed, modified flow dotted), mean over seeds
+with a min–max band, a ``×`` where a run ended early, and the two-column legend; and the
+ticks and labels: a symlog time axis from 0, a log axis over a sweep's values ticked at
+those values (`value_ticks`), plain numbers on a log axis of a decade or two
+(`plain_multiples`), names at curves' ends (`name_ends`)."""
 
 from __future__ import annotations
 
@@ -11,8 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from matplotlib.axes import Axes
-from matplotlib.figure import Figure
 from matplotlib.axis import Axis
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedFormatter, FixedLocator, LogFormatterSciNotation, NullFormatter
 
