@@ -7,6 +7,9 @@
 - ``<name>-test.<fmt>`` when ``test_loss`` is recorded: train and test loss;
 - ``<name>-sharpness.<fmt>`` when ``sharpness`` is recorded: loss and sharpness with each
   GD's stability limit 2/η (Cohen et al. 2021);
+- ``<name>-hessian.<fmt>`` when ``hessian_top`` or ``hessian_density`` is recorded: the
+  top-k Hessian eigenvalues against 2/η and the spectral density as a heat map over time,
+  one per sweep point × solver (`hessian.py`);
 - ``<name>-central.<fmt>`` when a ``central-flow`` leg runs beside GD at its η: GD's loss
   (raw and smoothed), the central flow's predicted loss and the gradient flow's, the three
   sharpnesses with 2/η, and GD's distances to the central flow, the flow and its twin
@@ -18,11 +21,13 @@
 `flowsim compare -o` draws its own figures (`compare.py`, from `flowsim.analysis.compare`'s
 numbers).
 
-Styling (`style.py`): one colour per sweep point, one line style per solver (flow solid,
-discrete dashed, modified flow dotted), mean over seeds with a min–max band over seeds, a
-``×`` where a run ended early or is unfinished (any status but done, `interrupted`
-included: `traces.EARLY_END`; the status is noted in the solver legend); the legend's text
-(sweep-point labels, node scalings, solvers) is `labels.py`'s.
+Styling (`style.py`): one colour per sweep point (without a sweep, per solver), one line
+style per solver (flow solid, discrete dashed, modified flow dotted), mean over seeds with a
+min–max band over seeds, a ``×`` where a run ended early or is unfinished (any status but
+done, `interrupted` included: `traces.EARLY_END`; the status is noted in the solver legend);
+the legend's text (sweep-point labels, node scalings, solvers) is `labels.py`'s; a log axis
+of a decade or two is labelled in plain numbers as the figures are written
+(`style.plain_multiples`).
 
 The pieces are small and public for reuse and tests: :func:`gather` (`traces.py`) reads an archive
 into :class:`Trace` objects (one per sweep point and solver, seeds stacked) through the
@@ -41,6 +46,7 @@ from flowsim.analysis.compare_central import archive_tracks
 
 from . import chen
 from .central import figure_central
+from .hessian import figure_hessian
 from .caron import caron_figures
 from .fig1 import (
     figure_fig1,
@@ -52,6 +58,7 @@ from .fig1 import (
     panel_weight_change,
 )
 from .labels import short_label
+from .style import plain_multiples
 from .traces import TOP_NODES, Trace, gather, safe_name, scenario_name
 
 __all__ = ["plot_archive", "short_label", "gather", "Trace", "figure_fig1", "figure_test", "figure_sharpness",
@@ -75,12 +82,14 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf")) -> list[Path]:
     if kind:  # `[plot] figure = "chen-exp…"`: Chen et al.'s paper layouts
         return chen.plot_archive(path, out, formats=formats, name=name)
     figures = {"fig1": figure_fig1(traces, name), "test": figure_test(traces, name),
-               "sharpness": figure_sharpness(traces, name), "central": figure_central(tracks, name)}
+               "sharpness": figure_sharpness(traces, name), "hessian": figure_hessian(traces, name),
+               "central": figure_central(tracks, name)}
     figures.update(caron_figures(path, name))   # pruning, transfer, PCA, lr transfer
     written = []
     for tag, fig in figures.items():
         if fig is None:
             continue
+        plain_multiples(fig)
         for fmt in formats:
             target = out / f"{safe_name(name)}-{tag}.{fmt.lstrip('.')}"
             fig.savefig(target, dpi=150 if fmt == "png" else None)

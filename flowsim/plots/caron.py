@@ -156,7 +156,7 @@ def figure_accuracy(arch, name: str) -> Figure | None:
         ax.set_title(title)
         ax.grid(True, alpha=0.3)
     fig.suptitle(f"{name}: accuracy through training", fontsize=13)
-    legends(fig, traces, style, theory=False)
+    legends(fig, traces, style)
     return fig
 
 

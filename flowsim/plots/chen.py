@@ -32,7 +32,7 @@ from flowsim.kinds.solvers import DISCRETE_KINDS
 from flowsim.nn.theory import chen_loss_bound
 
 from .traces import safe_name, scenario_config
-from .style import PALETTE, mean_band
+from .style import PALETTE, mean_band, plain_multiples
 
 __all__ = ["figure_kind", "plot_archive", "read_runs", "fitted_rate", "exp1_summary",
            "exp2_summary", "exp3_summary", "ChenRun"]
@@ -391,7 +391,7 @@ def plot_archive(path, out_dir, *, formats=("png", "pdf"), name: str | None = No
         runs = read_runs(arch)
     if not kind or not runs:
         return []
-    fig = _FIGURE[kind](runs, name)
+    fig = plain_multiples(_FIGURE[kind](runs, name))
     stem = safe_name(name)
     written = []
     for fmt in formats:

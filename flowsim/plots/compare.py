@@ -21,6 +21,10 @@ from flowsim.kinds.solvers import SOLVER_KINDS
 from flowsim.toml_text import is_number
 
 from .central import figure_central
+from .hessian import Spectrum, figure_spectra
+from .labels import solver_label
+from .style import plain_multiples, value_ticks
+from .traces import HESSIAN_SERIES
 
 
 def _safe(name: str) -> str:
@@ -207,6 +211,7 @@ def _ladder_panel(ax, f: _RunFigure, letter: str) -> None:
         else:
             ax.plot([], [], color=c, marker=mk, ls="none", label=f"{name}: not fitted")
     ax.set_xscale("log", base=2)
+    value_ticks(ax.xaxis, np.concatenate([lad.etas for lad in f.lads]))   # the ladder's steps, labelled
     ax.set_yscale("log")
     ax.set_xlabel("step η")
     meas = f.lads[0].measure
@@ -278,6 +283,7 @@ def figure_sweep(rep: Report, key: str):   # -> Figure | None
         if numeric and min(float(c.value) for c in cells) > 0 and \
                 max(float(c.value) for c in cells) >= 10 * min(float(c.value) for c in cells):
             ax.set_xscale("log")
+            value_ticks(ax.xaxis, [float(c.value) for c in cells])   # the swept values, labelled
         if not numeric:
             ax.set_xticks(range(len(values)), values, rotation=20, ha="right", fontsize=8)
         if all(c.mean > 0 for c in cells if c.gap == gap):
@@ -289,6 +295,30 @@ def figure_sweep(rep: Report, key: str):   # -> Figure | None
     return fig
 
 
+def figure_spectrum(rep: Report, run: str):   # -> Figure | None
+    """One run's Hessian spectrum (`hessian.py`): each solver's top-k eigenvalues against
+    2/η and its spectral density over time, in the run figure's colours (a colour per η,
+    the gradient flow grey); None where no solver recorded `hessian_top` or `hessian_density`."""
+    col = _gather(rep, run).col
+    spectra = []
+    with _archive.open(rep.path) as arch:
+        for view in arch.runs[run].solvers.values():
+            have = [n for n in HESSIAN_SERIES if n in view.series_names]
+            if not have:
+                continue
+            preset = from_dict(Preset, view.preset)
+            eta = float(preset.learning_rate) if preset.learning_rate is not None else None
+            discrete = SOLVER_KINDS[preset.kind].discrete
+            spectra.append(Spectrum(
+                label=solver_label(view.name, preset), t=np.asarray(view.t, float),
+                colour=col.get(eta, "0.5") if eta is not None else "0.25",
+                ls="--" if discrete else _FLOW_STYLE.get(preset.kind, "-"), eta=eta,
+                **{key: np.asarray(view[n], float)[None] for key, n in zip(("top", "density", "grid"), HESSIAN_SERIES)
+                   if n in have}))
+    label = rep.runs.get(run, "")
+    return figure_spectra(spectra, f"{rep.name} · {run}: the Hessian's spectrum" + (f"\n{label}" if label else ""))
+
+
 def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -296,17 +326,15 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
     for run in rep.runs:
         if not any(p.run == run for p in rep.pairs):
             continue
-        fig = figure_run(rep, run)
-        if fig is None:   # nothing recorded that a panel shows
-            continue
-        for fmt in formats:
-            path = out / f"{_safe(rep.name)}-compare-{_safe(run)}.{fmt}"
-            fig.savefig(path, dpi=110)
-            written.append(path)
+        for suffix, fig in (("", figure_run(rep, run)), ("-hessian", figure_spectrum(rep, run))):
+            for fmt in formats if fig is not None else ():   # (None: nothing recorded that it shows)
+                path = out / f"{_safe(rep.name)}-compare-{_safe(run)}{suffix}.{fmt}"
+                plain_multiples(fig).savefig(path, dpi=110)
+                written.append(path)
     fig = figure_central(rep.central, rep.name)
     for fmt in formats if fig is not None else ():
         path = out / f"{_safe(rep.name)}-compare-central.{fmt}"
-        fig.savefig(path, dpi=110)
+        plain_multiples(fig).savefig(path, dpi=110)
         written.append(path)
     for key in rep.swept_keys:
         fig = figure_sweep(rep, key)
@@ -314,6 +342,6 @@ def write_figures(rep: Report, out_dir, formats=("png",)) -> list[Path]:
             continue
         for fmt in formats:
             path = out / f"{_safe(rep.name)}-compare-sweep-{_safe(key)}.{fmt}"
-            fig.savefig(path, dpi=110)
+            plain_multiples(fig).savefig(path, dpi=110)
             written.append(path)
     return written

@@ -25,6 +25,7 @@ from .style import (
     Style,
     draw,
     legends,
+    name_ends,
     not_recorded,
     one_per_point,
     quiet,
@@ -101,7 +102,7 @@ def _loss_bound(ax: Axes, have: list[Trace], style: Style) -> None:
         t = np.geomspace(max(tr.t[tr.t > 0].min(initial=1.0) / 10, 1e-12), tr.t.max(), 200) \
             if ax.get_xscale() == "symlog" else np.linspace(0, tr.t.max(), 200)
         t = np.concatenate([[0.0], t])
-        ax.plot(t, theory.caron_loss_bound(t, l0, *constants), color=style.colour[tr.point], ls=":",
+        ax.plot(t, theory.caron_loss_bound(t, l0, *constants), color=style.of_point(tr.point), ls=":",
                 lw=1.2, alpha=0.8)
     ax.set_ylim(ylim)
 
@@ -151,14 +152,8 @@ def _leaf_change(ax: Axes, traces: list[Trace], style: Style, letter: str) -> No
                  lw=1.6 if rank == 0 else 0.9, alpha=1.0 if rank == 0 else 0.6, mark=rank == 0)
     set_time_axis(ax, have)
     set_y_auto_log(ax, [tr.series["weight_change"][:, 1:] for tr in have])
-    # each name at the height of its curve's end (the first run's), pushed apart where close
-    to_axes = ax.transData + ax.transAxes.inverted()
-    ends = [(float(to_axes.transform((have[0].t[-1], quiet(np.nanmean, have[0].series["weight_change"][:, -1, i])))[1]),
-             names[i]) for i in top]
-    y_prev = -1.0
-    for y, label in sorted((y if np.isfinite(y) else 0.0, label) for y, label in ends):
-        y_prev = max(y + 0.01, y_prev + 0.045)
-        ax.text(0.99, y_prev, label, transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="0.25")
+    # each name beside the axes at the height of its curve's end (the first run's)
+    name_ends(ax, [(float(quiet(np.nanmean, have[0].series["weight_change"][:, -1, i])), names[i]) for i in top])
     ax.set_ylabel(r"$\|\theta_{\ell}(t) - \theta_{\ell}(0)\|$ (bold: the largest mover)")
 
 
@@ -191,7 +186,7 @@ def panel_eig_min(ax: Axes, traces: list[Trace], style: Style, letter: str = "d"
     for tr in one_per_point(have):
         constants = theory_constants(tr)
         if constants is not None:
-            ax.axhline(theory.caron_eig_bound(*constants), color=style.colour[tr.point], ls=":", lw=1.2,
+            ax.axhline(theory.caron_eig_bound(*constants), color=style.of_point(tr.point), ls=":", lw=1.2,
                        alpha=0.9)
     set_time_axis(ax, have)
     set_y_auto_log(ax, [tr.series["eig_min"] for tr in have], decades=1.5)
@@ -222,8 +217,21 @@ def figure_fig1(traces: list[Trace], name: str) -> Figure:
     title = f"{name}   ({seeds_note(traces)})" if traces else name
     fig.suptitle(title + (f"\nnot recorded: {', '.join(missing)}" if missing else ""), fontsize=13)
     if traces:
-        legends(fig, traces, style, theory=any(theory_constants(tr) is not None for tr in traces))
+        letters = {p[0]: letter for p, letter in zip(shown, "abcd")}
+        legends(fig, traces, style, theory=_theory_words(traces, letters))
     return fig
+
+
+def _theory_words(traces: list[Trace], letters: dict[str, str]) -> str:
+    """The legend's words for the bounds drawn, naming their panels by letter: γκ_n/4 on the
+    eigenvalue panel, L_0 e^{−γκ_n t/2} on the loss panel (half-sse losses only); "" for none."""
+    bounded = [tr for tr in traces if theory_constants(tr) is not None]
+    parts = []
+    if bounded and "NTG eigenvalues" in letters:
+        parts.append(rf"$\gamma\kappa_n/4$ on ({letters['NTG eigenvalues']})")
+    if "training loss" in letters and any(tr.params.loss.kind == "half-sse" for tr in bounded):
+        parts.append(rf"$L_0\,e^{{-\gamma\kappa_n t/2}}$ on ({letters['training loss']})")
+    return "theory: " + ", ".join(parts) if parts else ""
 
 
 def figure_test(traces: list[Trace], name: str) -> Figure | None:
@@ -238,7 +246,7 @@ def figure_test(traces: list[Trace], name: str) -> Figure | None:
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(f"{name}: train and test loss   ({seeds_note(traces)})", fontsize=13)
-    legends(fig, traces, style, theory=False)
+    legends(fig, traces, style)
     return fig
 
 
@@ -271,5 +279,5 @@ def figure_sharpness(traces: list[Trace], name: str) -> Figure | None:
     for ax in axes:
         ax.grid(True, which="major", alpha=0.3)
     fig.suptitle(f"{name}: loss and sharpness   ({seeds_note(traces)})", fontsize=13)
-    legends(fig, traces, style, theory=False)
+    legends(fig, traces, style)
     return fig

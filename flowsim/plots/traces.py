@@ -20,6 +20,8 @@ from flowsim.config.typed import Config, Preset
 
 from .labels import short_label
 
+# the Hessian's top eigenvalues and its density on each row's grid (`hessian.py` draws them)
+HESSIAN_SERIES = ("hessian_top", "hessian_density", "hessian_density_grid")
 TOP_NODES = 5                    # panel (b): the nodes that moved most, per seed
 # Statuses of a run that has not reached its end time: every status but done, and
 # "interrupted" (a run left `running` with no live writer; `running` itself is a live one).
@@ -65,7 +67,7 @@ def scenario_config(arch: _archive.Archive) -> Config | None:
 
 # The series the figures read; the full `ntg` matrices only where a fallback needs them.
 FIGURE_SERIES = ("loss", "test_loss", "accuracy", "test_accuracy", "sharpness", "weight_change",
-                 "ntg_change_spectral", "ntg_eig")
+                 "ntg_change_spectral", "ntg_eig", *HESSIAN_SERIES)
 
 
 
@@ -79,6 +81,9 @@ def _derived(arrays: dict[str, np.ndarray], per_leaf: bool) -> dict[str, np.ndar
         if name in arrays:
             arr = arrays[name]
             out[name] = arr.reshape(arr.shape[0], -1).mean(axis=1) if arr.ndim > 1 else arr
+    for name in HESSIAN_SERIES:          # a row each: the top K, or a density on its own grid
+        if name in arrays:
+            out[name] = arrays[name]
     if "weight_change" in arrays:
         wc = arrays["weight_change"]
         if wc.shape[0]:
