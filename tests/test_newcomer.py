@@ -1,0 +1,131 @@
+"""What a new user met (issue 52, "tried as a new user would"), each through the command a
+user types: a moved project resumes and a changed data file is refused by name; a refused
+`--resume` says whose archive it is in a few short lines; the statistics of a resumed leg;
+`flowsim list` one line each, every flag documented, `flowsim diff`; the wordings; the
+guarantee's list of timing fields."""
+
+import ast
+import re
+import shutil
+from pathlib import Path
+
+import h5py
+import pytest
+
+from flowsim.archive.diff import PROVENANCE, TIMINGS, differences
+from flowsim.cli.command import parser
+from helpers import call_cli
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ROOT / "tests" / "scenarios" / "tiny.toml"
+# one seed, one sweep point, few checkpoints: seconds
+SMALL = ("--set", "seeds=[0]", "--set", 'sweep."model.scaling"=[{kind="ntk"}]', "--set",
+         "run.checkpoints={count=4}", "-q")
+
+
+def _readme_cli() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    return text.split("\n## Command line\n", 1)[1].split("\n## ", 1)[0]
+
+
+# ---------------------------------------------------------------- list, flags, diff (item 7)
+
+def test_list_prints_one_line_per_entry_and_long_the_whole_descriptions(monkeypatch):
+    from flowsim.config import list_scenarios, list_solvers
+
+    monkeypatch.setenv("COLUMNS", "100")
+    entries = len(list_scenarios()) + len(list_solvers())
+    rc, out, _ = call_cli("list")
+    lines = out.splitlines()
+    assert rc == 0 and len(lines) == entries + 2          # + the "scenarios:" and "solvers:" heads
+    assert all(len(line) <= 100 for line in lines)
+    assert "flowsim list" in _readme_cli() and "one line each" in _readme_cli()
+    rc, long, _ = call_cli("list", "--long")
+    assert rc == 0 and len(long.splitlines()) > 2 * entries     # the descriptions wrapped whole
+    assert call_cli("list", "-v")[1] == long
+
+
+def _subcommands():
+    p = parser()
+    sub = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction")
+    return sub.choices
+
+
+def test_every_flag_is_documented_in_the_readme_and_every_argument_has_help():
+    section = _readme_cli()
+    missing, bare = [], []
+    for name, sp in _subcommands().items():
+        assert f"flowsim {name}" in section, name
+        for action in sp._actions:
+            if action.option_strings and "--help" not in action.option_strings:
+                if not any(re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", section) for o in action.option_strings):
+                    missing.append(f"{name} {'/'.join(action.option_strings)}")
+            if not action.help:
+                bare.append(f"{name} {action.dest}")
+    assert missing == [] and bare == []
+    simulate_section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Your own network", 1)[1]
+    assert "`name`" in simulate_section.split("\n## ", 1)[0]
+
+
+def test_archive_imports_nothing_above_it():
+    """archive/ sits on the lowest floors: it imports only itself and the root's
+    dependency-free modules (statuses, TOML text), never the configuration."""
+    allowed = {"flowsim.status", "flowsim.toml_text"}
+    found = set()
+    for path in (ROOT / "flowsim" / "archive").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                target = "flowsim.archive" if node.level == 1 else "flowsim"
+                target += f".{node.module}" if node.module else ""
+                if node.level == 2 and node.module is None:
+                    target += "." + node.names[0].name
+                found.add(target)
+    above = {t for t in found if not t.startswith("flowsim.archive") and t not in allowed}
+    assert above == set() and found & allowed
+
+
+def test_a_missing_archive_named_like_a_catalog_scenario_is_pointed_at_it():
+    rc, _, err = call_cli("inspect", "quickstart")
+    assert rc == 2 and "'quickstart' is a scenario in the catalog: `flowsim run quickstart`" in err
+    rc, _, err = call_cli("inspect", "quickstrt")
+    assert rc == 2 and "quickstrt: no such archive; allowed:" in err
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """One small scenario run twice, in this process."""
+    folder = tmp_path_factory.mktemp("twins")
+    for name in ("a.h5", "b.h5"):
+        rc, _, err = call_cli("run", TINY, "-o", folder / name, *SMALL, "--set", 'run.solvers=["rkc2", "gd-lr1"]')
+        assert rc == 0, err
+    return folder / "a.h5", folder / "b.h5"
+
+
+@pytest.mark.slow
+def test_diff_finds_nothing_between_twin_runs_and_names_what_differs(twins, tmp_path):
+    a, b = twins
+    rc, out, err = call_cli("diff", a, b)
+    assert (rc, out) == (0, "") and "the same datasets and attributes" in err
+    changed = tmp_path / "c.h5"
+    shutil.copy(b, changed)
+    with h5py.File(changed, "r+") as f:
+        f["runs/p0-seed0/gd-lr1/loss"][1] += 1e-12
+        f["runs/p0-seed0"].attrs.modify("seed", 7)     # in place (a new one would move to the end)
+    rc, out, _ = call_cli("diff", a, changed)
+    assert rc == 1 and out.splitlines() == ["runs/p0-seed0: seed: 0 != 7", "runs/p0-seed0/gd-lr1/loss: values differ"]
+    rc, _, err = call_cli("diff", a, tmp_path / "none.h5")
+    assert rc == 2 and "none.h5: no such archive" in err
+
+
+@pytest.mark.slow
+def test_two_runs_differ_in_the_listed_timing_fields_only(twins):
+    """docs/guarantees.md lists the fields in which two runs of one scenario differ: exactly
+    those that do (diff with nothing aside), and those `flowsim diff` leaves aside."""
+    a, b = twins
+    differ = {d.field.rsplit(".", 1)[-1] for d in differences(a, b, aside=())}
+    text = (ROOT / "docs" / "guarantees.md").read_text(encoding="utf-8")
+    listed = re.search(r"apart from the timing fields (.*?), also after", text, re.S).group(1)
+    assert set(re.findall(r"`(\w+)`", listed)) == differ == set(TIMINGS)
+    rc, out, _ = call_cli("diff", "--all", a, b)
+    assert rc == 1 and {line.split(": ")[1].rsplit(".", 1)[-1] for line in out.splitlines()} == set(TIMINGS)
+    assert not set(PROVENANCE) & differ
