@@ -10,8 +10,10 @@ import shutil
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 
+from flowsim import archive
 from flowsim.archive.diff import PROVENANCE, TIMINGS, differences
 from flowsim.cli.command import parser
 from helpers import call_cli
@@ -129,3 +131,85 @@ def test_two_runs_differ_in_the_listed_timing_fields_only(twins):
     rc, out, _ = call_cli("diff", "--all", a, b)
     assert rc == 1 and {line.split(": ")[1].rsplit(".", 1)[-1] for line in out.splitlines()} == set(TIMINGS)
     assert not set(PROVENANCE) & differ
+
+
+# ---------------------------------------------------------------- data by content, refusals (items 1, 2)
+
+CSV_SCENARIO = """name = "proj"
+seeds = [0]
+
+[data]
+kind = "csv"
+path = "d.csv"
+target = "y"
+
+[model]
+width = 8
+
+[run]
+t_end = 4.0
+checkpoints = { count = 3 }
+solvers = ["gd-lr1"]
+observe = ["loss"]
+"""
+
+
+def _project(folder: Path) -> Path:
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    rows = rng.normal(size=(16, 4)).round(6)
+    (folder / "d.csv").write_text("a,b,c,y\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
+    (folder / "p.toml").write_text(CSV_SCENARIO)
+    return folder
+
+
+def _bytes(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def _lines(err: str) -> list[str]:
+    return err.strip().splitlines()
+
+
+@pytest.mark.slow
+def test_a_moved_project_resumes_and_a_changed_data_file_is_refused(tmp_path):
+    here = _project(tmp_path / "project")
+    rc, _, err = call_cli("run", here / "p.toml", "-o", here / "p.h5", "-q", "--set", "run.t_end=2.0")
+    assert rc == 0, err
+    moved = tmp_path / "elsewhere" / "project"
+    shutil.copytree(here, moved)
+    shutil.rmtree(here)                   # the old absolute path is gone
+    rc, _, err = call_cli("run", moved / "p.toml", "-o", moved / "p.h5", "-q", "--resume", "--set", "run.t_end=2.0")
+    assert rc == 0, err
+    rc, _, err = call_cli("run", moved / "p.toml", "-o", moved / "p.h5", "-q", "--resume")   # t_end 2 -> 4
+    assert rc == 0, err
+    with archive.open(moved / "p.h5") as a:
+        assert a.runs["seed0"].solvers["gd-lr1"].t[-1] == 4.0
+    before = _bytes(moved / "p.h5")
+    with open(moved / "d.csv", "a") as fh:      # one more row: other data
+        fh.write("9,9,9,9\n")
+    rc, _, err = call_cli("run", moved / "p.toml", "-o", moved / "p.h5", "-q", "--resume", "--set", "run.t_end=5.0")
+    assert rc == 2 and "`data.path`" in err and f"{moved / 'd.csv'} has changed" in err and "SHA-256" in err
+    assert "--overwrite" not in err and "-o" in err
+    assert _bytes(moved / "p.h5") == before
+
+
+@pytest.mark.slow
+def test_a_refused_resume_says_whose_archive_it_is_in_three_short_lines(tmp_path):
+    here = _project(tmp_path / "project")
+    out = here / "p.h5"
+    rc, _, err = call_cli("run", here / "p.toml", "-o", out, "-q", "--set", "run.t_end=2.0")
+    assert rc == 0, err
+    before = _bytes(out)
+    rc, _, err = call_cli("run", TINY, "-o", "p.h5", "--resume", *SMALL, cwd=here)       # another scenario
+    lines = _lines(err)
+    assert rc == 2 and len(lines) <= 3 and all(len(line) <= 120 for line in lines), lines
+    assert "p.h5 holds scenario 'proj', not 'tiny'" in lines[0] and "pick another archive: -o runs/tiny.h5" in err
+    assert "--overwrite" not in err
+    rc, _, err = call_cli("run", "p.toml", "-o", "p.h5", "--resume", "-q", "--set", "model.width=9",
+                          "--set", "run.t_end=1.0", "--set", 'run.observe=["loss", "test_loss"]', cwd=here)
+    lines = _lines(err)          # other values
+    assert rc == 2 and len(lines) == 3 and all(len(line) <= 120 for line in lines), lines
+    assert "scenario 'proj' with other values: `model.width`: 8 -> 9 (archive -> now) and 2 more" in lines[0]
+    assert "pick another archive" in lines[2] and "--overwrite" not in err
+    assert _bytes(out) == before

@@ -48,7 +48,9 @@ def inspect_archive(path) -> None:
         print(f"{path}: scenario {attrs.get('scenario_resolved', {}).get('name', '?')!r}, "
               f"dtype {attrs.get('dtype')}, flowsim {attrs.get('flowsim_version')}, created {attrs.get('created')}")
         if prov:
-            print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v))
+            print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v and not isinstance(v, dict)))
+            for k, v in ((k, v) for k, v in prov.items() if v and isinstance(v, dict)):   # data_sha256
+                print(f"  {k}: " + ", ".join(f"{key} {value}" for key, value in v.items()))
         resolved = attrs.get("scenario_resolved")
         history = attrs.get("t_end_history")
         if history and isinstance(resolved, dict):
