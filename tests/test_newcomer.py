@@ -213,3 +213,85 @@ def test_a_refused_resume_says_whose_archive_it_is_in_three_short_lines(tmp_path
     assert "scenario 'proj' with other values: `model.width`: 8 -> 9 (archive -> now) and 2 more" in lines[0]
     assert "pick another archive" in lines[2] and "--overwrite" not in err
     assert _bytes(out) == before
+
+
+# ---------------------------------------------------------------- a resumed leg's statistics (item 5)
+
+RESUMED = ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]', "run.checkpoints={count=12}",
+           'run.solvers=["gd-lr1", "rock4"]']
+
+
+def _stats(path: Path) -> dict:
+    with archive.open(path) as a:
+        return {name: dict(sv.stats) | {"rows": sv.n_checkpoints, "wall_time": sv.wall_time}
+                for name, sv in a.runs["p0-seed0"].solvers.items()}
+
+
+@pytest.mark.slow
+def test_a_resume_reports_its_own_leg_and_leaves_finished_solvers_alone(tmp_path):
+    """Stopped inside rock4 after gd-lr1 had finished: the resume's summary gives rock4's
+    steps of this leg (the total less those before) and says gd-lr1 had finished, whose
+    statistics (times included) the resume leaves as they were; `inspect` then splits
+    rock4's wall time with some of it integrating."""
+    from flowsim.run.driver import Interrupted
+    from flowsim.session import run_scenario
+
+    out = tmp_path / "r.h5"
+    asked = []
+
+    def stop() -> bool:           # after a few chunks: gd-lr1 done, rock4 begun
+        asked.append(1)
+        return len(asked) > 6
+
+    with pytest.raises(Interrupted, match="rock4"):
+        run_scenario(TINY, RESUMED, output=out, should_stop=stop, progress=False, report=lambda s: None)
+    before = _stats(out)
+    assert before["gd-lr1"]["rows"] == 13 and 0 < before["rock4"]["rows"] < 19
+    rc, _, err = call_cli("run", TINY, "-o", out, "--resume", *(x for s in RESUMED for x in ("--set", s)))
+    assert rc == 0, err
+    after = _stats(out)
+    assert after["gd-lr1"] == before["gd-lr1"]          # wall, compile and observe times too
+    summary = {line.split(" · ")[1].split(":")[0]: line for line in err.splitlines() if " · " in line}
+    assert summary["gd-lr1"].endswith("1 done (finished before this resume; nothing to run)")
+    leg = after["rock4"]["steps"] - before["rock4"]["steps"]
+    assert leg > 0 and f"1 done ({leg} steps over 1 seed, " in summary["rock4"], summary["rock4"]
+    assert "resumed at t = " in summary["rock4"]
+    assert after["rock4"]["wall_time"] > before["rock4"]["wall_time"]
+    assert 0 <= after["rock4"]["observe_time"] <= after["rock4"]["wall_time"]
+
+
+# ---------------------------------------------------------------- wordings (item 8)
+
+def test_inspect_omits_the_counts_of_a_solver_without_a_checkpoint(tmp_path):
+    from flowsim.archive import ArchiveWriter
+    from flowsim.archive.format import COUNTS
+
+    out = tmp_path / "begun.h5"
+    with ArchiveWriter.create(out, scenario_text="", resolved={"name": "x", "run": {"t_end": 1.0}}, provenance={},
+                              dtype="float64") as w:
+        w.create_run("r0", params={}, seed=0, label="", point=0, init={"W0": np.ones(2)})
+        w.create_solver("r0", "gd", preset={"kind": "gd"}, series={"loss": ((), "<f8", ())}, discrete=True,
+                        counts=COUNTS)
+    rc, shown, err = call_cli("inspect", out)
+    assert rc == 0, err
+    assert "0 checkpoints, no checkpoint" in shown and "interrupted" in shown
+    assert "cumulative" not in shown
+
+
+@pytest.mark.slow
+def test_the_progress_lines_say_compiling_while_a_batch_compiles(tmp_path):
+    """Without a terminal, while a batch's program compiles (a new shape: width 19) the
+    line says so, before its first checkpoint's `t = 0 …, 0 steps`."""
+    import io
+
+    from flowsim.run.progress import Progress
+    from flowsim.session import run_scenario
+
+    stream = io.StringIO()
+    run_scenario(TINY, ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]', "run.checkpoints={count=3}",
+                        'run.solvers=["gd-lr1"]', "model.width=19"], output=tmp_path / "c.h5",
+                 progress=Progress(stream=stream, every=0.0), report=lambda s: None)
+    lines = stream.getvalue().splitlines()
+    first = next(i for i, line in enumerate(lines) if "steps" in line)
+    assert lines[first].endswith("t = 0 of 30 (0 %), 0 steps, 1 running")
+    assert any(line.endswith("t = 0 of 30 (0 %), compiling") or "compiling (for" in line for line in lines[:first])

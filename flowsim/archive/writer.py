@@ -495,6 +495,12 @@ class ArchiveWriter:
         with self._reading() as f:
             return read_checkpoint(self._group(f, f"runs/{run}/{solver}", self.path))
 
+    def solver_stats(self, run: str, solver: str) -> dict:
+        """The statistics its last `set_status` recorded ({} before any): a solver that
+        ended keeps what its checkpoint lacks (`observe_time`, measured at its end)."""
+        with self._reading() as f:
+            return attr(SOLVER, "stats").read(self._group(f, f"runs/{run}/{solver}", self.path).attrs)
+
     def write_analysis(self, run: str, solver: str, name: str, arrays: dict[str, np.ndarray],
                        attrs: dict | None = None) -> None:
         """Store (or replace) the result ``<solver>/analysis/<name>`` (a structure change).

@@ -97,7 +97,7 @@ def inspect_archive(path) -> None:
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
                       + (f"\n{'':20}advice: {advice}" if advice else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
-                if sv.counts:
+                if sv.counts and sv.t.size:    # (a solver interrupted before its first checkpoint has none)
                     print(f"{'':20}{_counts(sv)}")
                 if sv.conventions:      # (a central flow's: Σ, the edge, where the sharpness is taken)
                     print(f"{'':20}conventions:\n" + "\n".join(f"{'':22}{x}" for x in sv.conventions.splitlines()))
