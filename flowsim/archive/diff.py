@@ -135,9 +135,16 @@ def _datasets(where: str, a: h5py.Dataset, b: h5py.Dataset, aside: frozenset) ->
     return [] if same else [Difference(where, "", "values differ")]
 
 
-def _objects(f: h5py.File) -> list[str]:
-    names: list[str] = []
-    f.visit(names.append)
+def _objects(g: h5py.Group, prefix: str = "") -> list[str]:
+    """Every object's path under `g`, links followed (a merged archive's runs are external
+    links to its parts, which h5py's `visit` does not enter); a dangling link is listed."""
+    names = []
+    for key in g:
+        name = prefix + key
+        names.append(name)
+        child = g.get(key)
+        if isinstance(child, h5py.Group):
+            names += _objects(child, name + "/")
     return names
 
 
@@ -160,7 +167,10 @@ def differences(a, b, *, aside: tuple[str, ...] = TIMINGS + PROVENANCE) -> list[
                 out.append(Difference("/", "the order of its objects", names_a, names_b))
             out += _attrs("/", fa, fb, skip)
             for name in both:
-                x, y = fa[name], fb[name]
+                x, y = fa.get(name), fb.get(name)
+                if x is None or y is None:
+                    out += [] if x is y else [Difference(name, "", f"a dangling link in {'A' if x is None else 'B'}")]
+                    continue
                 out += _attrs(name, x, y, skip)
                 if isinstance(x, h5py.Dataset) and isinstance(y, h5py.Dataset):
                     out += _datasets(name, x, y, skip)
