@@ -361,7 +361,7 @@ def parser() -> argparse.ArgumentParser:
     an.set_defaults(func=cmd_analyze)
     df = sub.add_parser("diff", help="what differs between two archives, object by object, the timing fields and "
                         "git state aside; exit 0 when none, 1 when some")
-    df.add_argument("a", metavar="A", help="an archive (" + ARCHIVE_HELP + ")")
+    df.add_argument("a", metavar="A", help=ARCHIVE_HELP)
     df.add_argument("b", metavar="B", help="the other archive")
     df.add_argument("--all", action="store_true", help="compare the timing fields (created, wall_time, compile_time, "
                     "observe_time) and the git state too")
