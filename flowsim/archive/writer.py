@@ -171,8 +171,8 @@ class ArchiveWriter:
         try:
             if os.path.exists(path):
                 if not overwrite:
-                    raise ArchiveError(f"{path} already exists: use --overwrite to replace "
-                                       "it or --resume to continue it")
+                    raise ArchiveError(f"{path} already exists: use --resume to continue it, another "
+                                       "path for a new archive, or --overwrite to replace it")
                 os.remove(path)
             self = cls(path, lock)
             f = h5py.File(path, "w", libver="latest", locking=False, track_order=True)
