@@ -83,7 +83,7 @@ def test_import_loads_no_jax():
 def test_create_refuses_existing_and_overwrites(tmp_path):
     path = tmp_path / "sub" / "a.h5"
     make(path).close()
-    with pytest.raises(A.ArchiveError, match="--overwrite.*--resume"):
+    with pytest.raises(A.ArchiveError, match="--resume.*another path.*--overwrite"):
         make(path)
     with make(path, overwrite=True) as w:
         assert not w.has_run("r0")

@@ -140,6 +140,6 @@ def test_archive_diff_finds_what_differs_times_aside(tmp_path):
         f["runs/r0"].attrs["seed"] = 3
         f["runs/r0/gd/loss"][0] = 9.0
     # (an attribute written again moves to the end of its group's list: the order is compared too)
-    assert differences(a, b) == ["runs/r0: attributes ['params', 'params_changes', 'seed', 'label', 'point'] != "
-                                 "['params', 'params_changes', 'label', 'point', 'seed']",
-                                 "runs/r0: attribute seed: 2 != 3", "runs/r0/gd/loss: values differ"]
+    assert differences(a, b) == ["runs/r0: the order of its attributes: ['params', 'params_changes', 'seed', "
+                                 "'label', 'point'] != ['params', 'params_changes', 'label', 'point', 'seed']",
+                                 "runs/r0: seed: 2 != 3", "runs/r0/gd/loss: values differ"]

@@ -411,10 +411,13 @@ CATAPULT_GD = ([0, 12, 24, 36, 48, 60, 96, 132, 192, 252, 324, 384, 480],
 @pytest.mark.parametrize("t, el, named", [
     # hovering about 2/η to the end, its last checkpoint in a dip (η·λ = 1.9): at the edge of
     # stability (as central-mlp's GD), not a catapult
-    (*EDGE_GD, "crossed 2/η at t = 3 and stayed at the edge of stability, back at or above it until t = 9 of 10"),
+    (*EDGE_GD, "crossed 2/η at t = 3 and stayed at the edge of stability, back at or above it until t = 9 of 10 "
+               "(η·sharpness ≥ 2 at 62 % of the checkpoints from the crossing on)"),
     # above the limit through t = 132, then below it to t = 480: a catapult, though most of
     # its checkpoints from the crossing on are above the limit
-    (*CATAPULT_GD, "crossed 2/η at t = 0 and came back below it after t = 132, to the end at t = 480: a catapult")])
+    # (named by the time, as its stat says: not by its checkpoints' 62 %, crowded in the spike)
+    (*CATAPULT_GD, "crossed 2/η at t = 0 and came back below it after t = 132, to the end at t = 480: a catapult "
+                   "(below 2/η for the last 72 % of the time from the crossing on)")])
 def test_a_gd_that_crossed_is_named_by_how_it_went_on(t, el, named):
     """A last checkpoint at or above 2/η in the later half of the time from the crossing to
     the end names the run at the edge of stability, whatever its last checkpoint; an earlier
@@ -428,7 +431,7 @@ def test_a_gd_that_crossed_is_named_by_how_it_went_on(t, el, named):
     assert s.verdict == "crossed" and s.t_judged == t[-1] and s.over_share == pytest.approx(share, rel=1e-15)
     assert share > 0.5
     text = s.text()
-    assert f"{named} (η·sharpness ≥ 2 at {100 * share:.0f} % of the checkpoints from the crossing on)" in text
+    assert named in text
     assert s.at_edge == ("catapult" not in text)
 
 

@@ -98,10 +98,10 @@ def test_the_package_graph_has_no_circle():
 FLOORS = (
     {"flowsim.version", "flowsim.status", "flowsim.toml_text", "flowsim.kinds", "flowsim.plugins",
      "flowsim.engine_env"},                   # leaves: no flowsim import
-    {"flowsim.nn"},
+    {"flowsim.nn", "flowsim.archive"},       # archive/ imports only the leaves
     {"flowsim.integrate", "flowsim.observe"},
     {"flowsim.config"},
-    {"flowsim.data", "flowsim.archive"},
+    {"flowsim.data"},
     {"flowsim.models", "flowsim.analysis"},
     {"flowsim.run", "flowsim.plots"},
 )

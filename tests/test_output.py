@@ -113,9 +113,9 @@ def test_show_lists_only_the_keys_a_flow_preset_uses(solver, shown, hidden):
     assert shown <= keys and not hidden & keys, keys
 
 
-def test_list_tells_a_quick_file_from_its_twin(monkeypatch):
+def test_list_long_tells_a_quick_file_from_its_twin(monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")
-    text = run_cli("list")
+    text = run_cli("list", "--long")
     blocks: dict[str, list[str]] = {}     # name -> its description's lines (the name column cut off)
     for line in text.splitlines():
         if line.startswith("  ") and line[2] != " ":

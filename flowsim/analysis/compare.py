@@ -173,9 +173,11 @@ class Stability:
         elif self.at_edge:
             how = (f" and stayed at the edge of stability, back at or above it until t = {self.t_last_over:.4g} "
                    f"of {self.t_judged:.4g} ({over})")
-        else:
+        else:   # named by time, as its stat: its checkpoints may crowd the early spike (a log grid)
+            below = (self.t_judged - self.t_last_over) / (self.t_judged - self.t_cross)
             how = (f" and came back below it after t = {self.t_last_over:.4g}, to the end at t = "
-                   f"{self.t_judged:.4g}: a catapult ({over})")
+                   f"{self.t_judged:.4g}: a catapult (below {lim} for the last {100 * below:.0f} % of the time "
+                   "from the crossing on)")
         return (f"crossed {lim} at t = {self.t_cross:.4g}{how}, judged {at}: max η·{what} = "
                 f"{self.max_eta_lambda:.3g}, final {self.final_eta_lambda:.3g}")
 

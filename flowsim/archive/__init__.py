@@ -3,7 +3,7 @@
 This package is the only code that touches HDF5; it uses numpy and h5py only (no JAX), so
 reading an archive needs neither JAX nor a device.
 
-    errors.py      ArchiveError, ArchiveLocked, ArchiveFull
+    errors.py      ArchiveError, ArchiveLocked, ArchiveFull, NoSuchArchive
     format.py      the layout: every attribute declared once (ATTRS), reserved names, JSON, chunking, scales
     checkpoint.py  the double-buffered checkpoint and its commit record
     superblock.py  HDF5 status flags cleared without modifying the file (h5clear without h5clear)
@@ -14,11 +14,13 @@ reading an archive needs neither JAX nor a device.
     swmr.py        a SWMR reader that gives up on a torn metadata block instead of hanging
     dataset.py     an archive's time series as arrays (the figures' and `to_xarray`'s one reader)
     merge.py       job arrays: --shard parts and their external-link merge
+    diff.py        what differs between two archives, the timing fields aside (`flowsim diff`)
 """
 
 from .errors import ArchiveError as ArchiveError
 from .errors import ArchiveFull as ArchiveFull
 from .errors import ArchiveLocked as ArchiveLocked
+from .errors import NoSuchArchive as NoSuchArchive
 from .reader import Archive as Archive
 from .reader import RunView as RunView
 from .reader import SolverView as SolverView

@@ -138,8 +138,9 @@ ATTRS = (
     Attr("scenario_text", FILE, "text", "the scenario file as it was read"),
     Attr("scenario_resolved", FILE, "json", "the scenario resolved: every key's value, defaults filled in"),
     Attr("dtype", FILE, "text", "the floating-point type the runs computed in"),
-    Attr("provenance", FILE, "json", "versions, git commit, platform and device that wrote it; each text entry "
-         "is also a file attribute of its own"),
+    Attr("provenance", FILE, "json", "versions, git commit, platform and device that wrote it, and the SHA-256 "
+         "of each file the scenario names (`data_sha256`, by key: `--resume` knows a file by its content); each "
+         "text entry is also a file attribute of its own"),
     Attr("t_end_history", FILE, "json", "the earlier `run.t_end`s of an archive extended by `--resume --set "
          "run.t_end=…`, oldest first", optional=True, absent=[]),
     Attr("merged_from", FILE, "json", "the part archives that `flowsim merge` linked into this one",

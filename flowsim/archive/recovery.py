@@ -20,7 +20,7 @@ import h5py
 
 from .checkpoint import (ATTRS_CAPACITY, build_checkpoint, n_committed, read_checkpoint, write_commit,
                          write_slot)
-from .errors import ArchiveError
+from .errors import ArchiveError, NoSuchArchive
 from .format import (HDF5_SIGNATURE, SOLVER, attr, build_solver, count_columns, dumps, is_solver, iter_solvers,
                      read_arrays, row_datasets, running_values, series_spec, write_arrays)
 from .lock import writer_pid
@@ -39,10 +39,7 @@ def check_signature(path: str) -> bytes:
     """Read the first bytes; raise a clear ArchiveError unless it looks like HDF5."""
     allowed = "allowed: an archive written by `flowsim run` or `flowsim.simulate` (runs/<name>.h5)"
     if not os.path.exists(path):
-        scenario = _catalog_scenario(path)
-        hint = (f"; {path!r} is a scenario in the catalog: `flowsim run {path}` writes its archive "
-                f"runs/{path}.h5") if scenario else ""
-        raise ArchiveError(f"{path}: no such archive{hint}; {allowed}")
+        raise NoSuchArchive(path, allowed)
     if os.path.isdir(path):
         raise ArchiveError(f"{path}: is a directory, not an archive; {allowed}")
     try:
@@ -75,18 +72,6 @@ def check_replaceable(path: str | os.PathLike, replace: str = "--overwrite", res
         what = "a scenario file (TOML)" if _is_toml(path) else "not an HDF5 file"
         raise ArchiveError(f"{path}: exists and is {what}, not an archive: it is not replaced; allowed: a new "
                            f"path, or an existing archive to continue ({resume}) or replace ({replace})")
-
-
-def _catalog_scenario(name: str) -> bool:
-    """Whether `name` (not a file) names a scenario of the catalog: a user who typed the
-    scenario where its archive was meant."""
-    from ..config import find_scenario   # (JAX-free: the catalog is a folder of TOML files)
-
-    try:
-        find_scenario(name)
-    except Exception:  # noqa: BLE001 - not a scenario is all this asks
-        return False
-    return True
 
 
 def _is_toml(path: str) -> bool:

@@ -171,8 +171,8 @@ class ArchiveWriter:
         try:
             if os.path.exists(path):
                 if not overwrite:
-                    raise ArchiveError(f"{path} already exists: use --overwrite to replace "
-                                       "it or --resume to continue it")
+                    raise ArchiveError(f"{path} already exists: use --resume to continue it, another "
+                                       "path for a new archive, or --overwrite to replace it")
                 os.remove(path)
             self = cls(path, lock)
             f = h5py.File(path, "w", libver="latest", locking=False, track_order=True)
@@ -494,6 +494,12 @@ class ArchiveWriter:
         """The committed checkpoint (arrays, attrs) or None."""
         with self._reading() as f:
             return read_checkpoint(self._group(f, f"runs/{run}/{solver}", self.path))
+
+    def solver_stats(self, run: str, solver: str) -> dict:
+        """The statistics its last `set_status` recorded ({} before any): a solver that
+        ended keeps what its checkpoint lacks (`observe_time`, measured at its end)."""
+        with self._reading() as f:
+            return attr(SOLVER, "stats").read(self._group(f, f"runs/{run}/{solver}", self.path).attrs)
 
     def write_analysis(self, run: str, solver: str, name: str, arrays: dict[str, np.ndarray],
                        attrs: dict | None = None) -> None:

@@ -1,4 +1,4 @@
-"""The `flowsim` command: run | merge | list | show | inspect | plot | compare | analyze.
+"""The `flowsim` command: run | merge | list | show | inspect | plot | compare | analyze | diff.
 
 Argument parsing, messages and exit codes only: the work is done by library calls
 (`flowsim.run.session` for `run`, `flowsim.cli.inspection` for `inspect`); the process's stop
@@ -15,13 +15,29 @@ import sys
 from pathlib import Path
 
 from ..engine_env import set_engine_defaults
-from .lifecycle import (EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK, StopRequest,
-                        compilation_cache, leave, load_engine, quiet_hdf5_unraisable, write_failure)
+from .lifecycle import (EXIT_DIFFERENT, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK,
+                        StopRequest, compilation_cache, leave, load_engine, quiet_hdf5_unraisable, write_failure)
 from ..run.session import InputError
 
 
 def _err(msg: str) -> None:
     print(f"flowsim: error: {msg}", file=sys.stderr)
+
+
+def _message(err: Exception) -> str:
+    """What an input error says; a missing archive whose name is a scenario of the catalog
+    (a user who typed the scenario where its archive was meant) says so."""
+    from ..archive import NoSuchArchive
+    from ..config import find_scenario   # (JAX-free: the catalog is a folder of TOML files)
+
+    if isinstance(err, NoSuchArchive):
+        try:
+            find_scenario(err.path)
+        except Exception:  # noqa: BLE001 - not a scenario is all this asks
+            return str(err)
+        return err.hinted(f"{err.path!r} is a scenario in the catalog: `flowsim run {err.path}` writes its "
+                          f"archive runs/{err.path}.h5")
+    return str(err)
 
 
 def _input_errors() -> tuple:
@@ -177,12 +193,16 @@ def cmd_list(args) -> int:
     from ..config import list_scenarios, list_solvers
 
     width = max(shutil.get_terminal_size((120, 24)).columns, 60)
+    name_column = 31      # "  " + the name in 28 + " "
 
     def entries(found: list[tuple[str, str]]) -> list[str]:
-        """One entry each, its whole description wrapped to the terminal's width beside the
-        name column (a cut one would hide what tells a `-quick` file from its twin)."""
-        return [textwrap.fill(desc, width, initial_indent=f"  {name:<28} ", subsequent_indent=" " * 31,
-                              break_on_hyphens=False, break_long_words=False)
+        """One line each, the description cut to the terminal's width; with --long, the whole
+        description wrapped beside the name column (what tells a `-quick` file from its twin)."""
+        if args.long:
+            return [textwrap.fill(desc, width, initial_indent=f"  {name:<28} ", subsequent_indent=" " * name_column,
+                                  break_on_hyphens=False, break_long_words=False)
+                    for name, desc in found]
+        return [f"  {name:<28} {textwrap.shorten(desc, width - name_column, placeholder=' …')}".rstrip()
                 for name, desc in found]
 
     print("scenarios:")
@@ -241,6 +261,18 @@ def cmd_compare(args) -> int:
     return EXIT_OK
 
 
+def cmd_diff(args) -> int:
+    from ..archive.diff import PROVENANCE, TIMINGS, differences
+
+    found = differences(args.a, args.b, aside=() if args.all else TIMINGS + PROVENANCE)
+    for d in found:
+        print(d)
+    aside = "" if args.all else f" ({', '.join(TIMINGS + PROVENANCE)} aside)"
+    print(f"flowsim: {args.a} and {args.b}: " + (f"{len(found)} difference(s)" if found else
+                                                  "the same datasets and attributes") + aside, file=sys.stderr)
+    return EXIT_DIFFERENT if found else EXIT_OK
+
+
 def cmd_analyze(args) -> int:
     from ..run.analyze import NotCaron, analyze_archive
 
@@ -254,6 +286,9 @@ def cmd_analyze(args) -> int:
         raise InputError(str(err)) from None
     print(f"flowsim: {count} analysis result(s) stored in {args.archive}", file=sys.stderr)
     return EXIT_OK
+
+
+ARCHIVE_HELP = "an archive written by `flowsim run` or `flowsim.simulate` (runs/<name>.h5)"
 
 
 def parser() -> argparse.ArgumentParser:
@@ -292,34 +327,45 @@ def parser() -> argparse.ArgumentParser:
     mg.add_argument("parts", nargs="+", help="the part archives (they must stay in place)")
     mg.add_argument("--overwrite", action="store_true", help="replace an existing merged archive")
     mg.set_defaults(func=cmd_merge)
-    sub.add_parser("list", help="the scenario catalog and solver presets").set_defaults(func=cmd_list)
+    ls = sub.add_parser("list", help="the scenario catalog and solver presets, one line each")
+    ls.add_argument("-v", "--long", action="store_true", help="each whole description, wrapped")
+    ls.set_defaults(func=cmd_list)
     sh = sub.add_parser("show", help="a scenario's resolved keys (and where each came from), runs, checkpoint "
                         "grids and estimate; nothing is run")
     sh.add_argument("scenario", help="a scenario file, or the name of one in the catalog")
     sh.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="as for `run`")
     sh.set_defaults(func=cmd_show)
     i = sub.add_parser("inspect", help="an archive's runs, statuses and solver statistics")
-    i.add_argument("archive")
+    i.add_argument("archive", help=ARCHIVE_HELP)
     i.set_defaults(func=cmd_inspect)
     pl = sub.add_parser("plot", help="draw an archive's figures (PNG and PDF)")
-    pl.add_argument("archive")
+    pl.add_argument("archive", help=ARCHIVE_HELP)
     pl.add_argument("-o", "--output", help="output folder (default: beside the archive, named after it)")
     pl.set_defaults(func=cmd_plot)
     cp = sub.add_parser("compare", help="discrete (GD) versus flow trajectories at matched times t = kη")
-    cp.add_argument("archive")
+    cp.add_argument("archive", help=ARCHIVE_HELP)
     cp.add_argument("--csv", help="write one row per solver pair and matched time to this CSV file (and, for "
                     "GD beside a central flow, one per GD/central pair and matched time to <stem>-central.csv)")
     cp.add_argument("-o", "--output", help="write one figure per run into this folder")
-    cp.add_argument("--format", default="png", help="figure formats, comma-separated (default png)")
+    cp.add_argument("--format", default="png", help="with -o: the figures' formats, comma-separated, any "
+                    "matplotlib writes (png, pdf, svg …; default png)")
     cp.add_argument("--factor", type=float, default=2.0,
                     help="certificate: a gap ≤ factor × the flow's error estimate is unresolved (default 2)")
     cp.set_defaults(func=cmd_compare)
     an = sub.add_parser("analyze", help="(re)run the Caron analyses (pruning, transfer, PCA) on an archive")
-    an.add_argument("archive")
-    an.add_argument("--only", help="comma-separated subset of prune,transfer,pca")
+    an.add_argument("archive", help=ARCHIVE_HELP + "; the results are stored in it")
+    an.add_argument("--only", metavar="LIST", help="only these analyses, comma-separated, of prune, transfer, pca "
+                    "(default: all three)")
     an.add_argument("--force", action="store_true",
                     help="analyse an archive whose scenario has no [analysis] table (not a Caron experiment)")
     an.set_defaults(func=cmd_analyze)
+    df = sub.add_parser("diff", help="what differs between two archives, object by object, the timing fields and "
+                        "git state aside; exit 0 when none, 1 when some")
+    df.add_argument("a", metavar="A", help=ARCHIVE_HELP)
+    df.add_argument("b", metavar="B", help="the other archive")
+    df.add_argument("--all", action="store_true", help="compare the timing fields (created, wall_time, compile_time, "
+                    "observe_time) and the git state too")
+    df.set_defaults(func=cmd_diff)
     return p
 
 
@@ -349,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             compilation_cache()
         return args.func(args)
     except _input_errors() as err:
-        _err(str(err))
+        _err(_message(err))
         return EXIT_INPUT
     except KeyboardInterrupt:
         _err("interrupted")

@@ -48,7 +48,9 @@ def inspect_archive(path) -> None:
         print(f"{path}: scenario {attrs.get('scenario_resolved', {}).get('name', '?')!r}, "
               f"dtype {attrs.get('dtype')}, flowsim {attrs.get('flowsim_version')}, created {attrs.get('created')}")
         if prov:
-            print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v))
+            print("  " + ", ".join(f"{k} {v}" for k, v in prov.items() if v and not isinstance(v, dict)))
+            for k, v in ((k, v) for k, v in prov.items() if v and isinstance(v, dict)):   # data_sha256
+                print(f"  {k}: " + ", ".join(f"{key} {value}" for key, value in v.items()))
         resolved = attrs.get("scenario_resolved")
         history = attrs.get("t_end_history")
         if history and isinstance(resolved, dict):
@@ -95,7 +97,7 @@ def inspect_archive(path) -> None:
                       + (f"\n{'':20}interrupted at {reach}" if sv.interrupted else "")
                       + (f"\n{'':20}advice: {advice}" if advice else ""))
                 print(f"{'':20}series: {', '.join(f'{k}{tuple(sv[k].shape)}' for k in sv.series_names)}")
-                if sv.counts:
+                if sv.counts and sv.t.size:    # (a solver interrupted before its first checkpoint has none)
                     print(f"{'':20}{_counts(sv)}")
                 if sv.conventions:      # (a central flow's: Σ, the edge, where the sharpness is taken)
                     print(f"{'':20}conventions:\n" + "\n".join(f"{'':22}{x}" for x in sv.conventions.splitlines()))

@@ -10,6 +10,7 @@ from ..engine_env import set_engine_defaults
 
 EXIT_OK, EXIT_INTERNAL, EXIT_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_NOTHING = 1     # the command found nothing to do (compare: no discrete/flow pair)
+EXIT_DIFFERENT = 1   # `diff`: the archives differ (as `diff` and `cmp` say it)
 
 
 class StopRequest:

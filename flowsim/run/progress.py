@@ -108,16 +108,17 @@ class BatchProgress:
         """Whether `waiting` can print anything (the driver skips its wait otherwise)."""
         return self.owner.lines
 
-    def waiting(self, target: float) -> None:
-        """Called while a segment towards `target` computes: a line when one is due. A
-        segment to where the batch already is (its first row, at t = 0) is the compilation;
-        a segment that outlasts a line says for how long it has been computing."""
+    def waiting(self, target: float | None) -> None:
+        """Called while a segment towards `target` computes, or while its program compiles
+        (`target` None): a line when one is due. A segment to where the batch already is
+        (its first row, at t = 0) is the compilation too; a wait that outlasts a line says
+        for how long it has been going on."""
         if not (self.owner.lines and self.owner._due()):
             return
         now = self.owner.clock()
         if self._waiting_for != target:
             self._waiting_for, self._waiting_since = target, now
-        what = "compiling" if target <= self.t else f"computing the segment to t = {target:.6g}"
+        what = "compiling" if target is None or target <= self.t else f"computing the segment to t = {target:.6g}"
         since = now - self._waiting_since
         print(f"flowsim: {self.label} · {self.solver}: t = {self.t:.6g} of {self.t_end:.6g} "
               f"({100 * self.t / self.t_end:.0f} %), {what}" + (f" (for {since:.0f} s)" if since > 0 else "")

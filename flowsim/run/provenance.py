@@ -1,5 +1,6 @@
 """What an archive records so that its results can be traced: versions, commit, platform,
-device; and the warning owed when a run continues on another device than it began on.
+device, the content of its data files; the warning owed when a run continues on another
+device than it began on; and a data file's identity on resume, which is its content.
 
 `git_commit` and `git_dirty` describe the git checkout whose top level holds this
 package, and nothing else: a copy of flowsim inside some other repository (vendored, or
@@ -7,7 +8,9 @@ installed into a virtual environment in a project's folder) records "" for both 
 than the enclosing repository's HEAD.
 """
 
+import hashlib
 import importlib.metadata
+import os
 import platform
 import subprocess
 import sys
@@ -90,3 +93,64 @@ def warn_on_device_change(path, recorded: dict) -> None:
     message = device_change(recorded.get("device", ""), device())
     if message:
         print(f"flowsim: warning: {path}: {message}", file=sys.stderr)
+
+
+#: The provenance entry holding the SHA-256 of each file the scenario names, by its key.
+DATA_DIGESTS = "data_sha256"
+_BLOCK = 1 << 20
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(_BLOCK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _strings(tree, fn, key: str = ""):
+    """`tree` (a resolved scenario) with each string `v` at dotted key `k` (sweep lists
+    included, `k[i]`) replaced by `fn(k, v)`."""
+    if isinstance(tree, dict):
+        return {k: _strings(v, fn, f"{key}.{k}" if key else k) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_strings(v, fn, f"{key}[{i}]") for i, v in enumerate(tree)]
+    return fn(key, tree) if isinstance(tree, str) else tree
+
+
+def _file_values(tree) -> dict[str, str]:
+    """{dotted key: value} of every string of a resolved scenario."""
+    found: dict[str, str] = {}
+    _strings(tree, found.__setitem__)
+    return found
+
+
+def data_digests(resolved: dict) -> dict[str, str]:
+    """{dotted key: SHA-256 of the file's bytes} of every file a resolved scenario names (the
+    loader makes them absolute: data, scalings, initial weights, sweep values too). The
+    archive records them (provenance `data_sha256`), so that a file is known by its content,
+    wherever the project folder has moved."""
+    return {key: _sha256(value) for key, value in _file_values(resolved).items()
+            if os.path.isabs(value) and os.path.isfile(value)}
+
+
+def by_content(recorded, stored: dict, now: dict) -> tuple[list[str], dict, dict]:
+    """For `--resume`, a file is known by its content: `recorded` is the archive's
+    `data_sha256`, `stored` its resolved scenario, `now` this one. Returns each file whose
+    content differs from the one recorded (its key, the file now and then), and `stored`
+    and `now` with each file of the same content written as its digest on both sides, so
+    that a project folder copied elsewhere resumes. An archive that recorded no digests
+    (written before them) has its files compared by path, as then."""
+    if not isinstance(recorded, dict) or not recorded:
+        return [], stored, now
+    then, here = _file_values(stored), _file_values(now)
+    digests = data_digests(now)
+    changed = [f"`{key}`: {here[key]} has changed (SHA-256 {recorded[key][:12]}… then, {digest[:12]}… now)"
+               + (f"; the archive was written from {then[key]}" if then.get(key, here[key]) != here[key] else "")
+               for key, digest in digests.items() if key in recorded and recorded[key] != digest]
+    same = {key for key, digest in digests.items() if recorded.get(key) == digest}
+    return changed, _replaced(stored, same, recorded), _replaced(now, same, recorded)
+
+
+def _replaced(resolved: dict, keys: set[str], digests: dict) -> dict:
+    return _strings(resolved, lambda k, v: f"sha256:{digests[k]}" if k in keys else v)

@@ -171,33 +171,55 @@ def _in_current_schema(resolved: dict, path: Path) -> dict:
 
 def _refuse_other_scenario(job: Job) -> bool:
     """Whether resuming `job.out` extends its horizon (`--resume --set run.t_end=T` alone);
-    an archive written by another scenario or other overrides is refused here, read-only,
-    before the writer opens it (opening for writing changes the file's bytes)."""
+    an archive written by another scenario, other overrides or from a data file whose
+    content has changed is refused here, read-only, before the writer opens it (opening for
+    writing changes the file's bytes). Data files are compared by content: a project folder
+    copied elsewhere resumes."""
     from ..archive import Archive
     from ..config import differences
+    from .provenance import DATA_DIGESTS, by_content
 
     with Archive(job.out) as stored_archive:
         stored = _in_current_schema(stored_archive.attrs.get("scenario_resolved") or {}, job.out)
+        recorded = (stored_archive.attrs.get("provenance") or {}).get(DATA_DIGESTS)
     now = json.loads(json.dumps(job.scenario.resolved))
+    files, stored, now = by_content(recorded, stored, now)
+    if files:
+        raise InputError(f"{job.out} was written from other data; it was not touched\n"
+                         + "\n".join(files) + "\nto run on the new data, pick another archive with -o")
     changed = differences(stored, now)
     if changed and not _is_extension(stored, now):
-        longer = " (run.t_end can only grow, and only alone: other keys must stay)" if any(
-            c.startswith("`run.t_end`") for c in changed) else ""
-        raise InputError(f"{job.out} was written by a different scenario (or different --set values): "
-                         f"{'; '.join(changed)} (archive -> now){longer}; resume with the same scenario and "
-                         "overrides, extend it with --set run.t_end=T alone, or use --overwrite; the archive "
-                         "was not touched")
+        raise InputError(_refusal(job.out, stored, now, changed))
     return bool(changed)
+
+
+def _refusal(out: Path, stored: dict, now: dict, changed: list[str]) -> str:
+    """A refused `--resume` in three short lines at most: whose archive it is, what differs
+    (its first keys), and to pick another archive (never to replace this one)."""
+    theirs, ours = stored.get("name", "?"), now.get("name", "?")
+    free = Path("runs") / f"{ours}.h5"
+    other = f"-o {free}" if free != out and not free.exists() else "another -o"
+    if theirs != ours:
+        return (f"{out} holds scenario {theirs!r}, not {ours!r}; it was not touched\n"
+                f"to run {ours!r}, pick another archive: {other}")
+    first = changed[0] if len(changed[0]) <= 60 else changed[0][:59] + "…"
+    more = f" and {len(changed) - 1} more" if len(changed) > 1 else ""
+    longer = any(c.startswith("`run.t_end`") for c in changed)
+    return (f"{out} holds scenario {ours!r} with other values: {first} (archive -> now){more}\n"
+            "it was not touched; to continue it: the same scenario and --set values"
+            + (" (run.t_end may only grow, alone)" if longer else " (or a later run.t_end alone)") + "\n"
+            f"to run these values, pick another archive: {other}")
 
 
 def _open(job: Job):
     from ..archive import ArchiveWriter
-    from .provenance import provenance, warn_on_device_change
+    from .provenance import DATA_DIGESTS, data_digests, provenance, warn_on_device_change
 
     sc = job.scenario
     if not job.resume:
         return ArchiveWriter.create(job.out, scenario_text=sc.text, resolved=sc.resolved,
-                                    provenance=provenance() | ({"shard": job.shard} if job.shard else {}),
+                                    provenance=provenance() | {DATA_DIGESTS: data_digests(sc.resolved)}
+                                    | ({"shard": job.shard} if job.shard else {}),
                                     dtype=sc.settings.dtype, overwrite=job.overwrite)
     extends = _refuse_other_scenario(job)
     writer = ArchiveWriter.resume(job.out)
