@@ -244,7 +244,7 @@ def test_an_earlier_t_end_or_another_change_is_refused_naming_the_key(tmp_path):
     for sets, named in ((["run.t_end=20.0"], "`run.t_end`: 30.0 -> 20.0"),
                         (["run.t_end=60.0", "model.width=5"], "`model.width`: 24 -> 5")):
         rc, _, err = call_cli("run", TINY, "-o", out, "--resume", *_sets(*EXTEND, *sets))
-        assert rc == 2 and named in err and "run.t_end can only grow" in err
+        assert rc == 2 and named in err and "run.t_end may only grow" in err
 
 
 def test_the_resume_disk_check_counts_only_the_rows_still_to_come(tmp_path, monkeypatch):
