@@ -206,9 +206,10 @@ def release() -> None:
         marker.unlink()
 
 
-def jobs(env=None) -> dict[str, str]:
-    """Every queued or running job (array tasks one by one, `ID_TASK`) -> its state."""
-    out = _run("squeue", "-h", "-r", "-o", "%i %T", env=env).stdout
+def jobs(name: str | None = None, env=None) -> dict[str, str]:
+    """Every queued or running job (of that name), array tasks one by one (`ID_TASK`) ->
+    its state."""
+    out = _run("squeue", "-h", "-r", *([f"--name={name}"] if name else []), "-o", "%i %T", env=env).stdout
     return dict(line.split() for line in out.splitlines() if line.strip())
 
 
@@ -217,7 +218,7 @@ def wait_for_jobs(ids: list[str] | None, timeout: float = 300, env=None) -> None
     is queued or running; polled every 0.2 s."""
     deadline = time.monotonic() + timeout
     while True:
-        left = [j for j in jobs(env) if ids is None or j in ids or j.split("_")[0] in ids]
+        left = [j for j in jobs(env=env) if ids is None or j in ids or j.split("_")[0] in ids]
         if not left:
             return
         if time.monotonic() > deadline:

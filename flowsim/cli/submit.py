@@ -104,6 +104,13 @@ def _queued(out: Path) -> tuple[dict[int, str], list[str]]:
     return live, merges
 
 
+def cut_points(runs: list, n: int) -> list[int]:
+    """The sweep points whose runs (seeds) `shard_runs` splits between two of n parts."""
+    total = len(runs)
+    cuts = (i * total // n for i in range(1, n))
+    return sorted({runs[c].point for c in cuts if 0 < c < total and runs[c - 1].point == runs[c].point})
+
+
 def _ranges(indices: list[int]) -> str:
     """0,1,2,5 -> "0-2,5" (sbatch's --array)."""
     spans, start = [], None
@@ -136,6 +143,12 @@ def submit(scenario: str, sets: list[str], out: Path, n: int, sbatch: str = "", 
     sc = load_scenario(find_scenario(scenario), list(sets))
     if n > len(sc.runs):
         raise InputError(f"--parts {n}: the scenario has {len(sc.runs)} run(s); allowed: 1 ≤ N ≤ {len(sc.runs)}")
+    cut = cut_points(sc.runs, n)
+    if cut:
+        print(f"flowsim: note: {n} parts cut the seeds of sweep point(s) {', '.join(map(str, cut))} into separate "
+              f"batches: their runs agree with one process to round-off, not bit for bit (docs/scale.md); a "
+              f"--parts that keeps whole points (one dividing the {sc.runs[-1].point + 1} points) is exact",
+              file=sys.stderr)
     finished = [i for i in range(n) if part_path(out, i, n).exists()
                 and is_finished(part_path(out, i, n), sc, shard_runs(sc.runs, i, n))]
     try:
@@ -160,8 +173,9 @@ def submit(scenario: str, sets: list[str], out: Path, n: int, sbatch: str = "", 
         _slurm("scancel", *stale)
     array_id = _slurm(*array_cmd).strip().split(";")[0] if todo else None
     after = [*([array_id] if array_id else []), *(live[i] for i in sorted(live))]
-    merge_id = _slurm("sbatch", "--parsable", *([f"--dependency=afterok:{':'.join(after)}"] if after else []),
-                      *extra, str(merge_file)).strip().split(";")[0]
+    # --kill-on-invalid-dep: a merge waiting for a task that failed is cancelled, not kept forever
+    merge_id = _slurm("sbatch", "--parsable", *([f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"]
+                                                if after else []), *extra, str(merge_file)).strip().split(";")[0]
     return {"finished": finished, "waiting": sorted(live), "submitted": todo, "array": array_id, "merge": merge_id}
 
 
