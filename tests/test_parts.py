@@ -124,6 +124,11 @@ def test_submit_dry_run_prints_the_scripts_and_refuses_bad_input(tmp_path):
     assert f"merge {tmp_path}/runs/x.h5 " + " ".join(f"{tmp_path}/runs/x.part{i}of3.h5" for i in range(3)) in r.stdout
     assert f"sbatch --parsable --array=0-2 --time=10 --partition=main {tmp_path}/runs/x.array.sh" in r.stdout
     assert not (tmp_path / "runs").exists()
+    # 2 points x 3 seeds in 3 parts: both points' seeds are cut (round-off only), in 2 parts none
+    assert "3 parts cut the seeds of sweep point(s) 0, 1 into separate batches" in r.stderr
+    whole = call_cli("submit", TINY, "--parts", "2", "-o", tmp_path / "runs" / "x.h5", "--set", "seeds=[0, 1, 2]",
+                     "--dry-run", cwd=tmp_path)
+    assert whole.returncode == 0 and "cut" not in whole.stderr, whole.stderr
     for args, says in ((["--parts", "7"], "the scenario has 6 run(s); allowed: 1 ≤ N ≤ 6"),
                        (["--parts", "0"], "--parts 0: allowed: a positive integer"),
                        (["--parts", "2", "--sbatch=--array=0-3"], "--array=0-3 is set by flowsim submit"),
