@@ -59,6 +59,8 @@ def test_the_printed_continue_command_finishes_the_interrupted_part(tmp_path):
     (printed,) = re.findall(r"continue with `([^`]*)`", err)
     assert "--shard 1/2" in printed and "--set 'seeds=[0, 1]'" in printed, printed
     assert 8 <= committed(out) < committed(tmp_path / "whole.h5")
+    shown = call_cli("inspect", out)
+    assert f"resume with `flowsim run tiny --shard 1/2 -o {out} --resume`" in shown.stdout, shown.stdout
     resumed = subprocess.run(_printed(printed), cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert differences(tmp_path / "whole.h5", out) == []
@@ -73,7 +75,8 @@ def test_the_printed_continue_command_finishes_the_interrupted_part(tmp_path):
 def test_continue_starts_a_missing_part_and_refuses_another_scenario(tmp_path):
     sets = ["--shard", "0/2", "--set", "run.checkpoints={count=3}", "-q"]
     first = call_cli("run", TINY, "-o", tmp_path / "p.h5", *sets, "--continue")
-    assert first.returncode == 0 and committed(tmp_path / "p.h5") == 2 * 2 * 4, first.stderr   # 2 runs, 2 solvers, t = 0 and 3 rows
+    # 2 runs x 2 solvers x (t = 0 and 3 checkpoints)
+    assert first.returncode == 0 and committed(tmp_path / "p.h5") == 2 * 2 * 4, first.stderr
     other = call_cli("run", TINY, "-o", tmp_path / "p.h5", "--shard", "0/2", "--set", "run.checkpoints={count=4}",
                      "--continue")
     assert other.returncode == 2 and "was written by a different scenario" in other.stderr, other.stderr
@@ -123,6 +126,8 @@ def test_submit_dry_run_prints_the_scripts_and_refuses_bad_input(tmp_path):
     assert "SLURM_ARRAY_TASK_COUNT" not in r.stdout.replace("never $SLURM_ARRAY_TASK_COUNT", "")
     assert f"merge {tmp_path}/runs/x.h5 " + " ".join(f"{tmp_path}/runs/x.part{i}of3.h5" for i in range(3)) in r.stdout
     assert f"sbatch --parsable --array=0-2 --time=10 --partition=main {tmp_path}/runs/x.array.sh" in r.stdout
+    assert ("sbatch --parsable --dependency=afterok:ARRAY_JOB_ID --kill-on-invalid-dep=yes --time=10 "
+            f"--partition=main {tmp_path}/runs/x.merge.sh") in r.stdout
     assert not (tmp_path / "runs").exists()
     # 2 points x 3 seeds in 3 parts: both points' seeds are cut (round-off only), in 2 parts none
     assert "3 parts cut the seeds of sweep point(s) 0, 1 into separate batches" in r.stderr

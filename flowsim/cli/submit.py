@@ -122,8 +122,7 @@ def _ranges(indices: list[int]) -> str:
     return ",".join(spans)
 
 
-def submit(scenario: str, sets: list[str], out: Path, n: int, sbatch: str = "", dry_run: bool = False,
-           say=print) -> dict:
+def submit(scenario: str, sets: list[str], out: Path, n: int, sbatch: str = "", dry_run: bool = False) -> dict:
     """Submit (or with `dry_run` only print) what is left of the job; returns what was
     decided: parts finished, waited for and submitted, the array's and the merge's job ids."""
     from ..config import find_scenario, load_scenario
@@ -161,10 +160,16 @@ def submit(scenario: str, sets: list[str], out: Path, n: int, sbatch: str = "", 
     array, merge = scripts(scenario, sets, out, n, Path.cwd())
     array_file, merge_file = out.with_suffix(".array.sh"), out.with_suffix(".merge.sh")
     array_cmd = ["sbatch", "--parsable", f"--array={_ranges(todo)}", *extra, str(array_file)]
+
+    def merge_cmd(after: list[str]) -> list[str]:
+        # --kill-on-invalid-dep: a merge waiting for a task that failed is cancelled, not kept forever
+        wait = [f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"] if after else []
+        return ["sbatch", "--parsable", *wait, *extra, str(merge_file)]
+
     if dry_run:
-        say(f"# {array_file}\n{array}\n# {merge_file}\n{merge}")
-        say("# would run:" + (f"\n{shlex.join(array_cmd)}" if todo else "")
-            + "\n" + shlex.join(["sbatch", "--parsable", "--dependency=afterok:ARRAY_JOB_ID", *extra, str(merge_file)]))
+        print(f"# {array_file}\n{array}\n# {merge_file}\n{merge}")
+        print("# would run:" + (f"\n{shlex.join(array_cmd)}" if todo else "") + "\n"
+              + shlex.join(merge_cmd(["ARRAY_JOB_ID"] if todo else [live[i] for i in sorted(live)])))
         return {"finished": finished, "waiting": sorted(live), "submitted": todo, "array": None, "merge": None}
     out.parent.mkdir(parents=True, exist_ok=True)
     array_file.write_text(array)
@@ -173,9 +178,7 @@ def submit(scenario: str, sets: list[str], out: Path, n: int, sbatch: str = "", 
         _slurm("scancel", *stale)
     array_id = _slurm(*array_cmd).strip().split(";")[0] if todo else None
     after = [*([array_id] if array_id else []), *(live[i] for i in sorted(live))]
-    # --kill-on-invalid-dep: a merge waiting for a task that failed is cancelled, not kept forever
-    merge_id = _slurm("sbatch", "--parsable", *([f"--dependency=afterok:{':'.join(after)}", "--kill-on-invalid-dep=yes"]
-                                                if after else []), *extra, str(merge_file)).strip().split(";")[0]
+    merge_id = _slurm(*merge_cmd(after)).strip().split(";")[0]
     return {"finished": finished, "waiting": sorted(live), "submitted": todo, "array": array_id, "merge": merge_id}
 
 
@@ -192,15 +195,15 @@ def report(decided: dict, out: Path, n: int) -> str:
     if decided["submitted"]:
         lines.append(f"part(s) {listed(decided['submitted'])} submitted as job {decided['array']} "
                      f"({out.with_suffix('.array.sh')})")
-    lines.append(f"the merge into {out} submitted as job {decided['merge']}, after them "
+    after = ", after them" if decided["waiting"] or decided["submitted"] else ""
+    lines.append(f"the merge into {out} submitted as job {decided['merge']}{after} "
                  f"({out.with_suffix('.merge.sh')}); run the same command again to resubmit what did not finish")
     return "flowsim: " + "; ".join(lines)
 
 
 def cmd_submit(args) -> int:
     out = Path(args.output)
-    decided = submit(args.scenario, args.set, out, args.parts, sbatch=args.sbatch, dry_run=args.dry_run,
-                     say=print)
+    decided = submit(args.scenario, args.set, out, args.parts, sbatch=args.sbatch, dry_run=args.dry_run)
     if not args.dry_run:
         print(report(decided, out, args.parts), file=sys.stderr)
     return 0
