@@ -54,11 +54,11 @@ def initialize() -> None:
 
 # Measured (docs/scale.md): a batched solver loop whose seeds span processes ends every
 # iteration with a cross-process reduction of "is any member still running"; over Gloo
-# between CPU processes that is 1.0-1.5 ms, where a small model's step takes 0.1 ms.
+# between CPU processes that was 0.05-1.8 ms, where a small model's step takes 0.1 ms.
 CPU_PROCESSES = ("--distributed over CPU processes: every solver step waits for a cross-process reduction "
-                 "(1-1.5 ms over Gloo, measured), 10-100x the step of a small model (caron-fig1-quick ran 16-23x "
-                 "slower than one process); it pays only where a step takes well over 10 ms. For a sweep, run its "
-                 "parts as separate processes instead: `flowsim submit` or `--shard` (docs/scale.md)")
+                 "(0.05-1.8 ms over Gloo, measured), up to 15x the step of a small model (caron-fig1-quick ran "
+                 "16-23x slower than one process); it pays only where a step takes far longer. For a sweep, run "
+                 "its parts as separate processes instead: `flowsim submit` or `--shard` (docs/scale.md)")
 
 
 def is_primary() -> bool:
