@@ -86,3 +86,26 @@ def rel_err(a, b):
 @pytest.fixture
 def problem():
     return make_problem()
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The machine's single-node Slurm (tests/slurm.py), shared by the xdist workers; its
+    slurm.conf is in SLURM_CONF for the tests and the commands they start. Skipped, with
+    the reason, where none can be stood up, except where FLOWSIM_REQUIRE_SLURM=1 (CI)."""
+    import slurm
+
+    try:
+        conf = slurm.acquire()
+    except slurm.Unavailable as why:
+        if os.environ.get("FLOWSIM_REQUIRE_SLURM") == "1":
+            pytest.fail(f"no Slurm, and FLOWSIM_REQUIRE_SLURM=1: {why}")
+        pytest.skip(f"no Slurm here: {why}")
+    saved = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = conf
+    yield conf
+    if saved is None:
+        os.environ.pop("SLURM_CONF", None)
+    else:
+        os.environ["SLURM_CONF"] = saved
+    slurm.release()

@@ -44,8 +44,15 @@ def _link_target(part: Path, out: Path) -> str:
         return str(part)
 
 
+def _code(version: dict) -> str:
+    return version["flowsim"] + (f" (commit {version['git_commit'][:12]})" if version["git_commit"] else "")
+
+
 def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: bool = False) -> dict:
-    """Write `out` linking every run of `parts`; returns a summary (runs, parts, missing shards)."""
+    """Write `out` linking every run of `parts`; returns a summary (runs, parts). Refused
+    (`ShardError`, naming the part): parts of another scenario or other `--set` values, of
+    another flowsim version or commit, a merged archive, a shard given twice or from
+    another split into N, a run in two parts, and a split with parts missing."""
     out = Path(out)
     if not parts:
         raise ShardError("flowsim merge: give at least one part archive")
@@ -54,8 +61,8 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
         raise ShardError(f"{out} exists; pass --overwrite to replace it")
     if any(Path(p).resolve() == out.resolve() for p in parts):
         raise ShardError(f"{out} is also one of the parts")
-    resolved, first_attrs, runs, shards = None, None, {}, set()
-    data_part = None
+    resolved, first_attrs, runs, shards = None, None, {}, {}
+    data_part, code = None, None
     for p in parts:
         f = open_h5_readonly(os.fspath(p))
         try:
@@ -69,11 +76,23 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
             elif json.dumps(res, sort_keys=True) != json.dumps(resolved, sort_keys=True):
                 raise ShardError(f"{p}: was written by a different scenario (or different --set values) "
                                  f"than {parts[0]}; allowed: parts of one `flowsim run --shard` job")
-            shard = (attrs.get("provenance") or {}).get("shard", "")
+            prov = attrs.get("provenance") or {}
+            # the same code: parts of one job agree bit for bit only if one version computed them
+            version = {k: prov.get(k, "") for k in ("flowsim", "git_commit")}
+            if code is None:
+                code = version
+            elif version != code:
+                raise ShardError(f"{p}: was written by flowsim {_code(version)}, {parts[0]} by {_code(code)}; "
+                                 "allowed: parts computed by one version (run the others again with it)")
+            shard = prov.get("shard", "")
             if shard:
                 if shard in shards:
-                    raise ShardError(f"{p}: shard {shard} given twice")
-                shards.add(shard)
+                    raise ShardError(f"{p}: shard {shard} given twice (also {shards[shard]})")
+                other = next(((s, q) for s, q in shards.items() if s.split("/")[1] != shard.split("/")[1]), None)
+                if other is not None:    # another N cuts the run list elsewhere: the parts overlap
+                    raise ShardError(f"{p}: shard {shard} overlaps {other[1]} (shard {other[0]}); allowed: the "
+                                     "parts of one split into N")
+                shards[shard] = Path(p)
             for name in f.get("runs", {}):
                 if name in runs:
                     raise ShardError(f"{p}: run {name!r} is also in {runs[name]}")
@@ -84,11 +103,13 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
                 data_part = Path(p)
         finally:
             f.close()
-    missing = []
-    counts = {int(s.split("/")[1]) for s in shards}
-    if len(counts) == 1:
-        n = counts.pop()
+    if shards:
+        n = int(next(iter(shards)).split("/")[1])
         missing = [f"{i}/{n}" for i in range(n) if f"{i}/{n}" not in shards]
+        if missing:
+            raise ShardError(f"shard(s) {', '.join(missing)} of {n} missing: no part given holds them (parts "
+                             f"given: {', '.join(f'{s} {q}' for s, q in sorted(shards.items()))}); allowed: "
+                             "every part of the job")
     tmp = out.with_name(out.name + ".tmp")
     with h5py.File(tmp, "w") as g:
         for k, v in first_attrs.items():
@@ -106,7 +127,7 @@ def merge(out: str | os.PathLike, parts: list[str | os.PathLike], *, overwrite: 
         for name in sorted(runs):
             r[name] = h5py.ExternalLink(_link_target(runs[name], out), f"/runs/{name}")
     os.replace(tmp, out)
-    return {"runs": len(runs), "parts": len(parts), "missing_shards": missing}
+    return {"runs": len(runs), "parts": len(parts)}
 
 
 def check_readable(out: str | os.PathLike) -> None:

@@ -5,6 +5,7 @@
                     loading the engine, leaving, disk-failure messages
     show.py         what `flowsim show` prints of a scenario, before anything is run
     inspection.py   what `flowsim inspect` prints of an archive
+    submit.py       `flowsim submit`: a Slurm job array of a scenario's parts and their merge
     __main__.py     `python -m flowsim.cli`
 """
 

@@ -1,4 +1,4 @@
-"""The `flowsim` command: run | merge | list | show | inspect | plot | compare | analyze | diff.
+"""The `flowsim` command: run | submit | merge | list | show | inspect | plot | compare | analyze | diff.
 
 Argument parsing, messages and exit codes only: the work is done by library calls
 (`flowsim.run.session` for `run`, `flowsim.cli.inspection` for `inspect`); the process's stop
@@ -10,6 +10,7 @@ interrupted (the archive then holds every finished checkpoint and `--resume` goe
 """
 
 import argparse
+import shlex
 import shutil
 import sys
 from pathlib import Path
@@ -69,7 +70,8 @@ def cmd_run(args) -> int:
 
     _STOP.at_once = not args.distributed      # several processes stop after the same checkpoint
     prepare = lambda: session.prepare(args.scenario, args.set, output=args.output,  # noqa: E731
-                                      shard=args.shard, resume=args.resume, overwrite=args.overwrite)
+                                      shard=args.shard, resume=args.resume, overwrite=args.overwrite,
+                                      continue_=args.continue_)
     _rehearse(args, prepare)
     try:
         job = prepare()
@@ -78,9 +80,15 @@ def cmd_run(args) -> int:
                          "prepared; a plug-in may not end the process; nothing was written") from None
     _STOP.at_once = False
     out, shard = job.out, job.shard
-    resume_cmd = " ".join(["flowsim run", args.scenario, "-o", str(out), *(f"--set {s}" for s in args.set),
-                           "--resume", *(["--distributed"] if args.distributed else []),
-                           *([f"--log-jsonl {args.log_jsonl}"] if args.log_jsonl else [])])
+    if job.complete:     # --continue on a finished archive
+        if is_primary() and not args.quiet:
+            print(f"flowsim: {out} is complete ({len(job.runs)} run(s)); nothing to do", file=sys.stderr)
+        return EXIT_OK
+    # the same archive, part, overrides and options, quoted for the shell
+    resume_cmd = "flowsim run " + shlex.join([args.scenario, *(["--shard", shard] if shard else []), "-o", str(out),
+                                              *(x for s in args.set for x in ("--set", s)), "--resume",
+                                              *(["--distributed"] if args.distributed else []),
+                                              *(["--log-jsonl", args.log_jsonl] if args.log_jsonl else [])])
     if any_process(_STOP.requested):
         print("flowsim: interrupted before the archive was touched", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -181,8 +189,7 @@ def cmd_merge(args) -> int:
         summary = merge(args.output, args.parts, overwrite=args.overwrite)
     except ShardError as err:
         raise InputError(str(err)) from None
-    print(f"flowsim: wrote {args.output}: {summary['runs']} run(s) linked from {summary['parts']} part(s)"
-          + (f"; missing shard(s) {', '.join(summary['missing_shards'])}" if summary["missing_shards"] else ""),
+    print(f"flowsim: wrote {args.output}: {summary['runs']} run(s) linked from {summary['parts']} part(s)",
           file=sys.stderr)
     return EXIT_OK
 
@@ -311,6 +318,9 @@ def parser() -> argparse.ArgumentParser:
     mode = r.add_mutually_exclusive_group()
     mode.add_argument("--overwrite", action="store_true", help="replace an existing archive")
     mode.add_argument("--resume", action="store_true", help="continue an interrupted archive")
+    mode.add_argument("--continue", dest="continue_", action="store_true",
+                      help="start the archive if it does not exist, resume it if interrupted, exit 0 at once if "
+                      "it is finished (one job script for a first submission and every resubmission)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a dotted scenario key (TOML value), e.g. --set model.width=500")
     r.add_argument("-q", "--quiet", action="store_true",
@@ -322,6 +332,9 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--shard", metavar="i/N", help="run only the i-th (0 ≤ i < N) of N parts of the scenario's "
                    "runs into its own archive (default runs/<name>.part<i>of<N>.h5); join with `flowsim merge`")
     r.set_defaults(func=cmd_run)
+    from .submit import add_parser as add_submit
+
+    add_submit(sub)
     mg = sub.add_parser("merge", help="join `--shard` part archives into one (external links, no copying)")
     mg.add_argument("output", help="the merged archive to write")
     mg.add_argument("parts", nargs="+", help="the part archives (they must stay in place)")
@@ -371,7 +384,7 @@ def parser() -> argparse.ArgumentParser:
 
 _STOP = StopRequest()
 # The commands that import the engine (Equinox): they set its environment default first.
-_ENGINE_COMMANDS = frozenset({"run", "show", "analyze"})
+_ENGINE_COMMANDS = frozenset({"run", "show", "analyze", "submit"})
 _COMMAND_LINE = False      # main() called as the `flowsim` command (not with an argv list)
 
 

@@ -106,5 +106,7 @@ def inspect_archive(path) -> None:
                   "(the model, data and arguments it was run with)")
         elif interrupted:
             name = attrs.get("scenario_resolved", {}).get("name", "SCENARIO")
-            print(f"  interrupted: resume with `flowsim run {name} -o {path} --resume` "
+            shard = (attrs.get("provenance") or {}).get("shard")    # a job array's part: the same part
+            part = f" --shard {shard}" if shard else ""
+            print(f"  interrupted: resume with `flowsim run {name}{part} -o {path} --resume` "
                   "(the scenario file and --set values it was run with)")

@@ -46,6 +46,19 @@ def initialize() -> None:
         raise DistributedError(
             f"--distributed: jax.distributed could not start ({str(err).strip().splitlines()[0]}); "
             f"outside a cluster JAX detects, set {', '.join(ENVIRONMENT)} in every process") from None
+    if jax.process_count() > 1 and is_primary() and jax.devices()[0].platform == "cpu":
+        import warnings
+
+        warnings.warn(CPU_PROCESSES, stacklevel=2)
+
+
+# Measured (docs/scale.md): a batched solver loop whose seeds span processes ends every
+# iteration with a cross-process reduction of "is any member still running"; over Gloo
+# between CPU processes that was 0.05-1.8 ms, where a small model's step takes 0.1 ms.
+CPU_PROCESSES = ("--distributed over CPU processes: every solver step waits for a cross-process reduction "
+                 "(0.05-1.8 ms over Gloo, measured), up to 15x the step of a small model (caron-fig1-quick ran "
+                 "16-23x slower than one process); it pays only where a step takes far longer. For a sweep, run "
+                 "its parts as separate processes instead: `flowsim submit` or `--shard` (docs/scale.md)")
 
 
 def is_primary() -> bool:

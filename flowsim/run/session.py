@@ -47,24 +47,30 @@ class Job:
     built: dict[str, Built]      # run name -> built run (`runs`, and the scenario's first run)
     resume: bool
     overwrite: bool
+    complete: bool = False       # `continue_` found the archive finished: nothing to run
 
 
 def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str | Path | None = None,
-            shard: str | None = None, resume: bool = False, overwrite: bool = False) -> Job:
+            shard: str | None = None, resume: bool = False, overwrite: bool = False,
+            continue_: bool = False) -> Job:
     """Load the scenario (a file, or a name in the catalog) with its `--set` overrides,
     choose the runs of `shard` ("i/N"), check the output path, the memory and the disk,
     and build every run: bad data or shapes fail here, before the archive is touched.
-    The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard)."""
+    The archive defaults to runs/<name>.h5 (runs/<name>.part<i>of<N>.h5 for a shard).
+    `continue_` (`flowsim run --continue`): start the archive where it does not exist,
+    resume it where it does, and where it holds every run finished return a `complete`
+    job at once (nothing built), so that one job script serves a first submission and
+    every resubmission."""
     import jax
 
     from .build import build_run, program_signature, start_problem
     from .resources import check_resources
     from ..models import BuildError
-    from .devices import is_primary, on_primary
+    from .devices import is_primary, on_primary, shared
     from ..config import find_scenario, load_scenario
 
-    if overwrite and resume:
-        raise InputError("--overwrite and --resume exclude each other")
+    if sum((overwrite, resume, continue_)) > 1:
+        raise InputError("--overwrite, --resume and --continue exclude each other")
     sc = load_scenario(find_scenario(str(scenario)), list(overrides))
     for warning in sc.warnings if is_primary() else ():
         print(f"flowsim: warning: {warning}", file=sys.stderr)
@@ -83,6 +89,11 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
                              f"run(s); allowed: N ≤ {len(sc.runs)}")
     stem = sc.settings.name + (f".part{part.replace('/', 'of')}" if part else "")
     out = Path(output or Path("runs") / f"{stem}.h5")
+    if continue_:
+        resume = shared(out.exists)
+        if resume and shared(lambda: is_finished(out, sc, runs)):
+            return Job(scenario=sc, runs=runs, shard=part, out=out, built={}, resume=True, overwrite=False,
+                       complete=True)
     # Under --distributed only process 0 touches the archive; every process raises its errors.
     on_primary(lambda: _check_output(out, resume=resume, overwrite=overwrite))
     # Refuse what would exhaust memory (or the disk) before anything is allocated.
@@ -103,6 +114,28 @@ def prepare(scenario: str | Path, overrides: Sequence[str] = (), *, output: str 
             jax.clear_caches()    # building compiles too: the last shape's programs go
         last = signature
     return Job(scenario=sc, runs=runs, shard=part, out=out, built=built, resume=resume, overwrite=overwrite)
+
+
+def is_finished(out: Path, sc: Scenario, runs: list[RunSpec]) -> bool:
+    """Whether the archive holds every solver of `runs` ended (no live writer), written
+    by this scenario and these overrides (another one is refused, as a resume refuses it;
+    a later run.t_end alone is not finished: the resume extends it)."""
+    from ..archive import Archive, ArchiveError
+
+    try:
+        if _refuse_other_scenario(out, sc):
+            return False
+        with Archive(out) as a:
+            if a.writer_pid is not None:
+                return False     # being written: the resume's lock says by whom
+            stored = a.runs
+            for r in runs:
+                solvers = stored[r.name].solvers if r.name in stored else {}
+                if any(p.name not in solvers or solvers[p.name].status == "running" for p in r.settings.run.solvers):
+                    return False
+    except (ArchiveError, OSError):
+        return False             # unreadable as it is: the resume repairs it or says why
+    return True
 
 
 def _committed_rows(out: Path) -> dict[str, dict[str, int]] | None:
@@ -169,8 +202,8 @@ def _in_current_schema(resolved: dict, path: Path) -> dict:
     return json.loads(json.dumps(again))
 
 
-def _refuse_other_scenario(job: Job) -> bool:
-    """Whether resuming `job.out` extends its horizon (`--resume --set run.t_end=T` alone);
+def _refuse_other_scenario(out: Path, scenario: Scenario) -> bool:
+    """Whether resuming `out` extends its horizon (`--resume --set run.t_end=T` alone);
     an archive written by another scenario, other overrides or from a data file whose
     content has changed is refused here, read-only, before the writer opens it (opening for
     writing changes the file's bytes). Data files are compared by content: a project folder
@@ -179,17 +212,17 @@ def _refuse_other_scenario(job: Job) -> bool:
     from ..config import differences
     from .provenance import DATA_DIGESTS, by_content
 
-    with Archive(job.out) as stored_archive:
-        stored = _in_current_schema(stored_archive.attrs.get("scenario_resolved") or {}, job.out)
+    with Archive(out) as stored_archive:
+        stored = _in_current_schema(stored_archive.attrs.get("scenario_resolved") or {}, out)
         recorded = (stored_archive.attrs.get("provenance") or {}).get(DATA_DIGESTS)
-    now = json.loads(json.dumps(job.scenario.resolved))
+    now = json.loads(json.dumps(scenario.resolved))
     files, stored, now = by_content(recorded, stored, now)
     if files:
-        raise InputError(f"{job.out} was written from other data; it was not touched\n"
+        raise InputError(f"{out} was written from other data; it was not touched\n"
                          + "\n".join(files) + "\nto run on the new data, pick another archive with -o")
     changed = differences(stored, now)
     if changed and not _is_extension(stored, now):
-        raise InputError(_refusal(job.out, stored, now, changed))
+        raise InputError(_refusal(out, stored, now, changed))
     return bool(changed)
 
 
@@ -221,7 +254,7 @@ def _open(job: Job):
                                     provenance=provenance() | {DATA_DIGESTS: data_digests(sc.resolved)}
                                     | ({"shard": job.shard} if job.shard else {}),
                                     dtype=sc.settings.dtype, overwrite=job.overwrite)
-    extends = _refuse_other_scenario(job)
+    extends = _refuse_other_scenario(job.out, sc)
     writer = ArchiveWriter.resume(job.out)
     if extends:
         writer.extend_horizon(json.loads(json.dumps(sc.resolved)))  # the same runs, further
