@@ -566,8 +566,11 @@ class FlowPreset:
         "computed for it); below, it is taken as free: a higher threshold pays fewer third-derivative products "
         "and leaves out directions that can still couple in (bench/bench_central_threshold.py)",
         kinds=("central-flow",))
-    method: Literal[FLOW_METHODS] = setting(
-        "tsit5", "the Diffrax method (explicit Runge–Kutta, or kvaerno5: implicit, matrix-free), rock4: stabilised "
+    # the registry's names when the preset is read (the view, not a copy: a method registered
+    # after this import, `flowsim.integrate.registry.register_flow_method`, is allowed too)
+    method: str = setting(
+        Str(choices=_FLOW_METHOD_REGISTRY.keys(), default="tsit5"), "the Diffrax method (explicit Runge–Kutta, or "
+        "kvaerno5: implicit, matrix-free), rock4: stabilised "
         "explicit Runge–Kutta–Chebyshev for stiff flows (its cost grows like √sharpness, an explicit "
         "method's like sharpness), rkc2: its second-order sibling for rtol 1e-3 … 1e-5, auto: tsit5 while "
         "accuracy holds the step and rock4 while stability does, switched per step, or filippov: "

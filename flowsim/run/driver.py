@@ -102,15 +102,18 @@ def chunk_size(spec: dict) -> int:
 
 class _Commits:
     """When the rows appended so far become durable: archive commits (a flush and the
-    members' resumable states) are batched in time, at most one every COMMIT_EVERY seconds,
-    and forced at a batch's end, before a stop and on a failure. A kill loses at most the
-    work since the last commit; a resumed run starts from a committed chunk end, so it is
-    the same computation as one never stopped."""
+    members' resumable states) are batched in time, at most one every COMMIT_EVERY seconds
+    (the first chunk that starts once one is due), and forced at a batch's end, before a stop
+    and on a failure. A kill loses at most the work since the last commit; a resumed run
+    starts from a committed chunk end, so it is the same computation as one never stopped.
+    The state's stored part comes to the host with the chunk's rows (`Driver._chunk`) when the
+    chunk is to be committed (`keep`)."""
 
     def __init__(self, writer: ArchiveWriter, solver: str, members: list["_Member"]):
         self.writer, self.solver, self.members = writer, solver, members
         self.dirty: set[int] = set()     # members with rows appended since their last commit
-        self.last = None                 # the batch's state at the end of its last chunk
+        self.last = None                 # the batch's state at the end of its last chunk (on the device)
+        self.stored = None               # its stored part on the host, where that chunk brought it
         self.at = -float("inf")          # the first chunk is committed at once
 
     def wrote(self, j: int) -> None:
@@ -119,12 +122,20 @@ class _Commits:
     def due(self) -> bool:
         return time.monotonic() - self.at >= COMMIT_EVERY
 
-    def maybe(self, state, *, due: bool) -> None:
-        if self.dirty and due:
-            self.now(state)
+    def ended(self, state, stored) -> None:
+        """A chunk ended at `state`; `stored`: its stored part on the host, or None (not brought)."""
+        self.last, self.stored = state, stored
 
-    def now(self, state) -> None:
-        host = to_host(state_arrays.stored(state))   # the large transfer, once per commit, not per checkpoint
+    def maybe(self, *, due: bool) -> None:
+        if self.dirty and due:
+            self.now()
+
+    def now(self) -> None:
+        host = self.stored
+        if host is None:
+            # A commit the chunk did not foresee (a stop, every member ended before the last
+            # row, a failure's rescue): the state's stored part moves here, once.
+            host = to_host(state_arrays.stored(self.last))
         with self.writer.commits():     # the members' commits share one opening of the file
             for j in sorted(self.dirty):
                 m = self.members[j]
@@ -139,7 +150,7 @@ class _Commits:
         short appended nothing); a failure here must not hide the first one."""
         if self.dirty and self.last is not None:
             try:
-                self.now(self.last)
+                self.now()
             except Exception as err:   # noqa: BLE001 - reported, the original error goes on
                 print(f"flowsim: could not commit the last rows ({err})", file=sys.stderr)
 
@@ -160,6 +171,7 @@ class _Batch:
     most: int                   # checkpoints per compiled call, at most (`chunk_size`)
     bar: BatchProgress
     commit: _Commits
+    here: np.ndarray            # each member's time on the host, as the last chunk left it
 
     @property
     def name(self) -> str:
@@ -273,6 +285,9 @@ class Driver:
         state, init_compile, init_wall = self._run_compiled(
             kernels.init, integ, problems, params0, shard(kernels.stack([b.key for b in built_runs])))
         members, state = self._members(runs, name, integ, state)
+        # where each member starts (0, or its checkpoint's time), once per batch: from then on
+        # each chunk brings it with its rows
+        here = to_host(integ.time(state))
         refs, refs_compile, refs_wall = self._run_compiled(kernels.references, problems, params0)
         times = checkpoint_grid(preset, config.run, horizons)
         for m in members:   # the batch's start-up, in this process (a resumed run's again), not an ended one's
@@ -285,7 +300,7 @@ class Driver:
                                   float(times[-1]))
         return _Batch(preset=preset, label=label, integ=integ, problems=problems, members=members, start=start,
                       times=times, refs=refs, names=names, most=chunk_size(spec), bar=bar,
-                      commit=_Commits(self.writer, name, members)), state
+                      commit=_Commits(self.writer, name, members), here=here), state
 
     def _members(self, runs: list[RunSpec], name: str, integ: AbstractIntegrator, state) -> tuple[list[_Member], Any]:
         """Each seed's book-keeping, and the batch's state with every member the archive
@@ -299,6 +314,7 @@ class Driver:
                                                                   "hvps": integ.init_hvps})
             if stored is not None:
                 arrays, attrs = stored
+                # the restore path, once per resumed batch: the initial state is the template
                 restored = state_arrays.restore(to_host(state) if restored is None else restored, i, arrays)
                 # every statistic the solver's advance returned (STAT_KEYS and its own)
                 member.stats = {k: v for k, v in attrs.items() if k != "code"}
@@ -316,12 +332,14 @@ class Driver:
         member has ended), committing as `_Commits` decides; a stop raises `Interrupted`
         after a commit, and a stop or a failure commits the chunks that completed."""
         times, i, size = batch.times, batch.start, 1
-        advised = False
+        advised, due = False, True      # the first chunk is committed at once
         try:
             while i < len(times) and any(m.code == Status.RUNNING for m in batch.members):
                 rows = range(i, min(i + size, len(times)))
+                # committed after it: where one is due as it starts, and the last
+                keep = due or rows.stop == len(times)
                 tic = time.perf_counter()
-                state = self._chunk(batch, state, rows, ahead=i == batch.start)
+                state = self._chunk(batch, state, rows, ahead=i == batch.start, keep=keep)
                 if not advised:     # as soon as the statistics show it, not after the run
                     advice = batch.advice()
                     if advice is not None:
@@ -333,14 +351,14 @@ class Driver:
                 # than CHUNK_WALL, and shrinks after a slow one, so that a stop or a kill
                 # loses little. Process 0's size and commit on every process (`agree`).
                 per = (time.perf_counter() - tic) / len(rows)
-                size, due = agree(int(max(1, min(batch.most, 2 * size, CHUNK_WALL // per if per > 0 else batch.most))),
-                                  batch.commit.due())
+                size = int(max(1, min(batch.most, 2 * size, CHUNK_WALL // per if per > 0 else batch.most)))
                 i = rows.stop
                 stop = self.should_stop()
-                batch.commit.maybe(state, due=due or stop)
+                batch.commit.maybe(due=keep or stop)
                 if stop:   # the rows so far are committed: stop here, resumable
                     raise Interrupted(f"stopped after checkpoint {i} of {len(times)} ({batch.name})")
-            batch.commit.maybe(state, due=True)    # the end, or every member has ended
+                size, due = agree(size, batch.commit.due())
+            batch.commit.maybe(due=True)    # the end, or every member has ended
         except BaseException:
             batch.bar.close()      # stopped or failed: the JSON log gets no "finished" record
             batch.commit.rescue()
@@ -351,7 +369,7 @@ class Driver:
         """Each member's final status and statistics in the archive, the batch's summary
         reported; returns run → final status and the final weights (stacked, host arrays)."""
         out = {}
-        ends = to_host(batch.integ.time(state))   # where each member stopped (held still after)
+        ends = batch.here   # where each member stopped (held still after)
         # The chunk program interleaves stepping and observing; what observing costs is told
         # apart by timing one observation, and charged to every row the member recorded.
         per_row = self._observation_cost(batch, state)
@@ -371,15 +389,18 @@ class Driver:
         observing = max(m.stats["observe_time"] for m in batch.members)
         batch.bar.close(out, wall=wall, observe=observing)
         self._summarise(batch, out)
-        return out, to_host(batch.integ.params(state))
+        # the final weights, once per batch, for the hooks alone (a gather on every process)
+        return out, to_host(batch.integ.params(state)) if self.hooks else None
 
-    def _chunk(self, batch: _Batch, state, rows: range, ahead: bool = False):
+    def _chunk(self, batch: _Batch, state, rows: range, ahead: bool = False, keep: bool = False):
         """Advance the batch through checkpoints `rows` in one compiled call (`kernels.chunk`,
         padded to `batch.most` checkpoints: one compilation, `ahead` of the batch's first
         call and timed apart), observing at each, and append each member's rows with their
-        cumulative counts."""
+        cumulative counts. What the host needs of the chunk moves in one transfer: its rows
+        (statistics, times, steps, values; the last row's times are where the members are
+        now) and, where the chunk is to be committed (`keep`), the state's stored part."""
         integ, members, times, bar = batch.integ, batch.members, batch.times, batch.bar
-        here = to_host(integ.time(state))
+        here = batch.here
         k = np.arange(batch.most)
         index = np.minimum(rows.start + k, rows.stop - 1)
         moving = np.array([[m.code == Status.RUNNING and m.done_rows <= i and i < rows.stop
@@ -393,11 +414,12 @@ class Driver:
 
         def work():
             new, out = kernels.chunk(*args)
-            # one transfer to numpy per chunk; slicing members in JAX would dispatch (and
+            # the chunk's one transfer to numpy; slicing members in JAX would dispatch (and
             # compile) a small kernel per leaf
-            return new, to_host(out)
+            return new, to_host((out, state_arrays.stored(new) if keep else None))
 
-        state, (seg, position, step, values) = self._interruptible(work, bar, float(times[rows.stop - 1]))
+        state, ((seg, position, step, values), stored) = self._interruptible(work, bar, float(times[rows.stop - 1]))
+        batch.here = position[len(rows) - 1]    # (a member held still is at its time in every row)
         wall = (time.perf_counter() - tic) / len(rows)
         for m in members:     # (each member records the batch's, as its wall time)
             if m.moves(len(times)):
@@ -419,7 +441,7 @@ class Driver:
                 m.done_rows = i + 1
                 batch.commit.wrote(j)
             bar.update(float(times[i]), [m.stats["steps"] for m in members], [Status.of(m.code).label for m in members])
-        batch.commit.last = state
+        batch.commit.ended(state, stored)
         return state
 
     def _observation_cost(self, batch: _Batch, state) -> float:
@@ -427,7 +449,7 @@ class Driver:
         one compiled for the run, nothing new to compile) called with no member moving, with
         one real row of its `batch.most` less with none (the call's own cost), timed. Its
         values are discarded."""
-        here = to_host(batch.integ.time(state))
+        here = batch.here
         still = np.zeros((batch.most, here.size), bool)
 
         def call(rows: int) -> float:
