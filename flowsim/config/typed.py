@@ -567,7 +567,7 @@ class FlowPreset:
         "and leaves out directions that can still couple in (bench/bench_central_threshold.py)",
         kinds=("central-flow",))
     # the registry's names when the preset is read (the view, not a copy: a method registered
-    # after this import, `flowsim.integrate.registry.register_flow_method`, is allowed too)
+    # after this import, `flowsim.kinds.solvers.register_flow_method`, is allowed too)
     method: str = setting(
         Str(choices=_FLOW_METHOD_REGISTRY.keys(), default="tsit5"), "the Diffrax method (explicit Runge–Kutta, or "
         "kvaerno5: implicit, matrix-free), rock4: stabilised "
