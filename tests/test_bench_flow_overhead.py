@@ -1,7 +1,8 @@
 """bench/bench_flow_overhead.py on a small Fig. 1 problem, so that the bench cannot rot, with
 oracles for what it times: `_attempt` ended on a fixed step is Diffrax's step bit for bit,
-the step written out (c′) solves the same equation, and the driver's evaluations are one
-`advance` call's plus the start-up's (a flow's steps do not depend on its checkpoints)."""
+the flow stepped by the written-out Tsit5 (c′, e′) solves the same equation, and the driver's
+evaluations are one `advance` call's plus the start-up's (a flow's steps do not depend on its
+checkpoints)."""
 
 import math
 import sys
@@ -26,8 +27,8 @@ def test_the_components_time_the_same_steps():
     bare, attempts = fns["c"]()[0], fns["d"]()[0]
     assert np.array_equal(np.asarray(bare[1]["W"]), np.asarray(attempts[1]["W"]))    # y after 3 steps
     assert float(bare[0]) == float(attempts[0]) == pytest.approx(3 * bench.FIXED_STEP)
-    assert deviation <= 1e-12          # the same tableau, other rounding
+    assert deviation <= 1e-6           # the same tableau, other rounding (rtol 1e-8)
     per, cpu, evals = bench.measure(fns, rounds=1)
     assert evals["f"] == evals["e"] + flow_integrator(preset("tsit5")).init_evals
-    assert evals["b"] == cfg["gd_steps"] + 1 and evals["c"] == evals["d"] == 6 * cfg["steps"]
+    assert evals["b"] == cfg["gd_steps"] + 1 and evals["c"] == evals["w"] == evals["d"] == 6 * cfg["steps"]
     assert all(math.isfinite(v) and v > 0 for v in (*per.values(), *cpu.values()))
