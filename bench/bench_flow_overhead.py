@@ -108,9 +108,10 @@ def zeros_like_out(fn):
     return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(fn))
 
 
-def components(scenario: Path, cfg: dict) -> dict:
-    """The zero-argument callables of (a)–(f), each returning (something to wait for, the
-    evaluations it made); (f) returns its own wall instead of the first."""
+def components(scenario: Path, cfg: dict) -> tuple[dict, float]:
+    """The zero-argument callables of (a)–(f) and the what-ifs (c′), (e′), each returning
+    (something to wait for, the evaluations it made), (f) its own (wall, CPU time) first;
+    and how far (e′)'s weights end from (e)'s, relative to (e)'s displacement."""
     folder = scenario.parent
     job = session.prepare(scenario, output=folder / "prepare.h5", overwrite=True)
     (built,) = job.built.values()
@@ -193,13 +194,13 @@ def components(scenario: Path, cfg: dict) -> dict:
 
     def f():
         j = session.prepare(scenario, output=out, overwrite=True)
-        tic = time.perf_counter()
+        tic, cpu = time.perf_counter(), time.process_time()
         session.drive(j, session.open_archive(j), progress=False, report=lambda s: None)
-        wall = time.perf_counter() - tic
+        spent = time.perf_counter() - tic, time.process_time() - cpu
         with flowsim.open(out) as archive:
             (run,) = archive.runs.values()
             evals = int(run.solvers["tsit5"].stats["vf_evals"])
-        return wall, evals
+        return spent, evals
 
     # how far the written-out step's flow ends from the engine's: the same equation, other rounding
     (W_e, W_w), W0 = (np.asarray(fn()[0].y["W"]) for fn in (e, e_written)), np.asarray(y0["W"])
@@ -231,12 +232,13 @@ def measure(fns: dict, rounds: int) -> tuple[dict, dict, dict]:
     walls, cpus = ({k: [] for k in fns} for _ in range(2))
     for r in range(rounds):
         for k, fn in fns.items():
-            cpu = time.process_time()
-            if k == "f":    # times itself: the driver's own wall, its start-up (prepare) aside
-                wall, n = fn()
+            if k == "f":    # times itself: the driver's own wall and CPU, its start-up (prepare) aside
+                (wall, cpu), n = fn()
             else:
+                cpu = time.process_time()
                 wall, (_, n) = timed(fn)
-            cpus[k].append((time.process_time() - cpu) / n)
+                cpu = time.process_time() - cpu
+            cpus[k].append(cpu / n)
             walls[k].append(wall / n)
         print(f"    round {r + 1}/{rounds}: " + ", ".join(f"{k} {1e3 * v[-1]:.3f} ms" for k, v in walls.items()),
               flush=True)
@@ -302,9 +304,10 @@ def main(argv=None) -> int:
 
     summary = Table("Summary", ["what", "measured", "target", "met?"])
     for k in ("e", "f"):
-        r = per[k] / per["b"]
-        summary.add(f"tsit5 {LABELS[k][4:]} ÷ GD per gradient (wall; CPU time)", f"{fmt(r)}; {fmt(cpu[k] / cpu['b'])}",
-                    "≤ 1.15", "yes" if r <= 1.15 else "**no**")
+        # met only where both say so: under load from elsewhere a wall ratio scatters either way
+        r, rc = per[k] / per["b"], cpu[k] / cpu["b"]
+        summary.add(f"tsit5 {LABELS[k][4:]} ÷ GD per gradient (wall; CPU time)", f"{fmt(r)}; {fmt(rc)}",
+                    "≤ 1.15 (both)", "yes" if max(r, rc) <= 1.15 else "**no**")
     summary.add("Diffrax's Tsit5 step alone (c) ÷ GD per gradient (wall; CPU time): the floor of (e) on Diffrax's "
                 "step", f"{fmt(per['c'] / per['b'])}; {fmt(cpu['c'] / cpu['b'])}", "", "")
     summary.add("flowsim's share of (e): ((e) − (c)) ÷ (e) (wall; CPU time)",
