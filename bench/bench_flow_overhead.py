@@ -1,0 +1,338 @@
+"""The flow's cost per field evaluation, component by component, against a gradient's, on the
+Caron et al. Fig. 1 problem; writes bench/results/flow_overhead.md.
+
+    python bench/bench_flow_overhead.py [--quick] [--rounds R] [--trace]
+
+Problem: the scenario below (sphere-sine data n = 100, d = 50, noise 1.0; swish network of
+width m = 2000, asymmetric γ = α = 0.5; ½Σ loss; float64), one seed, t_end = 20 000, 60
+log-spaced checkpoints: tsit5 takes 348 steps there (11 rejected), 2 091 field evaluations.
+Built once by `session.prepare`, as `flowsim run` builds it, and timed in one process:
+
+  (a) a bare gradient, `Problem.grad`, per call in a compiled loop of 200;
+  (b) GD's step loop (`DescentIntegrator.advance`, η = 1, `gd_steps` steps) per gradient;
+  (c) Diffrax's Tsit5 step alone (`solver.step`, fixed step, its outputs kept) per evaluation;
+  (c′) the same with `WrittenOutTsit5`, a what-if: Tsit5's step with fused stage sums;
+  (d) flowsim's `_attempt` (the step, the PID, the finiteness and stiffness checks) at the same
+      fixed step, per evaluation;
+  (e) the whole `advance` loop, one call from t = 0 to t_end, per evaluation;
+  (e′) the same stepped by `WrittenOutTsit5` (and how far its weights end from (e)'s);
+  (f) the driver end to end (`session.drive`: chunks, observation, the archive) with tsit5
+      alone, per evaluation (its vf_evals, the initial step search included).
+
+Each is printed as a ratio to (a) and to (b), in wall and in CPU time (the process's, all
+threads: the work, which waiting for a busy core does not inflate). Every component is
+compiled by a first call, then timed in R interleaved rounds (one call of each per round, so
+that load from elsewhere hits all alike); the tables give the medians of the rounds
+(`bench_core.ready/timed`). The target (issue 52): (e) and (f) ≤ 1.15 × (b). `--trace` adds
+where one `advance` call spends its time, op by op of the compiled program.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from flowsim.engine_env import set_engine_defaults
+
+set_engine_defaults()    # as `flowsim run` does, before Equinox is imported: (f) runs the driver
+
+import diffrax as dfx  # noqa: E402
+import equinox as eqx  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_core import Table, fmt, gd_preset, pct, preset, publish, ready, timed  # noqa: E402
+
+import flowsim  # noqa: E402
+from flowsim import session  # noqa: E402
+from flowsim.run.integrators import descent_integrator, flow_integrator  # noqa: E402
+
+SCENARIO = """name = "fig1-overhead"
+description = "Caron et al. Fig. 1 problem, one seed (bench/bench_flow_overhead.py)"
+seeds = {{ count = 1 }}
+[data]
+kind = "sphere-sine"
+n = 100
+d = 50
+noise = 1.0
+n_test = 100
+[model]
+width = {width}
+activation = "swish"
+init_std = 1.0
+scaling = {{ kind = "asymmetric", gamma = 0.5, alpha = 0.5 }}
+[loss]
+kind = "half-sse"
+[run]
+t_end = {t_end}
+checkpoints = {{ count = 60, spacing = "log" }}
+solvers = ["tsit5"]
+observe = ["loss"]
+"""
+
+# The fixed step of (c) and (d): well inside Tsit5's stability region on this problem, so
+# that the chained steps stay finite (a step's cost does not depend on its length).
+FIXED_STEP = 1e-2
+
+
+class WrittenOutTsit5(dfx.Tsit5):
+    """A what-if, not the engine: Tsit5's step written out, each stage's point one fused sum
+    over the stages before it. Diffrax multiplies the whole 7-stage buffer (the rows not yet
+    written are zeros) by the tableau's row, adds y0 in a second pass and stores k_i in a
+    third. Same tableau, same interface (dense output, first-same-as-last), other rounding."""
+
+    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
+        tab, dt = self.tableau, t1 - t0
+        first, f0 = solver_state
+        fs = [jax.lax.cond(first | made_jump, lambda: terms.vf(t0, y0, args), lambda: f0)]
+        for i, row in enumerate(tab.a_lower):
+            y = jax.tree.map(lambda y0, *f, row=row: y0 + dt * sum(a * fj for a, fj in zip(row, f)), y0, *fs)
+            fs.append(terms.vf(t0 + tab.c[i] * dt, y, args))
+        y_err = jax.tree.map(lambda *f: dt * sum(e * fj for e, fj in zip(tab.b_error, f)), *fs)
+        k = jax.tree.map(lambda *f: dt * jnp.stack(f), *fs)
+        # (Tsit5's last stage is the step's end, y1, and its field the next step's first)
+        return y, y_err, dict(y0=y0, y1=y, k=k), (False, fs[-1]), dfx.RESULTS.successful
+
+
+def zeros_like_out(fn):
+    """Zeros shaped as `fn()`'s output (traced, not run)."""
+    return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(fn))
+
+
+def components(scenario: Path, cfg: dict) -> tuple[dict, float]:
+    """The zero-argument callables of (a)–(f) and the what-ifs (c′), (e′), each returning
+    (something to wait for, the evaluations it made), (f) its own (wall, CPU time) first;
+    and how far (e′)'s weights end from (e)'s, relative to (e)'s displacement."""
+    folder = scenario.parent
+    job = session.prepare(scenario, output=folder / "prepare.h5", overwrite=True)
+    (built,) = job.built.values()
+    problem, y0 = built.problem, built.params
+    flow = flow_integrator(preset("tsit5"))
+    gd = descent_integrator(gd_preset(1.0))
+    K = cfg["steps"]
+
+    calls = cfg["grad_calls"]
+
+    @eqx.filter_jit
+    def grads(problem, y):
+        # `calls` gradients in a compiled loop, as the solvers call it: each call's input is
+        # the last one's minus 1e-30 × its gradient, so that no call can be hoisted out
+        tiny = jnp.asarray(1e-30, jax.tree.leaves(y)[0].dtype)
+        return jax.lax.fori_loop(0, calls, lambda i, y: jax.tree.map(lambda w, g: w - tiny * g, y, problem.grad(y)), y)
+
+    def a():
+        return grads(problem, y0), calls
+
+    gd_advance = eqx.filter_jit(gd.advance)
+    gd0 = gd.init(problem, y0, jax.random.PRNGKey(0))
+
+    def b():
+        state, stats = gd_advance(problem, gd0, jnp.asarray(float(cfg["gd_steps"])))
+        return state, int(stats["vf_evals"])
+
+    state0 = flow.init(problem, y0)
+    solver, term = flow.solver, flow.term
+
+    written = eqx.tree_at(lambda f: f.solver, flow, WrittenOutTsit5())
+
+    @eqx.filter_jit
+    def bare_steps(problem, state, solver):
+        # the solver's step chained K times at a fixed step; its error estimate and dense
+        # output are carried, so that nothing it computes is left out by the compiler
+        def body(i, c):
+            t, y, sstate, _, _ = c
+            y1, y_err, dense, sstate, _ = solver.step(term, t, t + FIXED_STEP, y, problem, sstate, False)
+            return t + FIXED_STEP, y1, sstate, y_err, dense["k"]
+        t, y, sstate = state.t, state.y, state.solver_state
+        err, k = zeros_like_out(lambda: body(0, (t, y, sstate, None, None))[3:])
+        return jax.lax.fori_loop(0, K, body, (t, y, sstate, err, k))
+
+    def c():
+        return bare_steps(problem, state0, solver), 6 * K
+
+    def c_written():
+        return bare_steps(problem, state0, written.solver), 6 * K
+
+    @eqx.filter_jit
+    def attempts(problem, state):
+        # `_attempt` chained K times, each try ended on t + FIXED_STEP (its `clip`) and its
+        # outputs taken as the next committed state; the stages carried as `Ahead` holds them.
+        def body(i, c):
+            t, y, sstate, cstate, _, _ = c
+            out = flow._attempt(problem, t, y, sstate, cstate, t + FIXED_STEP)
+            return out[1], out[2], out[3], out[4], out[5], out[8]
+        c0 = (state.t, state.y, state.solver_state, state.controller_state, None, None)
+        stages, held = zeros_like_out(lambda: body(0, c0)[4:])
+        return jax.lax.fori_loop(0, K, body, c0[:4] + (stages, held))
+
+    def d():
+        return attempts(problem, state0), 6 * K
+
+    flow_advance = eqx.filter_jit(flow.advance)
+    t_end = jnp.asarray(cfg["t_end"])
+
+    def e():
+        state, stats = flow_advance(problem, state0, t_end, t_end)
+        return state, int(stats["vf_evals"])
+
+    written_advance = eqx.filter_jit(written.advance)
+
+    def e_written():
+        state, stats = written_advance(problem, state0, t_end, t_end)
+        return state, int(stats["vf_evals"])
+
+    out = folder / "driver.h5"
+
+    def f():
+        j = session.prepare(scenario, output=out, overwrite=True)
+        tic, cpu = time.perf_counter(), time.process_time()
+        session.drive(j, session.open_archive(j), progress=False, report=lambda s: None)
+        spent = time.perf_counter() - tic, time.process_time() - cpu
+        with flowsim.open(out) as archive:
+            (run,) = archive.runs.values()
+            evals = int(run.solvers["tsit5"].stats["vf_evals"])
+        return spent, evals
+
+    # how far the written-out step's flow ends from the engine's: the same equation, other rounding
+    (W_e, W_w), W0 = (np.asarray(fn()[0].y["W"]) for fn in (e, e_written)), np.asarray(y0["W"])
+    deviation = float(np.linalg.norm(W_w - W_e) / np.linalg.norm(W_e - W0))
+    return dict(a=a, b=b, c=c, w=c_written, d=d, e=e, v=e_written, f=f), deviation
+
+
+LABELS = {
+    "a": "(a) `Problem.grad` alone, per call (in a compiled loop)",
+    "b": "(b) GD's step loop, per gradient",
+    "c": "(c) Diffrax Tsit5 `solver.step` alone, per evaluation",
+    "w": "(c′) what if: Tsit5's step written out, stage sums fused (`WrittenOutTsit5`, not the engine)",
+    "d": "(d) flowsim `_attempt`, per evaluation",
+    "e": "(e) `advance` t = 0 → t_end, per evaluation",
+    "v": "(e′) what if: (e) stepped by `WrittenOutTsit5`",
+    "f": "(f) the driver end to end (tsit5 alone), per evaluation",
+}
+
+
+def measure(fns: dict, rounds: int) -> tuple[dict, dict, dict]:
+    """Median wall and median CPU seconds (the process's, all threads) per evaluation of each
+    component over `rounds` interleaved rounds, after a compiling call of each; and each
+    one's evaluations per call. CPU time is the work, which waiting for a busy core does not
+    inflate; on a quiet machine the walls follow it."""
+    evals = {}
+    for k, fn in fns.items():
+        print(f"    compiling {k}", flush=True)
+        evals[k] = fn()[1]
+    walls, cpus = ({k: [] for k in fns} for _ in range(2))
+    for r in range(rounds):
+        for k, fn in fns.items():
+            if k == "f":    # times itself: the driver's own wall and CPU, its start-up (prepare) aside
+                (wall, cpu), n = fn()
+            else:
+                cpu = time.process_time()
+                wall, (_, n) = timed(fn)
+                cpu = time.process_time() - cpu
+            cpus[k].append(cpu / n)
+            walls[k].append(wall / n)
+        print(f"    round {r + 1}/{rounds}: " + ", ".join(f"{k} {1e3 * v[-1]:.3f} ms" for k, v in walls.items()),
+              flush=True)
+    median = lambda d: {k: statistics.median(v) for k, v in d.items()}  # noqa: E731
+    return median(walls), median(cpus), evals
+
+
+def trace(scenario: Path, cfg: dict, top: int = 16) -> str:
+    """Where one `advance` call's time goes, op by op of the compiled program (a
+    `jax.profiler` trace; each op's time summed over its calls), with the op's shape and
+    the source it was traced from (Diffrax's stage loop shows as `STAGE/`)."""
+    from jax.profiler import ProfileData
+
+    job = session.prepare(scenario, output=scenario.parent / "trace.h5", overwrite=True)
+    (built,) = job.built.values()
+    problem, flow = built.problem, flow_integrator(preset("tsit5"))
+    state0, t_end = flow.init(problem, built.params), jnp.asarray(cfg["t_end"])
+    advance = eqx.filter_jit(flow.advance)
+    source = {}
+    for line in advance.lower(problem, state0, t_end, t_end).compile().compiled.as_text().splitlines():
+        m = re.match(r"\s*(?:ROOT )?%([\w.\-]+) = (\S+) ", line)
+        if m:
+            where = re.search(r'op_name="([^"]*)"', line)
+            source.setdefault(m.group(1), (m.group(2).split("{")[0], where.group(1) if where else ""))
+    ready(advance(problem, state0, t_end, t_end))
+    folder = scenario.parent / "trace"
+    jax.profiler.start_trace(str(folder))
+    _, stats = ready(advance(problem, state0, t_end, t_end))
+    jax.profiler.stop_trace()
+    spent, calls = collections.Counter(), collections.Counter()
+    for plane in ProfileData.from_file(str(max(folder.rglob("*.xplane.pb")))).planes:
+        for line in plane.lines:
+            for ev in line.events if line.name.startswith("tf_XLA") else ():
+                if ev.name in source and not source[ev.name][0].startswith("("):   # ops, not while loops
+                    spent[ev.name] += ev.duration_ns
+                    calls[ev.name] += 1
+    evals, total = int(stats["vf_evals"]), sum(spent.values())
+    t = Table(f"Where `advance` spends its time, op by op (one traced call, {evals} evaluations; the {top} "
+              f"largest of {len(spent)} ops)", ["op", "share", "calls per evaluation", "shape", "traced from"])
+    for name, ns in spent.most_common(top):
+        shape, where = source[name]
+        where = where.replace("jit(advance)/while/body/", "").replace("checkpointed-no-vjp/while/body/", "STAGE/")
+        t.add(f"`{name}`", pct(ns / total), fmt(calls[name] / evals), f"`{shape}`", f"`{where}`" if where else "")
+    return t.markdown()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="m = 500, t_end = 2000: a smoke test, not the target's setting")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 7; 2 with --quick)")
+    ap.add_argument("--trace", action="store_true", help="also trace one `advance` call, op by op (jax.profiler)")
+    args = ap.parse_args(argv)
+    cfg = (dict(width=500, t_end=2000.0, steps=20, gd_steps=200, grad_calls=20, rounds=2) if args.quick else
+           dict(width=2000, t_end=20000.0, steps=50, gd_steps=2000, grad_calls=200, rounds=7))
+    rounds = args.rounds or cfg["rounds"]
+    t_start = time.perf_counter()
+    folder = Path(tempfile.mkdtemp(prefix="flowsim-bench-"))
+    scenario = folder / "fig1-overhead.toml"
+    scenario.write_text(SCENARIO.format(width=cfg["width"], t_end=cfg["t_end"]))
+    print(f"flow overhead: m = {cfg['width']}, t_end = {cfg['t_end']:g}, {rounds} rounds", flush=True)
+    fns, deviation = components(scenario, cfg)
+    per, cpu, evals = measure(fns, rounds)
+
+    summary = Table("Summary", ["what", "measured", "target", "met?"])
+    for k in ("e", "f"):
+        # met only where both say so: under load from elsewhere a wall ratio scatters either way
+        r, rc = per[k] / per["b"], cpu[k] / cpu["b"]
+        summary.add(f"tsit5 {LABELS[k][4:]} ÷ GD per gradient (wall; CPU time)", f"{fmt(r)}; {fmt(rc)}",
+                    "≤ 1.15 (both)", "yes" if max(r, rc) <= 1.15 else "**no**")
+    summary.add("Diffrax's Tsit5 step alone (c) ÷ GD per gradient (wall; CPU time): the floor of (e) on Diffrax's "
+                "step", f"{fmt(per['c'] / per['b'])}; {fmt(cpu['c'] / cpu['b'])}", "", "")
+    summary.add("flowsim's share of (e): ((e) − (c)) ÷ (e) (wall; CPU time)",
+                f"{pct((per['e'] - per['c']) / per['e'])}; {pct((cpu['e'] - cpu['c']) / cpu['e'])}", "", "")
+    summary.add("what if Tsit5's step were written out, stage sums fused: (e′) ÷ GD per gradient (wall; CPU time); "
+                "its weights at t_end off the engine's, ÷ their displacement",
+                f"{fmt(per['v'] / per['b'])}; {fmt(cpu['v'] / cpu['b'])}; {fmt(deviation)}", "", "")
+    t = Table("Per evaluation, by component (median of the rounds)",
+              ["component", "wall, ms per evaluation", "÷ (a) gradient", "÷ (b) GD per gradient",
+               "CPU time ÷ (a)", "CPU time ÷ (b)", "evaluations per call"])
+    for k, label in LABELS.items():
+        t.add(label, fmt(1e3 * per[k]), fmt(per[k] / per["a"]), fmt(per[k] / per["b"]), fmt(cpu[k] / cpu["a"]),
+              fmt(cpu[k] / cpu["b"]), evals[k])
+    head = (f"## bench_flow_overhead — the flow's cost per evaluation by component (Fig. 1 problem, m = "
+            f"{cfg['width']}, t_end = {cfg['t_end']:g})\n\n"
+            f"{'--quick run. ' if args.quick else ''}JAX {jax.__version__}, {jax.devices()[0].platform}; one "
+            f"process, median of {rounds} interleaved rounds after a compiling call; script took "
+            f"{time.perf_counter() - t_start:.0f} s, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} "
+            f"cores at its end.\n")
+    text = head + "\n" + summary.markdown() + "\n" + t.markdown()
+    if args.trace:
+        text += "\n" + trace(scenario, cfg)
+    publish(text, "flow_overhead", args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
