@@ -100,15 +100,22 @@ def _start(flat: jax.Array) -> jax.Array:
     return jax.random.normal(jax.random.PRNGKey(0), flat.shape, flat.dtype)
 
 
-def sharpness(problem: Problem, params: Params, steps: int = LANCZOS_STEPS,
-              rtol: float = LANCZOS_RTOL) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """(rate · λ_max(∇²L), rate · Lanczos residual, Hessian-vector products taken) at
-    `params`, Lanczos stopped as `lanczos_top` says."""
+def hessian_matvec(problem: Problem, params: Params):
+    """(v ↦ ∇²L(params)·v on flat vectors, the flat params)."""
     flat, unravel = ravel_pytree(params)
 
     def hvp(v):
         return ravel_pytree(hessian_vector_product(problem, params, unravel(v)))[0]
 
+    return hvp, flat
+
+
+def sharpness(problem: Problem, params: Params, steps: int = LANCZOS_STEPS,
+              rtol: float = LANCZOS_RTOL) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(rate · λ_max(∇²L), rate · Lanczos residual, Hessian-vector products taken) at
+    `params`, Lanczos stopped as `lanczos_top` says: the cold, single-vector method the
+    observable used before the eigen-tracker (bench/bench_observe.py compares the two)."""
+    hvp, flat = hessian_matvec(problem, params)
     lam, res, taken = lanczos_top(hvp, _start(flat), steps, rtol)
     return problem.rate * lam, problem.rate * res, taken
 
