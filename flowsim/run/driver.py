@@ -137,6 +137,7 @@ class _Batch:
     problems: Any               # the members' problems, stacked and sharded (`kernels.stack_problems`)
     members: list[_Member]
     start: int                  # the first checkpoint row some member lacks (0, or where a resume starts)
+    carried: Any                # what the observables carry between rows (the eigen-tracker's vectors)
     times: np.ndarray           # the checkpoint times (`checkpoint_grid`)
     refs: Any                   # what the observables compare with (`kernels.references`)
     names: tuple[str, ...]      # the observables
@@ -255,7 +256,10 @@ class Driver:
         # compiled ahead (seconds for a large model; a stop meanwhile acts at once too)
         state, init_compile, init_wall = self._run_compiled(
             kernels.init, integ, problems, params0, shard(kernels.stack([b.key for b in built_runs])))
-        members, state = self._members(runs, name, integ, state)
+        # the observables' carried values are stored in the checkpoint beside the state, so
+        # that a resumed run warm-starts as the uninterrupted one did
+        carried = kernels.memory(problems, params0, names)
+        members, (state, carried) = self._members(runs, name, integ, (state, carried))
         refs, refs_compile, refs_wall = self._run_compiled(kernels.references, problems, params0)
         for m in members:   # the batch's start-up, in this process (a resumed run's again)
             m.stats["compile_time"] = m.stats.get("compile_time", 0.0) + init_compile + refs_compile
@@ -266,12 +270,13 @@ class Driver:
         bar = self.progress.batch(label, name, [r.name for r in runs], float(times[start - 1]) if start else 0.0,
                                   float(times[-1]))
         return _Batch(preset=preset, label=label, integ=integ, problems=problems, members=members, start=start,
-                      times=times, refs=refs, names=names, most=chunk_size(spec), bar=bar,
+                      carried=carried, times=times, refs=refs, names=names, most=chunk_size(spec), bar=bar,
                       commit=_Commits(self.writer, name, members)), state
 
     def _members(self, runs: list[RunSpec], name: str, integ: AbstractIntegrator, state) -> tuple[list[_Member], Any]:
-        """Each seed's book-keeping, and the batch's state with every member the archive
-        holds a checkpoint of restored from it (a resume)."""
+        """Each seed's book-keeping, and the batch's state (with the observables' carried
+        values: a pair) with every member the archive holds a checkpoint of restored from it
+        (a resume)."""
         members, restored = [], None
         for i, r in enumerate(runs):
             stored = self.writer.read_checkpoint(r.name, name)
@@ -314,10 +319,10 @@ class Driver:
                                   batch.commit.due())
                 i = rows.stop
                 stop = self.should_stop()
-                batch.commit.maybe(state, due=due or stop)
+                batch.commit.maybe((state, batch.carried), due=due or stop)
                 if stop:   # the rows so far are committed: stop here, resumable
                     raise Interrupted(f"stopped after checkpoint {i} of {len(times)} ({batch.name})")
-            batch.commit.maybe(state, due=True)    # the end, or every member has ended
+            batch.commit.maybe((state, batch.carried), due=True)    # the end, or every member has ended
         except BaseException:
             batch.bar.close()      # stopped or failed: the JSON log gets no "finished" record
             batch.commit.rescue()
@@ -331,9 +336,13 @@ class Driver:
         ends = to_host(batch.integ.time(state))   # where each member stopped (held still after)
         # The chunk program interleaves stepping and observing; what observing costs is told
         # apart by timing one observation, and charged to every row the member recorded.
-        per_row = self._observation_cost(batch, state)
+        # The eigen-tracker's products dominate an observation that takes any, and a row
+        # warm-started from the row before takes fewer than the cold one timed: a member's
+        # rows are charged the cold row's time scaled by the products they took.
+        per_row, cold = self._observation_cost(batch, state)
         for m in batch.members:
-            m.stats["observe_time"] = min(per_row * m.done_rows, m.stats["wall_time"])
+            rows = m.done_rows if not cold else m.stats.get("observe_hvps", 0) / cold
+            m.stats["observe_time"] = min(per_row * rows, m.stats["wall_time"])
         for j, m in enumerate(batch.members):
             final = Status.DONE if m.code == Status.RUNNING else m.code
             self.writer.set_status(m.run.name, batch.name, status=Status.of(final).label, stats=m.stats,
@@ -360,17 +369,18 @@ class Driver:
         targets = np.where(moving, times[index][:, None], here[None, :]).astype(here.dtype)
         steps = np.array([m.stats["steps"] for m in members], dtype=np.int64)
         args = (integ, batch.problems, state, targets, moving, k < len(rows), steps, batch.refs, batch.names,
-                np.asarray(times[-1], here.dtype))
+                np.asarray(times[-1], here.dtype), batch.carried)
         compiling = self._interruptible(lambda: _compile(kernels.chunk, *args)) if ahead else 0.0
         tic = time.perf_counter()
 
         def work():
-            new, out = kernels.chunk(*args)
+            new, carried, out = kernels.chunk(*args)
             # one transfer to numpy per chunk; slicing members in JAX would dispatch (and
             # compile) a small kernel per leaf
-            return new, to_host(out)
+            return new, carried, to_host(out)
 
-        state, (seg, position, step, values) = self._interruptible(work, bar, float(times[rows.stop - 1]))
+        state, batch.carried, (seg, position, step, values) = self._interruptible(work, bar,
+                                                                                  float(times[rows.stop - 1]))
         wall = (time.perf_counter() - tic) / len(rows)
         for m in members:     # (each member records the batch's, as its wall time)
             m.stats["compile_time"] += compiling
@@ -391,26 +401,29 @@ class Driver:
                 m.done_rows = i + 1
                 batch.commit.wrote(j)
             bar.update(float(times[i]), [m.stats["steps"] for m in members], [Status.of(m.code).label for m in members])
-        batch.commit.last = state
+        batch.commit.last = (state, batch.carried)
         return state
 
-    def _observation_cost(self, batch: _Batch, state) -> float:
-        """Seconds the batch's observation at one checkpoint takes: the chunk program (the
-        one compiled for the run, nothing new to compile) called with no member moving, with
-        one real row of its `batch.most` less with none (the call's own cost), timed. Its
-        values are discarded."""
+    def _observation_cost(self, batch: _Batch, state) -> tuple[float, int]:
+        """Seconds the batch's observation at one checkpoint takes from a cold start, and the
+        Hessian-vector products it takes: the chunk program (the one compiled for the run,
+        nothing new to compile) called with no member moving, with one real row of its
+        `batch.most` less with none (the call's own cost), timed. Its values are discarded."""
         here = to_host(batch.integ.time(state))
         still = np.zeros((batch.most, here.size), bool)
+        cold = kernels.memory(batch.problems, batch.integ.params(state), batch.names)
 
-        def call(rows: int) -> float:
+        def call(rows: int):
             tic = time.perf_counter()
-            jax.block_until_ready(kernels.chunk(batch.integ, batch.problems, state,
-                                                np.broadcast_to(here, still.shape).copy(), still,
-                                                np.arange(batch.most) < rows, np.zeros(here.size, np.int64),
-                                                batch.refs, batch.names, np.asarray(batch.times[-1], here.dtype)))
-            return time.perf_counter() - tic
+            out = jax.block_until_ready(kernels.chunk(batch.integ, batch.problems, state,
+                                                      np.broadcast_to(here, still.shape).copy(), still,
+                                                      np.arange(batch.most) < rows, np.zeros(here.size, np.int64),
+                                                      batch.refs, batch.names, np.asarray(batch.times[-1], here.dtype),
+                                                      cold))
+            return time.perf_counter() - tic, out[2][0]["observe_hvps"]
 
-        return max(call(1) - call(0), 0.0)
+        (one, seg), (none, _) = call(1), call(0)
+        return max(one - none, 0.0), int(np.max(to_host(seg)[0]))
 
     def _run_compiled(self, fn, *args) -> tuple[Any, float, float]:
         """`fn(*args)` (a jitted kernel of `batch`), compiled ahead: (its value, the seconds
