@@ -101,12 +101,11 @@ def _start(flat: jax.Array) -> jax.Array:
 
 
 def hessian_matvec(problem: Problem, params: Params):
-    """(v ↦ ∇²L(params)·v on flat vectors, the flat params)."""
+    """(v ↦ ∇²L(params)·v on flat vectors, the flat params): the gradient linearised once
+    (`jax.linearize`, forward over reverse), so that the products of one observation share
+    its forward and backward pass instead of each computing it again."""
     flat, unravel = ravel_pytree(params)
-
-    def hvp(v):
-        return ravel_pytree(hessian_vector_product(problem, params, unravel(v)))[0]
-
+    _, hvp = jax.linearize(lambda w: ravel_pytree(problem.grad(unravel(w)))[0], flat)
     return hvp, flat
 
 
@@ -114,8 +113,13 @@ def sharpness(problem: Problem, params: Params, steps: int = LANCZOS_STEPS,
               rtol: float = LANCZOS_RTOL) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(rate · λ_max(∇²L), rate · Lanczos residual, Hessian-vector products taken) at
     `params`, Lanczos stopped as `lanczos_top` says: the cold, single-vector method the
-    observable used before the eigen-tracker (bench/bench_observe.py compares the two)."""
-    hvp, flat = hessian_matvec(problem, params)
+    observable used before the eigen-tracker (bench/bench_observe.py compares the two), with
+    its products as they were (each a forward-over-reverse pass of its own)."""
+    flat, unravel = ravel_pytree(params)
+
+    def hvp(v):
+        return ravel_pytree(hessian_vector_product(problem, params, unravel(v)))[0]
+
     lam, res, taken = lanczos_top(hvp, _start(flat), steps, rtol)
     return problem.rate * lam, problem.rate * res, taken
 

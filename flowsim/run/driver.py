@@ -408,7 +408,8 @@ class Driver:
         """Seconds the batch's observation at one checkpoint takes from a cold start, and the
         Hessian-vector products it takes: the chunk program (the one compiled for the run,
         nothing new to compile) called with no member moving, with one real row of its
-        `batch.most` less with none (the call's own cost), timed. Its values are discarded."""
+        `batch.most` less with none (the call's own cost), timed (medians of three). Its
+        values are discarded."""
         here = to_host(batch.integ.time(state))
         still = np.zeros((batch.most, here.size), bool)
         cold = kernels.memory(batch.problems, batch.integ.params(state), batch.names)
@@ -422,8 +423,10 @@ class Driver:
                                                       cold))
             return time.perf_counter() - tic, out[2][0]["observe_hvps"]
 
-        (one, seg), (none, _) = call(1), call(0)
-        return max(one - none, 0.0), int(np.max(to_host(seg)[0]))
+        # medians of three: a machine shared with other work makes single timings jump
+        ones, nones = [call(1) for _ in range(3)], [call(0)[0] for _ in range(3)]
+        one = float(np.median([t for t, _ in ones]))
+        return max(one - float(np.median(nones)), 0.0), int(np.max(to_host(ones[0][1])[0]))
 
     def _run_compiled(self, fn, *args) -> tuple[Any, float, float]:
         """`fn(*args)` (a jitted kernel of `batch`), compiled ahead: (its value, the seconds
