@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     per = rows + 1
     tb = Table(f"cohen-scale-quick's GD η = {ETA:g} ({n} parameters), {per} rows of {int(T_END / ROWS / ETA)} steps",
                ["observation", "HVPs per row", "wall / row's GD steps", "wall / cold Lanczos",
-                "max |Δ sharpness| / sharpness (vs Lanczos 1e-10)"])
+                "max relative Δ of the sharpness from the Lanczos 1e-10"])
     gd = walls["gd"] * per / rows          # the rows' GD steps, per observed row
     tb.add("sharpness, cold Lanczos to 1e-10·θ (before)", fmt(products["old"] / per), fmt(walls["old"] / gd), "1", "—")
     for names, label in ((("sharpness",), "sharpness, tracker k = 1 (+1 guard), warm, rtol 1e-4"),
