@@ -13,6 +13,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 from conftest import make_problem
+from helpers import call_cli
 
 import flowsim
 from flowsim.observe.eigen import error_bounds, start_block, top_eigen
@@ -192,3 +193,18 @@ def test_the_carried_vectors_resume_bit_for_bit_and_the_series_read_back(tmp_pat
         assert ds["hessian_top"].dims[-1] == "hessian_eig" and ds["hessian_density"].dims[-1] == "density_grid"
         assert ds["hessian_top"].shape[-1] == 3 and ds["hessian_density_nodes"].dims[-2:] == ("density_probe",
                                                                                                "density_node")
+
+
+def test_bad_hessian_settings_are_refused_by_the_command(tmp_path):
+    """`run.hessian_k` out of its range, or more eigenvalues than the network can hold a
+    block for: a message naming the key, the value and what is allowed, exit status 2,
+    nothing run."""
+    tiny = ["seeds=[0]", 'sweep."model.scaling"=[{kind="ntk"}]']
+    for value, says in (("0", "`run.hessian_k` = 0 is out of range; allowed: an integer in [1, 64]"),
+                        ("40", "`run.hessian_k` = 40: tracking 40 Hessian eigenvalues and 20 guards needs at least "
+                               "180 trainable parameters, and the network has 96; ask for at most 21")):
+        sets = [a for s in [*tiny, f"run.hessian_k={value}", 'run.observe=["hessian_top"]'] for a in ("--set", s)]
+        rc, _, err = call_cli("run", TINY, "-o", tmp_path / "bad.h5", "-q", *sets)
+        assert rc == 2 and says in err, err
+    rc, _, err = call_cli("run", TINY, "-o", tmp_path / "bad.h5", "-q", "--set", "run.eigen_rtol=0.5")
+    assert rc == 2 and "`run.eigen_rtol` = 0.5 is out of range; allowed: a number in [1e-14, 0.1]" in err, err

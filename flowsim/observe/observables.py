@@ -49,9 +49,11 @@ def tracked(problem: Problem, names: tuple[str, ...]) -> int:
     """The Hessian eigenvalues the observables `names` track: `run.hessian_k` with
     `hessian_top` or `hessian_density` (which deflates them), 1 for `sharpness` alone, 0
     without any."""
-    if {"hessian_top", "hessian_density"} & set(names):
-        return problem.hessian_k
-    return int("sharpness" in names)
+    return _tracked(names, problem.hessian_k)
+
+
+def _tracked(names: tuple[str, ...], hessian_k: int) -> int:
+    return hessian_k if {"hessian_top", "hessian_density"} & set(names) else int("sharpness" in names)
 
 
 def memory(problem: Problem, params: Params, names: tuple[str, ...]) -> dict[str, jax.Array]:
@@ -60,8 +62,25 @@ def memory(problem: Problem, params: Params, names: tuple[str, ...]) -> dict[str
     k = tracked(problem, names)
     if not k:
         return {}
+    n = sum(x.size for x in jax.tree.leaves(params))
+    why = hessian_k_refusal(names, problem.hessian_k, n)
+    if why:
+        raise ValueError(why)
     flat = hessian_matvec(problem, params)[1]
-    return {HESSIAN_VECTORS: start_block(flat.size, k + guards(k), flat.dtype)}
+    return {HESSIAN_VECTORS: start_block(n, k + guards(k), flat.dtype)}
+
+
+def hessian_k_refusal(names: tuple[str, ...], hessian_k: int, n: int) -> str | None:
+    """Why a network of n trainable parameters cannot track `run.hessian_k` eigenvalues for
+    the observables `names` (the tracker's basis of 3·(k + guards) vectors must fit in it),
+    or None."""
+    k = _tracked(names, hessian_k)
+    if not k or 3 * (k + guards(k)) <= n:
+        return None
+    most = max((j for j in range(1, k) if 3 * (j + guards(j)) <= n), default=0)
+    return (f"`run.hessian_k` = {k}: tracking {k} Hessian eigenvalues and {guards(k)} guards needs at least "
+            f"{3 * (k + guards(k))} trainable parameters, and the network has {n}; "
+            + (f"ask for at most {most}" if most else "it is too small for the Hessian observables"))
 
 
 class Snapshot:

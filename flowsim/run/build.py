@@ -19,6 +19,7 @@ from ..models.base import dtype_of
 from ..models.module import leaf_paths
 from .precision import enable_x64
 from ..nn.problem import Params, Problem
+from ..observe.observables import hessian_k_refusal
 
 
 def data_seed(config: Config, seed: int) -> int:
@@ -77,6 +78,10 @@ def build_run(config: Config, seed: int) -> Built:
     ds = _dataset(config, seed)
     _check_compatible(config, ds)
     network = MODELS[config.model.kind].build(config, ds, seed)
+    why = hessian_k_refusal(config.run.observe, config.run.hessian_k,
+                            sum(np.size(x) for x in jax.tree.leaves(network.params)))
+    if why:
+        raise BuildError(why)
     return assemble(network, ds, dtype=dtype_of(config), loss_kind=config.loss.kind,
                     ntg_points=config.run.ntg_points, hessian_k=config.run.hessian_k,
                     eigen_rtol=config.run.eigen_rtol)
