@@ -7,15 +7,16 @@ The method is LOBPCG without a preconditioner (Knyazev 2001), in its orthonormal
 beneath the k tracked, is improved by the Rayleigh–Ritz procedure on span[X, P, W] (W the
 residuals H x − θ x of the k tracked vectors, P their last update), whose basis is kept
 orthonormal so that the projected problem is an ordinary symmetric one. Each iteration
-applies the operator to W only (k products); H X and H P
-follow from the Ritz coefficients. The guards are refined by the Rayleigh–Ritz step alone
-(`refine_guards` adds their residuals to W: full block LOBPCG, b products an iteration). The
-first step of a call is the Rayleigh–Ritz procedure on X alone (b products), which is all a
-warm start needs when the operator has moved little.
+applies the operator to W only (k products); H X and H P follow from the Ritz coefficients.
+The guards are refined by the Rayleigh–Ritz step alone (`refine_guards` adds their residuals
+to W: full block LOBPCG, b products an iteration). The first step of a call is the
+Rayleigh–Ritz procedure on X alone (b products), which is all a warm start needs when the
+operator has moved little.
 
-The guards make the tracked eigenvalues converge at the rate set by the gap between the k-th
-eigenvalue and the (b+1)-th, not the (k+1)-th: when the k-th and (k+1)-th come together (the
-edge of stability packs eigenvalues at 2/η) the block still converges.
+The guards sit in the block beneath the tracked vectors: when the k-th and (k+1)-th
+eigenvalues come together (the edge of stability packs eigenvalues at 2/η), both directions
+are in the block, so the tracked Ritz values converge to the pair instead of waiting on the
+gap between them, and each tracked value's gap δ (below) is taken against the guards' values.
 
 Stopping rule, in the units the user reads. For a unit Ritz vector x with Ritz value θ and
 residual r = H x − θ x, some eigenvalue λ of H satisfies |λ − θ| ≤ ‖r‖ (for a symmetric H),
