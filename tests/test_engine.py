@@ -329,9 +329,9 @@ def test_a_batch_of_one_is_its_member_in_a_batch_of_two(kind):
         state = batch.init(integ, problems, params, batch.stack([jax.random.PRNGKey(0)] * len(members)))
         refs = batch.references(problems, params)
         k = len(members)
-        new, (seg, t, _, values) = batch.chunk(integ, problems, state, np.repeat(times[:, None], k, 1),
-                                               np.ones((3, k), bool), np.ones(3, bool), np.zeros(k, np.int64),
-                                               refs, names, np.asarray(6.0))
+        new, _, (seg, t, _, values) = batch.chunk(integ, problems, state, np.repeat(times[:, None], k, 1),
+                                                  np.ones((3, k), bool), np.ones(3, bool), np.zeros(k, np.int64),
+                                                  refs, names, np.asarray(6.0), batch.memory(problems, params, names))
         return integ.params(new)["W"], seg["steps"], t, values
 
     (W1, steps1, t1, v1), (W2, steps2, t2, v2) = run([w0]), run([w0, w1])

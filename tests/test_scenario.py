@@ -593,7 +593,8 @@ def test_kinds_are_read_from_the_registries():
      'naming a function (pred (n, k), y (n, k)) -> scalar, a mean over samples'),
     ({"run.observe": '["los"]'},
      'one of "loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change", '
-     '"weight_change", "unit_change", "importance", "weights", "sharpness", "gn_sharpness", "hidden"'),
+     '"weight_change", "unit_change", "importance", "weights", "sharpness", "gn_sharpness", "hessian_top", '
+     '"hessian_density", "hidden"'),
     ({"run.solvers": '[{ name = "x", kind = "flo" }]'},
      'one of "flow", "modified-flow", "central-flow", "gd", "momentum", "sgd"'),
     ({"run.solvers": '[{ name = "x", kind = "flow", method = "rk4" }]'},

@@ -84,7 +84,7 @@ def inspect_archive(path) -> None:
                 t = sv.t
                 reach = f"t = {t[-1]:.6g}" if t.size else "no checkpoint"
                 stats = ", ".join(f"{k} {v}" for k, v in sv.stats.items() if k in ("steps", "rejected", "vf_evals")
-                                  or (k == "hvps" and v))
+                                  or (k in ("hvps", "observe_hvps") and v))
                 interrupted |= sv.interrupted
                 loss = f", loss {float(np.asarray(sv['loss'])[-1]):.6g}" if "loss" in sv.series_names and t.size \
                     else ""

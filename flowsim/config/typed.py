@@ -44,6 +44,7 @@ from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
 from ..kinds import LOSSES as _LOSS_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..kinds import SHALLOW_KINDS as SHALLOW_KINDS
+from ..kinds import EIGEN_RTOL, HESSIAN_K
 from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
 from .plugin_probe import Plugin, callable_probe, shape_probe
 from .presets import check_reference, check_solvers
@@ -734,6 +735,11 @@ class Run:
                               "the NTG (and observables built on it) uses the first k training points")
     stop_loss: float = setting(Float(lo=0.0, default=0.0),
                                "> 0: a flow stops (status `stopped`) once the loss falls to this value")
+    hessian_k: int = setting(Int(lo=1, hi=64, default=HESSIAN_K),
+                             "`hessian_top` records the k largest Hessian eigenvalues")
+    eigen_rtol: float = setting(Float(lo=1e-14, hi=0.1, default=EIGEN_RTOL),
+                                "the relative accuracy of each Hessian eigenvalue recorded (`sharpness`, "
+                                "`hessian_top`): its error bound over its value")
 
     def checkpoint_times(self) -> np.ndarray:
         """The checkpoint times (see `flowsim.config.checkpoint_times`)."""

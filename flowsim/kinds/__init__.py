@@ -63,9 +63,14 @@ OBSERVABLES: dict[str, ObservableKind] = {o.name: o for o in (
     *map(ObservableKind, ("loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change",
                           "weight_change", "unit_change")),
     ObservableKind("importance", family="shallow"),
-    *map(ObservableKind, ("weights", "sharpness", "gn_sharpness")),
+    *map(ObservableKind, ("weights", "sharpness", "gn_sharpness", "hessian_top", "hessian_density")),
     ObservableKind("hidden", family="shallow"),
 )}
+# The Hessian eigen-tracker's settings (`run.hessian_k`, `run.eigen_rtol`; flowsim.observe.eigen):
+# `hessian_top` records the HESSIAN_K largest eigenvalues, and every tracked eigenvalue
+# (`sharpness` too) is computed to a relative accuracy of EIGEN_RTOL.
+HESSIAN_K = 5
+EIGEN_RTOL = 1e-4
 
 
 @dataclass(frozen=True)

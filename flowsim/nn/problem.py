@@ -14,6 +14,7 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 
+from ..kinds import EIGEN_RTOL, HESSIAN_K
 from .losses import LossFn, loss_entry, loss_fn
 from .net import AbstractNet, Params, refuse_non_net
 
@@ -32,6 +33,10 @@ class Problem(eqx.Module):
     # The user's loss (pred (n, k), y (n, k)) -> scalar when `loss_kind` is "callable"
     # (flowsim.simulate); static, so a run's programs are compiled for that function.
     custom_loss: Callable | None = eqx.field(static=True, default=None)
+    # The Hessian observables' settings (`run.hessian_k`, `run.eigen_rtol`), beside
+    # `ntg_points`: static, so that a run's programs are compiled for them.
+    hessian_k: int = eqx.field(static=True, default=HESSIAN_K)
+    eigen_rtol: float = eqx.field(static=True, default=EIGEN_RTOL)
 
     def __check_init__(self):
         refuse_non_net(self.net, "Problem.net")

@@ -24,7 +24,8 @@ import jax.numpy as jnp
 from ..kinds import OBSERVABLES as KINDS
 from ..nn.net import AbstractNet
 from ..nn.problem import Params, Problem
-from .stability import gn_sharpness, sharpness
+from .eigen import Eigen, broadened, guards, spectral_density, start_block, top_eigen
+from .stability import gn_sharpness, hessian_matvec
 
 
 class Reference(eqx.Module):
@@ -36,16 +37,75 @@ def reference(problem: Problem, params: Params) -> Reference:
     return Reference(params0=params, ntg0=problem.ntg(params))
 
 
-class Snapshot:
-    """One checkpoint of one seed as the observables read it. The NTG is formed once at
-    trace time however many observables ask for it."""
+# The carried state of the Hessian observables: the eigen-tracker's Ritz vectors (b × n), the
+# next checkpoint's warm start (`memory`, `observe_carried`).
+HESSIAN_VECTORS = "hessian_vectors"
+# hessian_density: Rademacher probes (at least run.hessian_k: each holds a deflated pair's node), Lanczos steps per probe, grid points, and the Gaussian
+# width of each node as a fraction of the nodes' span (PyHessian: 1 probe, 100 steps)
+DENSITY_PROBES, DENSITY_STEPS, DENSITY_GRID, DENSITY_WIDTH = 8, 32, 128, 0.01
 
-    def __init__(self, problem: Problem, params: Params, ref: Reference | None):
-        self.problem, self.params, self.ref = problem, params, ref
+
+def tracked(problem: Problem, names: tuple[str, ...]) -> int:
+    """The Hessian eigenvalues the observables `names` track: `run.hessian_k` with
+    `hessian_top` or `hessian_density` (which deflates them), 1 for `sharpness` alone, 0
+    without any."""
+    return _tracked(names, problem.hessian_k)
+
+
+def _tracked(names: tuple[str, ...], hessian_k: int) -> int:
+    return hessian_k if {"hessian_top", "hessian_density"} & set(names) else int("sharpness" in names)
+
+
+def memory(problem: Problem, params: Params, names: tuple[str, ...]) -> dict[str, jax.Array]:
+    """The observables' carried state at a cold start: a fixed pseudo-random start block for
+    the eigen-tracker when `sharpness` or `hessian_top` is observed, else nothing."""
+    k = tracked(problem, names)
+    if not k:
+        return {}
+    n = sum(x.size for x in jax.tree.leaves(params))
+    why = hessian_k_refusal(names, problem.hessian_k, n)
+    if why:
+        raise ValueError(why)
+    flat = hessian_matvec(problem, params)[1]
+    return {HESSIAN_VECTORS: start_block(n, k + guards(k), flat.dtype)}
+
+
+def hessian_k_refusal(names: tuple[str, ...], hessian_k: int, n: int) -> str | None:
+    """Why a network of n trainable parameters cannot track `run.hessian_k` eigenvalues for
+    the observables `names` (the tracker's basis of 3·(k + guards) vectors must fit in it),
+    or None."""
+    k = _tracked(names, hessian_k)
+    if not k or 3 * (k + guards(k)) <= n:
+        return None
+    most = max((j for j in range(1, k) if 3 * (j + guards(j)) <= n), default=0)
+    return (f"`run.hessian_k` = {k}: tracking {k} Hessian eigenvalues and {guards(k)} guards needs at least "
+            f"{3 * (k + guards(k))} trainable parameters, and the network has {n}; "
+            + (f"ask for at most {most}" if most else "it is too small for the Hessian observables"))
+
+
+class Snapshot:
+    """One checkpoint of one seed as the observables read it. The NTG and the Hessian's top
+    eigenpairs are computed once at trace time however many observables ask for them;
+    `products` counts the Hessian-vector products the observation takes."""
+
+    def __init__(self, problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...] = (),
+                 carried: dict[str, jax.Array] | None = None):
+        self.problem, self.params, self.ref, self.names = problem, params, ref, names
+        self.carried = memory(problem, params, names) if carried is None else carried
+        self.products = jnp.zeros((), jnp.int32)
 
     @functools.cached_property
     def ntg(self) -> jax.Array:
         return self.problem.ntg(self.params)
+
+    @functools.cached_property
+    def hessian(self) -> Eigen:
+        """The tracked top eigenpairs of ∇²L (unscaled), from the carried vectors."""
+        hvp, _ = hessian_matvec(self.problem, self.params)
+        eig = top_eigen(hvp, self.carried[HESSIAN_VECTORS], tracked(self.problem, self.names),
+                        self.problem.eigen_rtol)
+        self.products = self.products + eig.products.astype(jnp.int32)
+        return eig
 
 
 # The axes of a series that the network measures: its `series_axes` names them.
@@ -88,8 +148,29 @@ def _hidden(s: Snapshot) -> dict[str, jax.Array]:
 
 
 def _sharpness(s: Snapshot) -> dict[str, jax.Array]:
-    top, residual, _ = sharpness(s.problem, s.params)
-    return {"sharpness": top, "sharpness_residual": residual}
+    rate, eig = s.problem.rate, s.hessian
+    return {"sharpness": rate * eig.values[0], "sharpness_residual": rate * eig.residuals[0]}
+
+
+def _hessian_top(s: Snapshot) -> dict[str, jax.Array]:
+    rate, eig, k = s.problem.rate, s.hessian, s.problem.hessian_k
+    return {"hessian_top": rate * eig.values[:k], "hessian_top_error": rate * eig.errors[:k]}
+
+
+def _hessian_density(s: Snapshot) -> dict[str, jax.Array]:
+    """Stochastic Lanczos quadrature of ∇²L (rate units) from a fixed key (the same probes
+    at every checkpoint and in a resumed run), the tracked top eigenpairs deflated."""
+    hvp, flat = hessian_matvec(s.problem, s.params)
+    eig, k = s.hessian, s.problem.hessian_k
+    nodes, weights = spectral_density(hvp, flat.size, flat.dtype, max(DENSITY_PROBES, k), DENSITY_STEPS,
+                                      jax.random.PRNGKey(0), (eig.values[:k], eig.vectors[:k]))
+    s.products = s.products + DENSITY_PROBES * DENSITY_STEPS
+    nodes = s.problem.rate * nodes
+    lo, hi = jnp.min(nodes), jnp.max(nodes)
+    sigma = DENSITY_WIDTH * jnp.maximum(hi - lo, jnp.finfo(flat.dtype).tiny ** 0.5)
+    grid = jnp.linspace(lo - 5 * sigma, hi + 5 * sigma, DENSITY_GRID, dtype=flat.dtype)
+    return {"hessian_density": broadened(nodes, weights, grid, sigma), "hessian_density_grid": grid,
+            "hessian_density_nodes": nodes, "hessian_density_weights": weights}
 
 
 def _scalar_row(m: int, p: int, d: int) -> int:
@@ -129,22 +210,41 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("sharpness", {"sharpness": (), "sharpness_residual": ()}, _scalar_row, _sharpness),
     Observable("gn_sharpness", {"gn_sharpness": ()}, _scalar_row,
                lambda s: {"gn_sharpness": gn_sharpness(s.problem, s.params)}),
+    # the k = run.hessian_k largest Hessian eigenvalues in sharpness's units, descending, and
+    # the bound on each one's error (flowsim/observe/eigen.py)
+    Observable("hessian_top", {"hessian_top": ("hessian_eig",), "hessian_top_error": ("hessian_eig",)},
+               lambda m, p, d: 2 * 64, _hessian_top),   # (run.hessian_k ≤ 64)
+    # the Hessian's spectral density (rate units) on its own grid per checkpoint, and the
+    # quadrature it is drawn from
+    Observable("hessian_density", {"hessian_density": ("density_grid",), "hessian_density_grid": ("density_grid",),
+                                   "hessian_density_nodes": ("density_probe", "density_node"),
+                                   "hessian_density_weights": ("density_probe", "density_node")},
+               lambda m, p, d: 2 * DENSITY_GRID + 2 * DENSITY_PROBES * (DENSITY_STEPS + 1), _hessian_density),
     # preactivations h_i(x) = w_i·x/√d at two probes: the first training and first test point
     Observable("hidden", {"hidden": ("node", "probe")}, lambda m, p, d: 2 * m, _hidden),
 )}
 
 
-def observe(problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...]) -> dict[str, jax.Array]:
+def observe_carried(problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...],
+                    carried: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], dict[str, jax.Array], jax.Array]:
     """The series of the observables `names` at `params` (one checkpoint, one seed), in
-    the registry's order. `ref` is needed only by the change measures (ntg_change,
-    weight_change)."""
-    snapshot = Snapshot(problem, params, ref)
+    the registry's order, from the state `carried` from the checkpoint before (`memory` at
+    the first); returns them, the state to carry to the next checkpoint, and the
+    Hessian-vector products taken. `ref` is needed only by the change measures
+    (ntg_change, weight_change)."""
+    snapshot = Snapshot(problem, params, ref, names, carried)
     want = set(names)
     out: dict[str, jax.Array] = {}
     for name, obs in OBSERVABLES.items():
         if name in want:
             out |= obs.fn(snapshot)
-    return out
+    after = {HESSIAN_VECTORS: snapshot.hessian.vectors} if HESSIAN_VECTORS in snapshot.carried else {}
+    return out, after, snapshot.products
+
+
+def observe(problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...]) -> dict[str, jax.Array]:
+    """`observe_carried`'s series from a cold start."""
+    return observe_carried(problem, params, ref, names, memory(problem, params, names))[0]
 
 
 def series_axes(names: tuple[str, ...], net: AbstractNet) -> dict[str, tuple[str, ...]]:

@@ -18,16 +18,18 @@ squared error (1/(n·k)) Σ (y − f)², ∇²_f ℓ = 2/(n·k) · I and gn_shar
 rate · 2/(n·k) · λ_max(Θ̂_full). For softmax cross-entropy, ∇²_f ℓ = (1/n) ⊕_i (diag p_i − p_i p_iᵀ)
 (positive semi-definite), and G is the usual generalised Gauss–Newton matrix.
 
-Both eigenvalues are computed matrix-free, by Lanczos with full re-orthogonalisation on
-Hessian-vector products (forward-over-reverse) or Gauss–Newton products (one jvp, one
-vjp), from a fixed pseudo-random start vector. The largest Ritz value θ is a lower bound
-on λ_max (Ritz values interlace), and `sharpness_residual` = rate · ‖H u − θ u‖ (u the
-Ritz vector; = β_k |s_k| from the tridiagonal matrix) bounds the distance from θ to the
+Both eigenvalues are computed matrix-free. The `sharpness` observable takes λ_max from the
+eigen-tracker (flowsim/observe/eigen.py: block LOBPCG warm-started from the row before,
+stopped at the relative accuracy `run.eigen_rtol`) on `hessian_matvec`'s products; the
+Lanczos here is what it used before and what `gn_sharpness` uses: Lanczos with full
+re-orthogonalisation on Hessian-vector products (forward-over-reverse) or Gauss–Newton
+products (one jvp, one vjp), from a fixed pseudo-random start vector. The largest Ritz
+value θ is a lower bound on λ_max (Ritz values interlace), and its residual ‖H u − θ u‖ (u
+the Ritz vector; = β_k |s_k| from the tridiagonal matrix) bounds the distance from θ to the
 nearest eigenvalue of H. Lanczos stops once that residual is below `LANCZOS_RTOL` · θ, or
-after `LANCZOS_STEPS` iterations (a while loop, so the observable compiles once): a
-residual well below θ · 1e-6 says the value is converged. On the dense spectra of these
-networks (a well-separated top eigenvalue) θ agrees with the dense eigen-decomposition to
-about 1e-12 relative in the tests (tests/test_compare.py), where 1e-6 is required.
+after `LANCZOS_STEPS` iterations (a while loop, so the observable compiles once). On the
+dense spectra of these networks (a well-separated top eigenvalue) θ agrees with the dense
+eigen-decomposition to about 1e-12 relative in the tests (tests/test_compare.py).
 """
 
 import jax
@@ -100,10 +102,21 @@ def _start(flat: jax.Array) -> jax.Array:
     return jax.random.normal(jax.random.PRNGKey(0), flat.shape, flat.dtype)
 
 
+def hessian_matvec(problem: Problem, params: Params):
+    """(v ↦ ∇²L(params)·v on flat vectors, the flat params): the gradient linearised once
+    (`jax.linearize`, forward over reverse), so that the products of one observation share
+    its forward and backward pass instead of each computing it again."""
+    flat, unravel = ravel_pytree(params)
+    _, hvp = jax.linearize(lambda w: ravel_pytree(problem.grad(unravel(w)))[0], flat)
+    return hvp, flat
+
+
 def sharpness(problem: Problem, params: Params, steps: int = LANCZOS_STEPS,
               rtol: float = LANCZOS_RTOL) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(rate · λ_max(∇²L), rate · Lanczos residual, Hessian-vector products taken) at
-    `params`, Lanczos stopped as `lanczos_top` says."""
+    `params`, Lanczos stopped as `lanczos_top` says: the cold, single-vector method the
+    observable used before the eigen-tracker (bench/bench_observe.py compares the two), with
+    its products as they were (each a forward-over-reverse pass of its own)."""
     flat, unravel = ravel_pytree(params)
 
     def hvp(v):

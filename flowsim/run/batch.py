@@ -16,7 +16,7 @@ import numpy as np
 from ..status import Status
 from ..integrate.base import AbstractIntegrator, State
 from ..nn.problem import Params
-from ..observe.observables import Reference, reference
+from ..observe.observables import Reference, memory as memory_member, observe_carried, reference
 from ..observe.observables import observe as observe_member
 from ..nn.problem import Problem
 
@@ -102,7 +102,8 @@ def advance(integ: AbstractIntegrator, problems: Problems, state: State, t: jax.
 
 @eqx.filter_jit
 def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: jax.Array, moving: jax.Array,
-          real: jax.Array, steps: jax.Array, refs: Reference | None, names: tuple[str, ...], horizon: jax.Array):
+          real: jax.Array, steps: jax.Array, refs: Reference | None, names: tuple[str, ...], horizon: jax.Array,
+          carried: dict[str, jax.Array]):
     """Several checkpoints in one compiled call: every member advanced through its column of
     `targets` (K × members, nondecreasing), observed at each (observables and certificate
     series), in a `lax.scan`. One dispatch and one transfer per chunk instead of per checkpoint:
@@ -116,14 +117,18 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
     `real[k]` (one for all members): False for the padding of a short chunk, which is
     neither advanced nor observed (a `lax.cond` on an unbatched flag stays a branch under
     vmap), so a chunk of one checkpoint costs one checkpoint. `horizon`: the run's last
-    checkpoint time (see `AbstractIntegrator.advance`).
+    checkpoint time (see `AbstractIntegrator.advance`). `carried`: what the observables carry
+    from one checkpoint to the next (the eigen-tracker's vectors: `memory` at the start),
+    updated at the checkpoints a member moves to only, so that a member held still
+    carries what an uninterrupted run would.
 
-    Returns the state at the end of the chunk and, stacked along a leading K axis per member,
-    each checkpoint's statistics (with its status), time, step and values."""
+    Returns the state and the carried values at the end of the chunk and, stacked along a
+    leading K axis per member, each checkpoint's statistics (with its status and the
+    observation's Hessian-vector products, `observe_hvps`), time, step and values."""
 
-    def member(problem, s, times, move, before, ref):
+    def member(problem, s, times, move, before, ref, kept):
         def one(carry, xs):
-            s, code, taken = carry
+            s, code, taken, kept = carry
             t, go = xs
             go = go & (code == Status.DONE)
             new, seg = integ.advance(problem, s, jnp.where(go, t, integ.time(s)), horizon)
@@ -131,10 +136,13 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
             ended = jnp.where(seg["status"] != Status.DONE, seg["status"],
                               jnp.where(jnp.asarray(integ.out_of_steps(taken)), Status.MAX_STEPS, Status.DONE))
             code = jnp.where(go, ended, code)
-            values = observe_member(problem, integ.params(new), ref, names) | integ.certificate(problem, new)
-            return (new, code, taken), (seg | {"status": code}, integ.time(new), integ.step(new), values)
+            values, after, products = observe_carried(problem, integ.params(new), ref, names, kept)
+            kept = jax.tree.map(lambda a, b: jnp.where(go, a, b), after, kept)
+            values = values | integ.certificate(problem, new)
+            stats = seg | {"status": code, "observe_hvps": products}
+            return (new, code, taken, kept), (stats, integ.time(new), integ.step(new), values)
 
-        carry = (s, jnp.asarray(Status.DONE), before)
+        carry = (s, jnp.asarray(Status.DONE), before, kept)
         # `one` traced once, its jaxpr reused by the branch and its output shapes by the
         # padding (an integrator's step takes most of the chunk's tracing: twice was 1/3 more)
         traced = eqx.filter_closure_convert(one, carry, (times[0], move[0]))
@@ -146,11 +154,11 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
         def step(carry, xs):   # (a lambda: lax.cond hashes its branches, and `traced` is unhashable)
             return jax.lax.cond(xs[2], lambda c, x: traced(c, x), padding, carry, xs[:2])
 
-        (s, _, _), out = jax.lax.scan(step, carry, (times, move, real))
-        return s, out
+        (s, _, _, kept), out = jax.lax.scan(step, carry, (times, move, real))
+        return s, kept, out
 
-    return over_members(member, in_axes=(problems.axes, 0, 1, 1, 0, 0), out_axes=(0, 1))(
-        problems.tree, state, targets, moving, steps, refs)
+    return over_members(member, in_axes=(problems.axes, 0, 1, 1, 0, 0, 0), out_axes=(0, 0, 1))(
+        problems.tree, state, targets, moving, steps, refs, carried)
 
 
 @eqx.filter_jit
@@ -158,6 +166,13 @@ def observe(problems: Problems, params: Params, refs: Reference | None, names: t
     """The observables `names` of every member (see `flowsim.observe.observables`)."""
     return over_members(lambda p, y, r: observe_member(p, y, r, names),
                         in_axes=(problems.axes, 0, 0))(problems.tree, params, refs)
+
+
+@eqx.filter_jit
+def memory(problems: Problems, params: Params, names: tuple[str, ...]) -> dict[str, jax.Array]:
+    """What the observables `names` carry between checkpoints, at a cold start, for every
+    member (`flowsim.observe.observables.memory`)."""
+    return over_members(lambda p, y: memory_member(p, y, names), in_axes=(problems.axes, 0))(problems.tree, params)
 
 
 @eqx.filter_jit

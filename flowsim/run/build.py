@@ -13,11 +13,13 @@ import numpy as np
 
 from ..config.typed import Config
 from ..data import DataError, Dataset, make_dataset
+from ..kinds import EIGEN_RTOL, HESSIAN_K
 from ..models import MODELS, BuildError, Built, Network
 from ..models.base import dtype_of
 from ..models.module import leaf_paths
 from .precision import enable_x64
 from ..nn.problem import Params, Problem
+from ..observe.observables import hessian_k_refusal
 
 
 def data_seed(config: Config, seed: int) -> int:
@@ -76,12 +78,17 @@ def build_run(config: Config, seed: int) -> Built:
     ds = _dataset(config, seed)
     _check_compatible(config, ds)
     network = MODELS[config.model.kind].build(config, ds, seed)
+    why = hessian_k_refusal(config.run.observe, config.run.hessian_k,
+                            sum(np.size(x) for x in jax.tree.leaves(network.params)))
+    if why:
+        raise BuildError(why)
     return assemble(network, ds, dtype=dtype_of(config), loss_kind=config.loss.kind,
-                    ntg_points=config.run.ntg_points)
+                    ntg_points=config.run.ntg_points, hessian_k=config.run.hessian_k,
+                    eigen_rtol=config.run.eigen_rtol)
 
 
 def assemble(network: Network, ds: Dataset, *, dtype, loss_kind: str, ntg_points: int,
-             custom_loss=None) -> Built:
+             custom_loss=None, hessian_k: int = HESSIAN_K, eigen_rtol: float = EIGEN_RTOL) -> Built:
     """A run's `Problem`, assembled in one place for every model kind and for
     `flowsim.simulate` (whose loss may be a Python function, `custom_loss`): the network on
     the inputs it sees, the data's targets, the loss and the flow's rate. The init record
@@ -91,7 +98,8 @@ def assemble(network: Network, ds: Dataset, *, dtype, loss_kind: str, ntg_points
     X_test = ds.X_test if network.X_test is None else network.X_test
     problem = Problem(net=network.net, X=as_j(X), y=as_j(ds.y_train), X_test=as_j(X_test),
                       y_test=as_j(ds.y_test), rate=network.rate, loss_kind=loss_kind,
-                      ntg_points=min(ntg_points, ds.X_train.shape[0]), custom_loss=custom_loss)
+                      ntg_points=min(ntg_points, ds.X_train.shape[0]), custom_loss=custom_loss,
+                      hessian_k=hessian_k, eigen_rtol=eigen_rtol)
     loss0 = _initial_loss(problem, network.params) if network.compiled_loss0 else problem.loss(network.params)
     init = network.init | {"loss0": np.asarray(loss0)}
     return Built(problem=problem, params=network.params, dataset=ds, init=init, key=network.key)

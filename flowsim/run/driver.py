@@ -165,6 +165,7 @@ class _Batch:
     problems: Any               # the members' problems, stacked and sharded (`kernels.stack_problems`)
     members: list[_Member]
     start: int                  # the first checkpoint row some member lacks (0, or where a resume starts)
+    carried: Any                # what the observables carry between rows (the eigen-tracker's vectors)
     times: np.ndarray           # the checkpoint times (`checkpoint_grid`)
     refs: Any                   # what the observables compare with (`kernels.references`)
     names: tuple[str, ...]      # the observables
@@ -284,7 +285,10 @@ class Driver:
         # compiled ahead (seconds for a large model; a stop meanwhile acts at once too)
         state, init_compile, init_wall = self._run_compiled(
             kernels.init, integ, problems, params0, shard(kernels.stack([b.key for b in built_runs])))
-        members, state = self._members(runs, name, integ, state)
+        # the observables' carried values are stored in the checkpoint beside the state, so
+        # that a resumed run warm-starts as the uninterrupted one did
+        carried = kernels.memory(problems, params0, names)
+        members, (state, carried) = self._members(runs, name, integ, (state, carried))
         # where each member starts (0, or its checkpoint's time), once per batch: from then on
         # each chunk brings it with its rows
         here = to_host(integ.time(state))
@@ -299,12 +303,13 @@ class Driver:
         bar = self.progress.batch(label, name, [r.name for r in runs], float(times[start - 1]) if start else 0.0,
                                   float(times[-1]))
         return _Batch(preset=preset, label=label, integ=integ, problems=problems, members=members, start=start,
-                      times=times, refs=refs, names=names, most=chunk_size(spec), bar=bar,
+                      carried=carried, times=times, refs=refs, names=names, most=chunk_size(spec), bar=bar,
                       commit=_Commits(self.writer, name, members), here=here), state
 
     def _members(self, runs: list[RunSpec], name: str, integ: AbstractIntegrator, state) -> tuple[list[_Member], Any]:
-        """Each seed's book-keeping, and the batch's state with every member the archive
-        holds a checkpoint of restored from it (a resume)."""
+        """Each seed's book-keeping, and the batch's state (with the observables' carried
+        values: a pair) with every member the archive holds a checkpoint of restored from it
+        (a resume)."""
         members, restored = [], None
         for i, r in enumerate(runs):
             stored = self.writer.read_checkpoint(r.name, name)
@@ -372,12 +377,21 @@ class Driver:
         ends = batch.here   # where each member stopped (held still after)
         # The chunk program interleaves stepping and observing; what observing costs is told
         # apart by timing one observation, and charged to every row the member recorded.
-        per_row = self._observation_cost(batch, state)
+        # The eigen-tracker's products dominate an observation that takes any, and a row
+        # warm-started from the row before takes fewer than the cold one timed: a member's
+        # rows are charged the cold row's time scaled by the products they took.
+        per_row, cold = self._observation_cost(batch, state)
         for m in batch.members:
             # each process's leg its own share, within its own wall time (an earlier leg
-            # interrupted before it ended has none recorded: the same estimate for it)
-            earlier = m.before.get("observe_time", min(per_row * m.rows_before, m.before.get("wall_time", 0.0)))
-            now = min(per_row * (m.done_rows - m.rows_before), max(m.leg("wall_time"), 0.0))
+            # interrupted before it ended has none recorded: the same estimate for it), its
+            # rows counted in the cold row's products where the tracker takes any
+            if cold:
+                rows_before = m.before.get("observe_hvps", 0) / cold
+                rows_now = (m.stats.get("observe_hvps", 0) - m.before.get("observe_hvps", 0)) / cold
+            else:
+                rows_before, rows_now = m.rows_before, m.done_rows - m.rows_before
+            earlier = m.before.get("observe_time", min(per_row * rows_before, m.before.get("wall_time", 0.0)))
+            now = min(per_row * rows_now, max(m.leg("wall_time"), 0.0))
             m.stats["observe_time"] = earlier + now
         for j, m in enumerate(batch.members):
             final = Status.DONE if m.code == Status.RUNNING else m.code
@@ -408,17 +422,18 @@ class Driver:
         targets = np.where(moving, times[index][:, None], here[None, :]).astype(here.dtype)
         steps = np.array([m.stats["steps"] for m in members], dtype=np.int64)
         args = (integ, batch.problems, state, targets, moving, k < len(rows), steps, batch.refs, batch.names,
-                np.asarray(times[-1], here.dtype))
+                np.asarray(times[-1], here.dtype), batch.carried)
         compiling = self._interruptible(lambda: _compile(kernels.chunk, *args), bar) if ahead else 0.0
         tic = time.perf_counter()
 
         def work():
-            new, out = kernels.chunk(*args)
+            new, carried, out = kernels.chunk(*args)
             # the chunk's one transfer to numpy; slicing members in JAX would dispatch (and
             # compile) a small kernel per leaf
-            return new, to_host((out, state_arrays.stored(new) if keep else None))
+            return new, carried, to_host((out, state_arrays.stored((new, carried)) if keep else None))
 
-        state, ((seg, position, step, values), stored) = self._interruptible(work, bar, float(times[rows.stop - 1]))
+        state, batch.carried, ((seg, position, step, values), stored) = self._interruptible(
+            work, bar, float(times[rows.stop - 1]))
         batch.here = position[len(rows) - 1]    # (a member held still is at its time in every row)
         wall = (time.perf_counter() - tic) / len(rows)
         for m in members:     # (each member records the batch's, as its wall time)
@@ -441,29 +456,34 @@ class Driver:
                 m.done_rows = i + 1
                 batch.commit.wrote(j)
             bar.update(float(times[i]), [m.stats["steps"] for m in members], [Status.of(m.code).label for m in members])
-        batch.commit.ended(state, stored)
+        batch.commit.ended((state, batch.carried), stored)
         return state
 
-    def _observation_cost(self, batch: _Batch, state) -> float:
-        """Seconds the batch's observation at one checkpoint takes: the chunk program (the
-        one compiled for the run, nothing new to compile) called with no member moving, with
-        one real row of its `batch.most` less with none (the call's own cost), timed. Its
+    def _observation_cost(self, batch: _Batch, state) -> tuple[float, int]:
+        """Seconds the batch's observation at one checkpoint takes from a cold start, and the
+        Hessian-vector products it takes: the chunk program (the one compiled for the run,
+        nothing new to compile) called with no member moving, with one real row of its
+        `batch.most` less with none (the call's own cost), timed (the fastest of three). Its
         values are discarded."""
         here = batch.here
         still = np.zeros((batch.most, here.size), bool)
+        cold = kernels.memory(batch.problems, batch.integ.params(state), batch.names)
 
-        def call(rows: int) -> float:
+        def call(rows: int):
             tic = time.perf_counter()
-            jax.block_until_ready(kernels.chunk(batch.integ, batch.problems, state,
-                                                np.broadcast_to(here, still.shape).copy(), still,
-                                                np.arange(batch.most) < rows, np.zeros(here.size, np.int64),
-                                                batch.refs, batch.names, np.asarray(batch.times[-1], here.dtype)))
-            return time.perf_counter() - tic
+            out = jax.block_until_ready(kernels.chunk(batch.integ, batch.problems, state,
+                                                      np.broadcast_to(here, still.shape).copy(), still,
+                                                      np.arange(batch.most) < rows, np.zeros(here.size, np.int64),
+                                                      batch.refs, batch.names, np.asarray(batch.times[-1], here.dtype),
+                                                      cold))
+            return time.perf_counter() - tic, out[2][0]["observe_hvps"]
 
         # the fastest of three each: one call's difference is within a shared machine's noise
         # (measured: 0.65-2.9 ms for one call of a 0.2 ms observation), which once charged a
         # whole resumed leg to observing
-        return max(min(call(1) for _ in range(3)) - min(call(0) for _ in range(3)), 0.0)
+        ones, nones = [call(1) for _ in range(3)], [call(0)[0] for _ in range(3)]
+        one = min(t for t, _ in ones)
+        return max(one - min(nones), 0.0), int(np.max(to_host(ones[0][1])[0]))
 
     def _run_compiled(self, fn, *args) -> tuple[Any, float, float]:
         """`fn(*args)` (a jitted kernel of `batch`), compiled ahead: (its value, the seconds

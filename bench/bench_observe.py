@@ -1,0 +1,109 @@
+"""What observing the Hessian costs per checkpoint row: the sharpness by the Lanczos it was
+computed with before (a cold start from a fixed vector at every row, stopped at a residual of
+1e-10·θ) against the eigen-tracker (flowsim/observe/eigen.py: warm-started from the row
+before, stopped at a relative accuracy of 1e-4), and `hessian_top` (k = 5) by the tracker;
+writes bench/results/observe.md.
+
+    python bench/bench_observe.py [--quick]
+
+The rows are those of cohen-scale-quick's GD leg at η = 0.04 with 40 checkpoints (25 steps a
+row, t = 0 … 40; fc-tanh 192-200-200-10, 80 810 parameters, 500 images): the network passes
+the edge of stability (2/η = 50) and the top eigenvalues cross. Per method: Hessian-vector
+products per row, the wall of a row's observation (each compiled call timed once, summed
+over the rows) against the wall of the row's 25 GD steps, and the largest relative
+difference from the cold Lanczos's sharpness (converged to 1e-10). All in one run, the
+methods called in turn at each row. --quick: the first 10 rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+from bench_core import ROOT, Table, fmt, gd_preset, publish, ready
+from flowsim.config import load_scenario
+from flowsim.observe.observables import memory, observe_carried
+from flowsim.observe.stability import sharpness
+from flowsim.run.build import build_run
+from flowsim.run.integrators import descent_integrator
+from flowsim.run.precision import enable_x64
+
+ETA, ROWS, T_END = 0.04, 40, 40.0
+
+
+def _timed(fn, *args):
+    tic = time.perf_counter()
+    out = ready(fn(*args))
+    return time.perf_counter() - tic, out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args(argv)
+    enable_x64()
+    t0 = time.perf_counter()
+    sc = load_scenario(ROOT / "scenarios" / "cohen-scale-quick.toml")
+    b = build_run(sc.runs[0].settings, sc.runs[0].seed)
+    problem, p0 = b.problem, b.params
+    n = ravel_pytree(p0)[0].size
+    rows = 10 if args.quick else ROWS
+    integ = descent_integrator(gd_preset(ETA))
+    advance = eqx.filter_jit(integ.advance)
+    old = jax.jit(lambda p: sharpness(problem, p))
+    trackers = {names: jax.jit(lambda p, c, names=names: observe_carried(problem, p, None, names, c))
+                for names in (("sharpness",), ("hessian_top",))}
+    carried = {names: memory(problem, p0, names) for names in trackers}
+    state = integ.init(problem, p0, jax.random.PRNGKey(0))
+    ready(advance(problem, state, jnp.asarray(ETA)))                     # compile
+    ready(old(p0))
+    for names, f in trackers.items():
+        ready(f(p0, carried[names]))
+    walls = {"gd": 0.0, "old": 0.0, ("sharpness",): 0.0, ("hessian_top",): 0.0}
+    products = {"old": 0, ("sharpness",): 0, ("hessian_top",): 0}
+    worst = {("sharpness",): 0.0, ("hessian_top",): 0.0}
+    for i in range(rows + 1):
+        if i:
+            dt, (state, _) = _timed(advance, problem, state, jnp.asarray(i * T_END / ROWS))
+            walls["gd"] += dt
+        p = integ.params(state)
+        dt, (lam, _, steps) = _timed(old, p)
+        walls["old"] += dt
+        products["old"] += int(steps)
+        for names, f in trackers.items():
+            dt, (values, carried[names], count) = _timed(f, p, carried[names])
+            walls[names] += dt
+            products[names] += int(count)
+            top = float(values["sharpness"] if names == ("sharpness",) else values["hessian_top"][0])
+            worst[names] = max(worst[names], abs(top - float(lam)) / float(lam))
+        print(f"row {i}: sharpness {float(lam):.4f}", flush=True)
+    per = rows + 1
+    tb = Table(f"cohen-scale-quick's GD η = {ETA:g} ({n} parameters), {per} rows of {int(T_END / ROWS / ETA)} steps",
+               ["observation", "HVPs per row", "wall / row's GD steps", "wall / cold Lanczos",
+                "max relative Δ of the sharpness from the Lanczos 1e-10"])
+    gd = walls["gd"] * per / rows          # the rows' GD steps, per observed row
+    tb.add("sharpness, cold Lanczos to 1e-10·θ (before)", fmt(products["old"] / per), fmt(walls["old"] / gd), "1", "—")
+    for names, label in ((("sharpness",), "sharpness, tracker k = 1 (+1 guard), warm, rtol 1e-4"),
+                         (("hessian_top",), "hessian_top, tracker k = 5 (+2 guards), warm, rtol 1e-4")):
+        tb.add(label, fmt(products[names] / per), fmt(walls[names] / gd), fmt(walls[names] / walls["old"]),
+               fmt(worst[names]))
+    summary = Table("Observation cost per row" + (" (--quick)" if args.quick else ""), ["what", "measured"])
+    summary.add("sharpness: tracker's products / cold Lanczos's", fmt(products[("sharpness",)] / products["old"]))
+    summary.add("sharpness: tracker's wall / cold Lanczos's", fmt(walls[("sharpness",)] / walls["old"]))
+    summary.add("hessian_top (k = 5) wall / the rows' GD wall", fmt(walls[("hessian_top",)] / gd))
+    head = (f"## bench_observe — the Hessian observables' cost per checkpoint row\n\n"
+            f"{'--quick run. ' if args.quick else ''}On this machine ({jax.default_backend()}); "
+            f"script took {time.perf_counter() - t0:.0f} s. `python bench/bench_observe.py`.\n")
+    publish(head + "\n" + summary.markdown() + "\n" + tb.markdown(), "observe", args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
