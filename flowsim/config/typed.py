@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import numpy as np
 
-from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS
+from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS, GIVEN_KINDS
 from ..kinds.solvers import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
@@ -47,9 +47,10 @@ from ..kinds import SHALLOW_KINDS as SHALLOW_KINDS
 from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
 from .plugin_probe import Plugin, callable_probe, shape_probe
 from .presets import check_reference, check_solvers
-from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, adaptive_fits, central_fits, check_seeds, checkpoints_fit,
-                    dt_bounds, embedded_keys, k_within_width, low_below_high, mnist_fits, observables_fit_model,
-                    rtol_within_dtype, split_sums_to_one, t_end_on_every_grid, times_increasing, train_within_layers)
+from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, adaptive_fits, central_fits, check_seeds,
+                    checkpoints_fit, dt_bounds, embedded_keys, k_within_width, low_below_high, mnist_fits,
+                    observables_fit_model, rtol_within_dtype, split_sums_to_one, t_end_on_every_grid,
+                    times_increasing, train_within_layers)
 from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Str, Table, Tagged,
                    join)
 from .sweep_grammar import SWEEP_MODES, check_sweep
@@ -60,7 +61,7 @@ MAX_RUNS = 100_000
 # The kinds the registries declare, in their order (the order of every "allowed: ..." text).
 ACTIVATIONS = tuple(_ACTIVATION_REGISTRY)
 LOSSES = tuple(_LOSS_REGISTRY)
-SOLVER_KINDS = tuple(_SOLVER_KIND_REGISTRY)
+SOLVER_KINDS = tuple(k for k, v in _SOLVER_KIND_REGISTRY.items() if not v.given)    # (a file's)
 FLOW_METHODS = tuple(_FLOW_METHOD_REGISTRY)
 OBSERVABLES = tuple(_OBSERVABLE_REGISTRY)
 DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
@@ -79,7 +80,7 @@ __all__ = [
     "NtkScaling", "AsymmetricScaling", "SingleScaling", "FiniteScaling", "CustomScaling",
     "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "MlpModel", "PythonModel",
     "ModuleModel", "Loss",
-    "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset",
+    "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset", "OptaxPreset",
     "Run", "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
 ]
 
@@ -565,8 +566,8 @@ def _eps() -> Any:
 
 
 def _eps_in_sqrt() -> Any:
-    return setting(Bool(default=False), "true: the denominator is √(ν + ε), as optax's default; false: √ν + ε, as PyTorch "
-                   "and the central-flow papers", kinds=_RMSPROP)
+    return setting(Bool(default=False), "true: the denominator is √(ν + ε), as optax's default; false: √ν + ε, "
+                   "as PyTorch and the central-flow papers", kinds=_RMSPROP)
 
 
 @table
@@ -673,8 +674,8 @@ class DescentPreset:
     eps: float | None = _eps()
     eps_in_sqrt: bool | None = _eps_in_sqrt()
     nu0: Literal["zero", "grad-squared"] | None = setting(
-        Str(choices=("zero", "grad-squared"), default="zero"), "the second moment's start ν₀: zero, as optax and PyTorch start it, or grad-squared, g₀ ⊙ g₀, as "
-        "the stable flow starts", kinds=("rmsprop",))
+        Str(choices=("zero", "grad-squared"), default="zero"), "the second moment's start ν₀: zero, as optax and "
+        "PyTorch start it, or grad-squared, g₀ ⊙ g₀, as the stable flow starts", kinds=("rmsprop",))
     # Diverged when the loss exceeds factor × initial loss (or is not finite).
     divergence_factor: float = setting(_DIVERGENCE, "the run is `diverged` once the loss exceeds this × the "
                                        "initial loss")
@@ -686,7 +687,30 @@ class DescentPreset:
         _check_kind(self)
 
 
-Preset = Union[FlowPreset, DescentPreset]
+class Given:
+    """A Python object a preset holds (an optax transformation handed to `flowsim.simulate`):
+    its resolved form, in the archive's scenario text, is the description only."""
+
+    def __init__(self, value: Any, description: str):
+        self.value, self.description = value, description
+
+    def to_resolved(self) -> str:
+        return self.description
+
+
+@table
+class OptaxPreset(DescentPreset):
+    """A discrete leg by an optax transformation handed to `flowsim.simulate` (no file names
+    this kind): full batch, step k at t = k·`learning_rate`. Read back from an archive,
+    `transformation` is its description (the archive stores no Python object)."""
+
+    IN_FILES: ClassVar = False
+    KINDS: ClassVar[tuple[str, ...]] = GIVEN_KINDS
+    kind: Literal[GIVEN_KINDS] = "optax"
+    transformation: Any = None      # a `Given` optax.GradientTransformation, or its description
+
+
+Preset = Union[FlowPreset, DescentPreset, OptaxPreset]
 SOLVER_KIND_MEANING = ("flow (the exact gradient flow), modified-flow (the flow GD follows to second order), "
                        "central-flow (the path GD's time average follows at the edge of stability), gd, "
                        "momentum, sgd, rmsprop and adam (by optax), rmsprop-flow and adam-flow (their stable flows, "

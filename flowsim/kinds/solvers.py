@@ -148,6 +148,10 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0, of_gd=True),
     # GD's central flow at the edge of stability (flowsim.integrate.central_field)
     SolverKind("central-flow", discrete=False, label="central flow", state_copies=0, of_gd=True),
+    # RMSProp's and Adam's stable flows (flowsim.integrate.adaptive_flows) in (w, ν) and (w, m, ν)
+    SolverKind("rmsprop-flow", discrete=False, label="RMSProp flow", state_copies=0, flow_of="rmsprop",
+               state_width=2),
+    SolverKind("adam-flow", discrete=False, label="Adam flow", state_copies=0, flow_of="adam", state_width=3),
     SolverKind("gd", discrete=True, label="GD", state_copies=4),
     SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
     SolverKind("sgd", discrete=True, label="SGD", state_copies=4),
@@ -155,10 +159,6 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     # iterate it leads to, and the moments (RMSProp's ν; Adam's m and ν)
     SolverKind("rmsprop", discrete=True, label="RMSProp", state_copies=5),
     SolverKind("adam", discrete=True, label="Adam", state_copies=6),
-    # their stable flows in (w, ν) and (w, m, ν)
-    SolverKind("rmsprop-flow", discrete=False, label="RMSProp flow", state_copies=0, flow_of="rmsprop",
-               state_width=2),
-    SolverKind("adam-flow", discrete=False, label="Adam flow", state_copies=0, flow_of="adam", state_width=3),
     # any optax transformation given to flowsim.simulate (its state: assumed two moments)
     SolverKind("optax", discrete=True, label="optax", state_copies=6, given=True),
 )}

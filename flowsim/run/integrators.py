@@ -11,7 +11,7 @@ import importlib
 
 import numpy as np
 
-from ..config.typed import DescentPreset, FlowPreset, Preset, Run
+from ..config.typed import DescentPreset, FlowPreset, Given, OptaxPreset, Preset, Run
 from ..integrate.base import AbstractIntegrator
 from ..integrate.adaptive_flows import adaptive_flow, adaptive_form
 from ..integrate.central_flow import make_central_integrator
@@ -52,6 +52,13 @@ def central_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> Abstrac
 
 def descent_integrator(preset: DescentPreset) -> DescentIntegrator | OptaxIntegrator:
     """The integrator of a `gd`, `momentum`, `sgd`, `rmsprop` or `adam` preset."""
+    if isinstance(preset, OptaxPreset):
+        if not isinstance(preset.transformation, Given):     # (read back from an archive)
+            raise ValueError(f"solver {preset.name!r}: its optax transformation is not stored in an archive; run "
+                             "or resume it through flowsim.simulate, handing it the transformation")
+        return make_optax_integrator(optimizer="given", learning_rate=preset.learning_rate,
+                                     divergence_factor=preset.divergence_factor, perturbation=preset.perturbation,
+                                     given=preset.transformation.value)
     if preset.kind in ("rmsprop", "adam"):
         return make_optax_integrator(optimizer=preset.kind, learning_rate=preset.learning_rate,
                                      divergence_factor=preset.divergence_factor, perturbation=preset.perturbation,
