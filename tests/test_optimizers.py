@@ -207,7 +207,9 @@ def test_simulate_takes_any_optax_transformation(tmp_path):
     arch = flowsim.simulate(model, data=(X, y), loss="mse", t_end=100 * ETA, checkpoints={"count": 4},
                             solvers=[{"name": "clipped-adam", "kind": "optax", "transformation": tx,
                                       "learning_rate": ETA},
-                                     {"name": "adam", "kind": "adam", "learning_rate": ETA, "beta2": 0.99}],
+                                     {"name": "adam", "kind": "adam", "learning_rate": ETA, "beta2": 0.99},
+                                     {"name": "adam-flow", "kind": "adam-flow", "learning_rate": ETA, "beta2": 0.99,
+                                      "method": "tsit5"}],
                             observe=["loss", "weights"], output=tmp_path / "o.h5", progress=False)
     run = arch.runs["seed0"]
     params, static = eqx.partition(model, eqx.is_inexact_array)
@@ -223,7 +225,36 @@ def test_simulate_takes_any_optax_transformation(tmp_path):
             updates, state = plain_tx.update(jax.grad(loss)(w), state, w)
             w = optax.apply_updates(w, updates)
         np.testing.assert_allclose(np.asarray(leg["weights"]), np.asarray(rows), rtol=1e-11, atol=1e-13)
+        counts = leg.counts
+        assert counts["steps"].tolist() == counts["accepted"].tolist() == [0, 25, 50, 75, 100]
+        # as GD's: a gradient per step, and one at the start of each advance to a row (t = 0's included)
+        assert (counts["vf_evals"] - counts["steps"]).tolist() == [1, 2, 3, 4, 5]
+    flow = run.solvers["adam-flow"]
+    assert flow.status == "done" and np.array_equal(np.asarray(flow.t), np.asarray(run.solvers["adam"].t))
+    # its start-up: Tsit5's two for the first step's size and f(y0), and g₀ for m(0), ν(0)
+    assert flow.counts["vf_evals"][0] == 4
+    np.testing.assert_array_equal(np.asarray(flow["weights"])[0], flat(params))   # the archive's weights: w only
     arch.close()
+
+
+@pytest.mark.slow
+def test_a_scenario_runs_each_method_beside_its_own_flow(tmp_path):
+    """Through `flowsim run` and `flowsim compare`: Adam is compared with Adam's flow at its η,
+    RMSProp with none (no RMSProp flow in the run)."""
+    solvers = ('run.solvers=[{name = "adam", kind = "adam", learning_rate = 0.01}, '
+               '{name = "rmsprop", kind = "rmsprop", learning_rate = 0.01}, '
+               '{name = "adam-flow", kind = "adam-flow", learning_rate = 0.01, method = "auto"}]')
+    rc, out, err = call_cli("run", scenarios_dir() / "quickstart.toml", *QUICK, "--set", solvers, "--set",
+                            "run.t_end=1.0", "-o", tmp_path / "q.h5")
+    assert rc == 0, err
+    with flowsim.open(tmp_path / "q.h5") as arch:
+        legs = arch.runs[next(iter(arch.runs))].solvers
+        assert [legs[n].status for n in ("adam", "rmsprop", "adam-flow")] == ["done"] * 3
+        assert legs["adam"].counts["steps"][-1] == legs["rmsprop"].counts["steps"][-1] == 100
+    rc, out, err = call_cli("compare", tmp_path / "q.h5")
+    assert rc == 0, err
+    paired = [line.split()[:2] for line in out.splitlines() if line.startswith("  adam") or line.startswith("  rms")]
+    assert paired and all(pair == ["adam", "adam-flow"] for pair in paired), out
 
 
 def test_simulate_refuses_what_is_not_a_transformation(tmp_path):
