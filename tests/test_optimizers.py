@@ -66,6 +66,17 @@ def test_adam_leg_equals_a_plain_optax_loop_after_200_steps():
         assert rel_err(flat(leg), flat(w0)) > 1e-2        # it moved
 
 
+def test_a_diverging_leg_ends_diverged_at_its_last_good_iterate():
+    """Adam at η = 2 on this net: its first step takes the loss to 9 × L(W_0) (a plain optax
+    loop's figure), past a divergence factor of 2: the leg ends `diverged` where it started."""
+    problem, w0 = PAIRS[0]
+    assert float(problem.loss(optax_loop(optax.adam(2.0), problem, w0, 1))) > 8 * float(problem.loss(w0))
+    integ = integrator(kind="adam", learning_rate=2.0, divergence_factor=2.0)
+    legs, stats = through_batch(integ, [PAIRS[0]], 100 * 2.0)
+    assert int(stats["status"][0]) == Status.DIVERGED and int(stats["steps"][0]) == 0
+    assert np.array_equal(flat(legs[0]), flat(w0))
+
+
 def rmsprop_by_hand(problem, w0, steps, *, eta, beta2, eps, eps_in_sqrt, nu0_grad):
     """ν ← β₂ν + (1 − β₂) g ⊙ g, w ← w − η g / (√ν + ε) (or / √(ν + ε)), in numpy."""
     grad = gradient(problem)
