@@ -279,3 +279,21 @@ def test_simulate_refuses_what_is_not_a_transformation(tmp_path):
         flowsim.simulate(_model(), data=(X, y), t_end=0.1, output=tmp_path / "o.h5",
                          solvers=[{"name": "a", "kind": "optax", "transformation": optax.sgd(0.1),
                                    "learning_rate": -1.0}])
+
+
+@pytest.mark.slow
+def test_simulate_resumes_an_optax_leg_from_its_archive_bit_for_bit(tmp_path):
+    """Two seeds to t = 0.5, extended to t = 1 with resume=True: the transformation's state
+    (clipping's nothing, Adam's count and moments) comes back from the archive's checkpoint,
+    and every row equals a run straight to t = 1."""
+    X, y = _data()
+    tx = optax.chain(optax.clip_by_global_norm(0.5), optax.adam(ETA))
+    kw = dict(data=(X, y), loss="mse", checkpoints={"every": 0.25}, observe=["loss", "weights"], progress=False,
+              seeds=[0, 1], solvers=[{"name": "c", "kind": "optax", "transformation": tx, "learning_rate": ETA}])
+    with flowsim.simulate(_model(), t_end=1.0, output=tmp_path / "a.h5", **kw) as straight:
+        expected = [np.asarray(straight.runs[s].solvers["c"]["weights"]) for s in ("seed0", "seed1")]
+    flowsim.simulate(_model(), t_end=0.5, output=tmp_path / "b.h5", **kw).close()
+    with flowsim.simulate(_model(), t_end=1.0, output=tmp_path / "b.h5", resume=True, **kw) as resumed:
+        for s, w in zip(("seed0", "seed1"), expected):
+            leg = resumed.runs[s].solvers["c"]
+            assert np.array_equal(np.asarray(leg["weights"]), w) and leg.stats["steps"] == 100
