@@ -243,6 +243,7 @@ def _settings(*, name, seeds, dtype, t_end, checkpoints, solvers, observe, ntg_p
     from .config.spec import Ctx
 
     ctx = Ctx(file=_SOURCE, base_dir=Path.cwd(), stem=str(name))
+    solvers, given = _given_solvers(solvers)
     run: dict[str, Any] = {"t_end": t_end, "observe": observe,
                            "solvers": [to_dict(p) if dataclasses.is_dataclass(p) else p for p in solvers]}
     for key, value in (("checkpoints", checkpoints), ("ntg_points", ntg_points), ("stop_loss", stop_loss)):
@@ -251,7 +252,40 @@ def _settings(*, name, seeds, dtype, t_end, checkpoints, solvers, observe, ntg_p
     out = {key: spec_of(Config, key).check(value, key, ctx)
            for key, value in (("name", name), ("seeds", seeds), ("dtype", dtype))}
     out["run"] = RUN.check(run, "", ctx)
+    for i, transformation in given.items():
+        out["run"]["solvers"][i] |= {"kind": "optax", "transformation": transformation}
     return out
+
+
+_GIVEN = "an optax.GradientTransformation given to flowsim.simulate"
+
+
+def _given_solvers(solvers: list) -> tuple[list, dict]:
+    """`solvers` with each optax leg (a dict or `flowsim.config.OptaxPreset` of kind "optax",
+    its `transformation` an optax.GradientTransformation) as the GD preset of its keys, which
+    validation checks as any GD leg's (name, learning_rate, divergence_factor, perturbation: the
+    step η places its step k at t = kη); and those legs' transformations, `Given`, by position."""
+    from .config.typed import Given, OptaxPreset
+    from .kinds.solvers import GIVEN_KINDS
+
+    out, given = [], {}
+    for i, p in enumerate(solvers):
+        if isinstance(p, OptaxPreset):
+            p = {f.name: getattr(p, f.name) for f in dataclasses.fields(p) if getattr(p, f.name) is not None}
+        if isinstance(p, dict) and p.get("kind") in GIVEN_KINDS:
+            import optax
+
+            p = dict(p)
+            transformation = p.pop("transformation", None)
+            transformation = transformation.value if isinstance(transformation, Given) else transformation
+            if not isinstance(transformation, optax.GradientTransformation):
+                raise _bad(f"solvers[{i}].transformation", transformation, "is not an optax.GradientTransformation",
+                           "an optax transformation such as optax.adam(1e-3), with the leg's `name` and its "
+                           "`learning_rate` η (step k is compared with the flow at t = kη)")
+            given[i] = Given(transformation, _GIVEN)
+            p["kind"] = "gd"
+        out.append(p)
+    return out, given
 
 
 def _check_output(out: Path, *, resume: bool, overwrite: bool) -> None:
@@ -307,7 +341,11 @@ def simulate(model: Any, data: tuple, *,
     solvers      preset names (`flowsim list`; by default "auto", the flow stiff or not, and
                  "gd-lr1"), dicts shaped like a solver file with "name", or
                  preset objects: flowsim.config.FlowPreset(method="tsit5", rtol=1e-8),
-                 DescentPreset(learning_rate=0.1).
+                 DescentPreset(learning_rate=0.1); or any optax transformation, full batch, as
+                 {"name": "adam", "kind": "optax", "transformation": optax.adam(1e-3),
+                 "learning_rate": 1e-3} (or OptaxPreset(...) with these keys): η = learning_rate
+                 places step k at t = kη (docs/optimizers.md). The archive records the leg by
+                 its name: resume it with the same transformation.
     checkpoints  {"count": N, "spacing": "linear" | "log"}, {"every": T} or {"times": [...]}.
     observe      loss, test_loss, accuracy, test_accuracy, ntg, ntg_eig, ntg_change,
                  weight_change (per trainable leaf), unit_change (per unit of every dense

@@ -187,14 +187,16 @@ def test_every_observable_is_stored_and_plotted(tmp_path, capsys, monkeypatch):
 def _presets():
     """(an inline preset of every kind and flow method, the --set its network needs)."""
     for kind, entry in SOLVER_KINDS.items():
+        if entry.given:
+            continue     # flowsim.simulate's: tests/test_optimizers.py
         if entry.discrete:
             extra = {"sgd": ", batch_size = 2"}.get(kind, "")
             yield f'{{name = "x", kind = "{kind}", learning_rate = 0.1{extra}}}', ()
         else:
-            eta = ", learning_rate = 0.1" if kind in ("modified-flow", "central-flow") else ""
+            eta = ", learning_rate = 0.1" if entry.of_gd or entry.flow_of else ""
             for method, entry in FLOW_METHODS.items():
                 if entry.filippov and kind != "flow":
-                    continue     # refused: tests/test_filippov.py
+                    continue     # refused: tests/test_filippov.py, tests/test_optimizers.py
                 if kind == "central-flow" and (entry.implicit or not entry.central):
                     continue     # refused: tests/test_central.py
                 # the Filippov integrator takes shallow ReLU nets only (the loader refuses others)

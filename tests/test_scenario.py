@@ -13,6 +13,7 @@ from flowsim.config import (
     Config,
     DescentPreset,
     FlowPreset,
+    OptaxPreset,
     Preset,
     ScenarioError,
     checkpoint_times,
@@ -578,10 +579,11 @@ def test_kinds_are_read_from_the_registries():
     from flowsim.nn.losses import LOSSES
     from flowsim.observe.observables import OBSERVABLES
 
-    assert sc.SOLVER_KINDS == tuple(SOLVER_KINDS) == tuple(sc.SOLVER_FILE.variants)
+    in_files = tuple(k for k, v in SOLVER_KINDS.items() if not v.given)     # (a given one: flowsim.simulate's)
+    assert sc.SOLVER_KINDS == in_files == tuple(sc.SOLVER_FILE.variants)
     assert sc.FLOW_METHODS == tuple(FLOW_METHODS) and sc.LOSSES == tuple(LOSSES)
     assert sc.OBSERVABLES == tuple(OBSERVABLES)
-    assert {k for cls in (FlowPreset, DescentPreset) for k in cls.KINDS} == set(SOLVER_KINDS)
+    assert {k for cls in (FlowPreset, DescentPreset, OptaxPreset) for k in cls.KINDS} == set(SOLVER_KINDS)
 
 
 @pytest.mark.parametrize("patch, allowed", [
@@ -596,7 +598,8 @@ def test_kinds_are_read_from_the_registries():
      '"weight_change", "unit_change", "importance", "weights", "sharpness", "gn_sharpness", "hessian_top", '
      '"hessian_density", "hidden"'),
     ({"run.solvers": '[{ name = "x", kind = "flo" }]'},
-     'one of "flow", "modified-flow", "central-flow", "gd", "momentum", "sgd"'),
+     'one of "flow", "modified-flow", "central-flow", "rmsprop-flow", "adam-flow", "gd", "momentum", "sgd", '
+     '"rmsprop", "adam"'),
     ({"run.solvers": '[{ name = "x", kind = "flow", method = "rk4" }]'},
      'one of "tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4", "rkc2", "auto", "filippov"'),
 ])

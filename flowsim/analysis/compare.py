@@ -462,6 +462,9 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
                     if fp.kind in GD_FLOW_KINDS and not (
                             dp.kind == "gd" and same_eta(fp.learning_rate, dp.learning_rate)):
                         continue
+                    if SOLVER_KINDS[fp.kind].flow_of and not (   # an adaptive method's flow: its own method's
+                            dp.kind == SOLVER_KINDS[fp.kind].flow_of and same_eta(fp.learning_rate, dp.learning_rate)):
+                        continue
                     p = compare_pair(run, d, f, dp, fp, factor)
                     pairs.append(p)
                     if p.unmatched:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kinds.solvers import CENTRAL_METHODS, steps
+from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, CENTRAL_METHODS, FLOW_METHODS, steps
 from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..kinds import SHALLOW_KINDS
@@ -111,6 +111,19 @@ def central_fits(t: dict, key: str, ctx: Ctx) -> None:
     if t["reference"] != "":
         raise ctx.bad(join(key, "reference"), t["reference"], "is not supported by a central flow",
                       "\"\" (none)")
+
+
+def adaptive_fits(t: dict, key: str, ctx: Ctx) -> None:
+    """An adaptive method's stable flow (rmsprop-flow, adam-flow) is integrated in the weights
+    and the method's moments by a method of the flow engine (not filippov's event-driven
+    integrator of the weights alone), and has no reference flow of its own."""
+    if t["kind"] not in ADAPTIVE_FLOW_KINDS:
+        return
+    if FLOW_METHODS[t["method"]].filippov:
+        raise ctx.bad(join(key, "method"), t["method"], f"cannot step a {t['kind']}",
+                      "a method of the flow engine: " + ", ".join(m for m, s in FLOW_METHODS.items() if not s.filippov))
+    if t["reference"] != "":
+        raise ctx.bad(join(key, "reference"), t["reference"], f"is not supported by a {t['kind']}", "\"\" (none)")
 
 
 def times_increasing(t: dict, key: str, ctx: Ctx) -> None:

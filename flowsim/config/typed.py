@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import numpy as np
 
-from ..kinds.solvers import DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS
+from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS, GIVEN_KINDS
 from ..kinds.solvers import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
@@ -48,9 +48,10 @@ from ..kinds import EIGEN_RTOL, HESSIAN_K
 from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
 from .plugin_probe import Plugin, callable_probe, shape_probe
 from .presets import check_reference, check_solvers
-from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, central_fits, check_seeds, checkpoints_fit,
-                    dt_bounds, embedded_keys, k_within_width, low_below_high, mnist_fits, observables_fit_model,
-                    rtol_within_dtype, split_sums_to_one, t_end_on_every_grid, times_increasing, train_within_layers)
+from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, adaptive_fits, central_fits, check_seeds,
+                    checkpoints_fit, dt_bounds, embedded_keys, k_within_width, low_below_high, mnist_fits,
+                    observables_fit_model, rtol_within_dtype, split_sums_to_one, t_end_on_every_grid,
+                    times_increasing, train_within_layers)
 from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Str, Table, Tagged,
                    join)
 from .sweep_grammar import SWEEP_MODES, check_sweep
@@ -61,7 +62,7 @@ MAX_RUNS = 100_000
 # The kinds the registries declare, in their order (the order of every "allowed: ..." text).
 ACTIVATIONS = tuple(_ACTIVATION_REGISTRY)
 LOSSES = tuple(_LOSS_REGISTRY)
-SOLVER_KINDS = tuple(_SOLVER_KIND_REGISTRY)
+SOLVER_KINDS = tuple(k for k, v in _SOLVER_KIND_REGISTRY.items() if not v.given)    # (a file's)
 FLOW_METHODS = tuple(_FLOW_METHOD_REGISTRY)
 OBSERVABLES = tuple(_OBSERVABLE_REGISTRY)
 DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
@@ -80,7 +81,7 @@ __all__ = [
     "NtkScaling", "AsymmetricScaling", "SingleScaling", "FiniteScaling", "CustomScaling",
     "MeanFieldScaling", "StandardScaling", "ShallowModel", "EmbeddedModel", "MlpModel", "PythonModel",
     "ModuleModel", "Loss",
-    "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset",
+    "CheckpointEvery", "CheckpointCount", "CheckpointTimes", "FlowPreset", "DescentPreset", "OptaxPreset",
     "Run", "Sweep", "PruneAnalysis", "TransferAnalysis", "PcaAnalysis", "Analysis", "Plot",
 ]
 
@@ -541,20 +542,50 @@ def _description() -> Any:
 
 def _learning_rate(kinds: tuple[str, ...] = ()) -> Any:
     return setting(_positive(), "the step η (modified-flow: the GD step whose modified equation it solves; "
-                   "central-flow: the GD step whose central flow it solves)", kinds=kinds)
+                   "central-flow: the GD step whose central flow it solves; rmsprop-flow, adam-flow: the step of "
+                   "the method whose stable flow it solves, in time t = kη)", kinds=kinds)
+
+
+# RMSProp's and Adam's hyper-parameters, each declared once for the discrete kind and its
+# stable flow (flowsim.integrate.optimizers, flowsim.integrate.adaptive_flows; docs/optimizers.md)
+_RMSPROP, _ADAM = ("rmsprop", "rmsprop-flow"), ("adam", "adam-flow")
+
+
+def _beta1() -> Any:
+    return setting(Float(lo=0.0, hi=1.0, lo_open=True, hi_open=True, default=0.9),
+                   "β₁: the decay of the gradient's moving average m", kinds=_ADAM)
+
+
+def _beta2() -> Any:
+    return setting(Float(lo=0.0, hi=1.0, lo_open=True, hi_open=True, default=0.999),
+                   "β₂: the decay of the squared gradient's moving average ν (PyTorch's RMSProp `alpha`, "
+                   "optax's `decay`)", kinds=(*_RMSPROP, *_ADAM))
+
+
+def _eps() -> Any:
+    return setting(Float(lo=0.0, default=1e-8), "ε of the denominator √ν + ε", kinds=(*_RMSPROP, *_ADAM))
+
+
+def _eps_in_sqrt() -> Any:
+    return setting(Bool(default=False), "true: the denominator is √(ν + ε), as optax's default; false: √ν + ε, "
+                   "as PyTorch and the central-flow papers", kinds=_RMSPROP)
 
 
 @table
 class FlowPreset:
-    """A continuous solver: the exact gradient flow, or GD's modified or central flow at
-    `learning_rate`."""
+    """A continuous solver: the exact gradient flow, GD's modified or central flow at
+    `learning_rate`, or RMSProp's or Adam's stable flow."""
 
     KINDS: ClassVar[tuple[str, ...]] = FLOW_KINDS
-    RULES: ClassVar = (dt_bounds, central_fits)
+    RULES: ClassVar = (dt_bounds, central_fits, adaptive_fits)
     name: str = _name()
     kind: Literal[FLOW_KINDS] = "flow"
     description: str = _description()
-    learning_rate: float | None = _learning_rate(kinds=GD_FLOW_KINDS)
+    learning_rate: float | None = _learning_rate(kinds=GD_FLOW_KINDS + ADAPTIVE_FLOW_KINDS)
+    beta1: float | None = _beta1()
+    beta2: float | None = _beta2()
+    eps: float | None = _eps()
+    eps_in_sqrt: bool | None = _eps_in_sqrt()
     # central-flow: the eigen-directions tracked, and the share of the edge 2/η from which a
     # tracked direction enters the complementarity problem
     max_eigen: int | None = setting(Int(lo=1, hi=16, default=5), "central-flow: Hessian eigen-directions "
@@ -630,7 +661,8 @@ _DIVERGENCE = Float(lo=1.0, lo_open=True, default=1e8)
 
 @table
 class DescentPreset:
-    """A discrete solver: GD, heavy-ball momentum (`beta`) or SGD (`batch_size`)."""
+    """A discrete solver: GD, heavy-ball momentum (`beta`), SGD (`batch_size`), or RMSProp and Adam
+    by optax."""
 
     KINDS: ClassVar[tuple[str, ...]] = DISCRETE_KINDS
     name: str = _name()
@@ -641,6 +673,13 @@ class DescentPreset:
                                  "heavy-ball momentum coefficient", kinds=("momentum",))
     batch_size: int | None = setting(Int(lo=1, default=64), "minibatch size (sampled with the run's seed)",
                                      kinds=("sgd",))
+    beta1: float | None = _beta1()
+    beta2: float | None = _beta2()
+    eps: float | None = _eps()
+    eps_in_sqrt: bool | None = _eps_in_sqrt()
+    nu0: Literal["zero", "grad-squared"] | None = setting(
+        Str(choices=("zero", "grad-squared"), default="zero"), "the second moment's start ν₀: zero, as optax and "
+        "PyTorch start it, or grad-squared, g₀ ⊙ g₀, as the stable flow starts", kinds=("rmsprop",))
     # Diverged when the loss exceeds factor × initial loss (or is not finite).
     divergence_factor: float = setting(_DIVERGENCE, "the run is `diverged` once the loss exceeds this × the "
                                        "initial loss")
@@ -652,10 +691,34 @@ class DescentPreset:
         _check_kind(self)
 
 
-Preset = Union[FlowPreset, DescentPreset]
+class Given:
+    """A Python object a preset holds (an optax transformation handed to `flowsim.simulate`):
+    its resolved form, in the archive's scenario text, is the description only."""
+
+    def __init__(self, value: Any, description: str):
+        self.value, self.description = value, description
+
+    def to_resolved(self) -> str:
+        return self.description
+
+
+@table
+class OptaxPreset(DescentPreset):
+    """A discrete leg by an optax transformation handed to `flowsim.simulate` (no file names
+    this kind): full batch, step k at t = k·`learning_rate`. Read back from an archive,
+    `transformation` is its description (the archive stores no Python object)."""
+
+    IN_FILES: ClassVar = False
+    KINDS: ClassVar[tuple[str, ...]] = GIVEN_KINDS
+    kind: Literal[GIVEN_KINDS] = "optax"
+    transformation: Any = None      # a `Given` optax.GradientTransformation, or its description
+
+
+Preset = Union[FlowPreset, DescentPreset, OptaxPreset]
 SOLVER_KIND_MEANING = ("flow (the exact gradient flow), modified-flow (the flow GD follows to second order), "
                        "central-flow (the path GD's time average follows at the edge of stability), gd, "
-                       "momentum, sgd")
+                       "momentum, sgd, rmsprop and adam (by optax), rmsprop-flow and adam-flow (their stable flows, "
+                       "docs/optimizers.md)")
 
 
 @functools.cache

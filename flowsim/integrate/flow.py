@@ -158,6 +158,23 @@ def _modified_velocity(eta: float) -> _ModifiedVelocity:
     return _ModifiedVelocity(eta=jnp.asarray(eta, dtype=jnp.float64))
 
 
+class StateForm(eqx.Module):
+    """What the engine integrates in: the gradient flow's state is the weights themselves; an
+    adaptive method's stable flow's (`flowsim.integrate.adaptive_flows`) is the weights beside the
+    method's moments. The engine steps, controls and checkpoints the whole state; the
+    observables, the archive's weights and `stop_loss` see the weights only."""
+
+    start_evals: ClassVar[int] = 0      # gradient evaluations of `start`, outside the statistics
+
+    def start(self, problem: Problem, params: Params):
+        """The state at t = 0 from the initial weights."""
+        return params
+
+    def weights(self, y) -> Params:
+        """The weights in the state y."""
+        return y
+
+
 class FlowIntegrator(AbstractIntegrator):
     """Advances a `FlowState` to a later time by a flow method (`solver`, an
     `AbstractFlowSolver`) under the PID controller; knows nothing of files or checkpoints.
@@ -169,6 +186,7 @@ class FlowIntegrator(AbstractIntegrator):
     term: dfx.ODETerm
     max_steps: int = eqx.field(static=True)
     stop_loss: float = eqx.field(static=True)
+    form: StateForm = StateForm()     # the state's form (the field `term` is the form's field)
 
     discrete: ClassVar[bool] = False
 
@@ -178,7 +196,7 @@ class FlowIntegrator(AbstractIntegrator):
 
     @property
     def init_evals(self) -> int:
-        return self.solver.init_evals
+        return self.solver.init_evals + self.form.start_evals
 
     @property
     def init_hvps(self) -> int:
@@ -192,6 +210,7 @@ class FlowIntegrator(AbstractIntegrator):
         flow is deterministic: `key` is not used)."""
         t0 = jnp.asarray(0.0, dtype=jax.tree.leaves(params)[0].dtype)
         terms = self.term
+        params = self.form.start(problem, params)     # (the state the flow is integrated in)
         tnext, cstate = self.controller.init(terms, t0, t0 + 1.0, params, None, problem,
                                              self.solver.func, self.solver.error_order(terms))
         sstate = self.solver.init(terms, t0, tnext, params, problem)
@@ -242,7 +261,8 @@ class FlowIntegrator(AbstractIntegrator):
             s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
             stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held, stabilised, 0]).astype(stats.dtype)
             if self.stop_loss > 0:
-                code = jnp.where(take & (problem.loss(s.y) <= self.stop_loss), Status.STOPPED, code)
+                code = jnp.where(take & (problem.loss(self.form.weights(s.y)) <= self.stop_loss), Status.STOPPED,
+                                 code)
             return s, stats, code
 
         def cond(c):
@@ -313,7 +333,7 @@ class FlowIntegrator(AbstractIntegrator):
         return jnp.maximum(state.ahead.at, state.t)
 
     def params(self, state: FlowState) -> Params:
-        return _where(state.ahead.at > state.t, state.ahead.y_at, state.y)
+        return self.form.weights(_where(state.ahead.at > state.t, state.ahead.y_at, state.y))
 
     def step(self, state: FlowState) -> None:
         return None

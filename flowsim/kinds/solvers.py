@@ -20,6 +20,13 @@ class SolverKind:
                           # a flow kind's count comes from its method)
     # a flow of GD at one step η (its own `learning_rate`): compared only with `gd` at that η
     of_gd: bool = False
+    # the stable flow of an adaptive method (that discrete kind's name): its state is the
+    # weights and the method's moments, `state_width` parameter-sized arrays
+    # (flowsim.integrate.adaptive_flows)
+    flow_of: str = ""
+    state_width: int = 1
+    # handed a Python object by `flowsim.simulate` (an optax transformation): no file names it
+    given: bool = False
 
 
 # ---------------------------------------------------------------- the settings a flow reads
@@ -141,9 +148,19 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0, of_gd=True),
     # GD's central flow at the edge of stability (flowsim.integrate.central_field)
     SolverKind("central-flow", discrete=False, label="central flow", state_copies=0, of_gd=True),
+    # RMSProp's and Adam's stable flows (flowsim.integrate.adaptive_flows) in (w, ν) and (w, m, ν)
+    SolverKind("rmsprop-flow", discrete=False, label="RMSProp flow", state_copies=0, flow_of="rmsprop",
+               state_width=2),
+    SolverKind("adam-flow", discrete=False, label="Adam flow", state_copies=0, flow_of="adam", state_width=3),
     SolverKind("gd", discrete=True, label="GD", state_copies=4),
     SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
     SolverKind("sgd", discrete=True, label="SGD", state_copies=4),
+    # optax's (flowsim.integrate.optimizers): the iterate, its gradient, the step taken and the
+    # iterate it leads to, and the moments (RMSProp's ν; Adam's m and ν)
+    SolverKind("rmsprop", discrete=True, label="RMSProp", state_copies=5),
+    SolverKind("adam", discrete=True, label="Adam", state_copies=6),
+    # any optax transformation given to flowsim.simulate (its state: assumed two moments)
+    SolverKind("optax", discrete=True, label="optax", state_copies=6, given=True),
 )}
 
 
@@ -195,9 +212,12 @@ def register_flow_method(method: FlowMethod) -> None:
 # The methods that can step a central flow: the explicit ones, Runge–Kutta and ROCK4 (its
 # eigenvectors ride in the method's state: flowsim.integrate.central_field)
 CENTRAL_METHODS = tuple(m for m, s in FLOW_METHODS.items() if s.central and not (s.implicit or s.filippov))
-DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete)
+# (the kinds a file may name: a given one is `flowsim.simulate`'s)
+DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete and not v.given)
 FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if not v.discrete)
 GD_FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.of_gd)
+ADAPTIVE_FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.flow_of)
+GIVEN_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.given)
 
 
 def is_discrete(kind: str) -> bool:
@@ -209,7 +229,7 @@ def state_copies(preset) -> int:
     `DescentPreset`, which read this table: hence no import here) keeps alive, for the
     memory estimate."""
     kind = SOLVER_KINDS[preset.kind]
-    return kind.state_copies if kind.discrete else FLOW_METHODS[preset.method].state_copies
+    return kind.state_copies if kind.discrete else kind.state_width * FLOW_METHODS[preset.method].state_copies
 
 
 def steps(t: Any, learning_rate: float, xp: Any = None) -> Any:

@@ -11,12 +11,14 @@ import importlib
 
 import numpy as np
 
-from ..config.typed import DescentPreset, FlowPreset, Preset, Run
+from ..config.typed import DescentPreset, FlowPreset, Given, OptaxPreset, Preset, Run
 from ..integrate.base import AbstractIntegrator
+from ..integrate.adaptive_flows import adaptive_flow, adaptive_form
 from ..integrate.central_flow import make_central_integrator
 from ..integrate.descent import DescentIntegrator, make_descent_integrator
+from ..integrate.optimizers import OptaxIntegrator, make_optax_integrator
 from ..integrate.reference_pair import ReferencePair
-from ..kinds.solvers import CENTRAL_READS, FLOW_METHODS, FlowMethod, settings_of, steps
+from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, CENTRAL_READS, FLOW_METHODS, FlowMethod, settings_of, steps
 
 
 def factory(spec: FlowMethod):
@@ -35,13 +37,33 @@ def flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIn
                          learning_rate=preset.learning_rate if preset.kind == "modified-flow" else None)
 
 
+def adaptive_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
+    """The integrator of a `rmsprop-flow` or `adam-flow` preset: its method's, integrating the
+    method's stable flow in the weights and its moments."""
+    form = adaptive_form(preset.kind, learning_rate=preset.learning_rate, beta1=preset.beta1, beta2=preset.beta2,
+                         eps=preset.eps, eps_in_sqrt=bool(preset.eps_in_sqrt))
+    return adaptive_flow(flow_integrator(preset, stop_loss=stop_loss), form)
+
+
 def central_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
     """The integrator of a `central-flow` preset."""
     return make_central_integrator(preset.method, **settings_of(preset, CENTRAL_READS), stop_loss=stop_loss)
 
 
-def descent_integrator(preset: DescentPreset) -> DescentIntegrator:
-    """The integrator of a `gd`, `momentum` or `sgd` preset."""
+def descent_integrator(preset: DescentPreset) -> DescentIntegrator | OptaxIntegrator:
+    """The integrator of a `gd`, `momentum`, `sgd`, `rmsprop` or `adam` preset."""
+    if isinstance(preset, OptaxPreset):
+        if not isinstance(preset.transformation, Given):     # (read back from an archive)
+            raise ValueError(f"solver {preset.name!r}: its optax transformation is not stored in an archive; run "
+                             "or resume it through flowsim.simulate, handing it the transformation")
+        return make_optax_integrator(optimizer="given", learning_rate=preset.learning_rate,
+                                     divergence_factor=preset.divergence_factor, perturbation=preset.perturbation,
+                                     given=preset.transformation.value)
+    if preset.kind in ("rmsprop", "adam"):
+        return make_optax_integrator(optimizer=preset.kind, learning_rate=preset.learning_rate,
+                                     divergence_factor=preset.divergence_factor, perturbation=preset.perturbation,
+                                     beta1=preset.beta1 or 0.0, beta2=preset.beta2, eps=preset.eps,
+                                     eps_in_sqrt=bool(preset.eps_in_sqrt), nu0_grad=preset.nu0 == "grad-squared")
     return make_descent_integrator(learning_rate=preset.learning_rate, divergence_factor=preset.divergence_factor,
                                    beta=preset.beta if preset.kind == "momentum" else None,
                                    batch_size=preset.batch_size if preset.kind == "sgd" else None,
@@ -55,6 +77,8 @@ def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:
         return descent_integrator(preset)
     if preset.kind == "central-flow":     # (no reference: the loader refuses one)
         return central_integrator(preset, stop_loss=run.stop_loss)
+    if preset.kind in ADAPTIVE_FLOW_KINDS:    # (nor here)
+        return adaptive_flow_integrator(preset, stop_loss=run.stop_loss)
     flow = flow_integrator(preset, stop_loss=run.stop_loss)
     if preset.reference is None:
         return flow
