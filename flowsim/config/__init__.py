@@ -3,6 +3,7 @@
     spec.py       declarative validators and `ScenarioError` (the message contract)
     declare.py    how a table is declared: `setting`, `table`, the derived specs, `from_dict` / `to_dict`
     typed.py      every table, declared once: frozen typed classes whose fields carry their rules
+    data_tables.py  the [data] table's classes, one per kind (declarations, as typed.py's)
     rules.py      the rules relating two keys (a class's `RULES`) and the limits they hold values to
     plugin_probe.py  a key that may name a plug-in: imported and probed (`Plugin`)
     presets.py    a solver preset loaded by name (solvers/, gd-lr<η>) or inline; `run.solvers`

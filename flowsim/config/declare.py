@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any, Literal, Union
 
-from .spec import ABSENT, REQUIRED, Bool, Float, Int, Spec, Str, Table, Tagged, join
+from .spec import ABSENT, REQUIRED, Bool, FilePath, Float, Int, Spec, Str, Table, Tagged, join
 
 _SPEC, _MEANING, _KINDS, _NONE = "spec", "meaning", "kinds", "none"
 
@@ -285,3 +285,18 @@ def to_dict(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return [to_dict(v) for v in obj]
     return obj
+
+
+# Settings several tables declare alike.
+
+def positive(default: Any = REQUIRED) -> Float:
+    return Float(lo=0.0, lo_open=True, default=default)
+
+
+def fraction(default: float) -> Float:
+    return Float(lo=0.0, hi=1.0, default=default)
+
+
+def file_setting(meaning: str = "the file (csv: one header row, numeric columns; npz: X_train, y_train, optional "
+                                "X_test, y_test and an integer `classes`)") -> Any:
+    return setting(FilePath(), meaning)

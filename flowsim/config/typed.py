@@ -45,12 +45,15 @@ from ..kinds import LOSSES as _LOSS_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..kinds import SHALLOW_KINDS as SHALLOW_KINDS
 from ..kinds import EIGEN_RTOL, HESSIAN_K
-from .declare import Frozen, freeze, setting, table, table_spec, tagged_spec, to_dict
+from .data_tables import (ArraysData, CifarData, CsvData, Data, DigitsData, MnistData, NpzData,
+                          QuadraticTeacherData, RandomLabelsData, SingleReluData, SphereSineData, Split,
+                          SyntheticImagesData, UciData, XorNoiseData)
+from .declare import Frozen, file_setting, fraction, freeze, positive, setting, table, table_spec, tagged_spec, to_dict
 from .plugin_probe import Plugin, callable_probe, shape_probe
 from .presets import check_reference, check_solvers
-from .rules import (MAX_CHECKPOINTS, MNIST_IMAGES, SEED, SEED_MAX, adaptive_fits, central_fits, check_seeds,
-                    checkpoints_fit, dt_bounds, embedded_keys, k_within_width, low_below_high, mnist_fits,
-                    observables_fit_model, rtol_within_dtype, split_sums_to_one, t_end_on_every_grid,
+from .rules import (MAX_CHECKPOINTS, SEED_MAX, adaptive_fits, central_fits, check_seeds,
+                    checkpoints_fit, dt_bounds, embedded_keys, k_within_width,
+                    observables_fit_model, rtol_within_dtype, t_end_on_every_grid,
                     times_increasing, train_within_layers)
 from .spec import (ABSENT, REQUIRED, Bool, Ctx, Custom, FilePath, Float, Int, ListOf, OneOf, Str, Table, Tagged,
                    join)
@@ -66,7 +69,6 @@ SOLVER_KINDS = tuple(k for k, v in _SOLVER_KIND_REGISTRY.items() if not v.given)
 FLOW_METHODS = tuple(_FLOW_METHOD_REGISTRY)
 OBSERVABLES = tuple(_OBSERVABLE_REGISTRY)
 DEFAULT_OBSERVE = ["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]
-UCI_NAMES = ("concrete", "energy", "airfoil", "plant")
 EMBEDDINGS = ("identity", "quadratic", "random-features")
 CHEN_SCALINGS = ("theirs", "ntk", "mean-field")
 MLP_PARAMETERISATIONS = ("standard", "ntk", "mean-field", "mup")   # flowsim/models/mlp.py
@@ -87,224 +89,12 @@ __all__ = [
 
 
 # --------------------------------------------------------------------------------------
-# Validators of flowsim's own (the generic ones are in flowsim.config.spec, a plug-in's in
-# flowsim.config.plugin_probe)
-# --------------------------------------------------------------------------------------
-
-
-def _positive(default: Any = REQUIRED) -> Float:
-    return Float(lo=0.0, lo_open=True, default=default)
-
-
-def _fraction(default: float) -> Float:
-    return Float(lo=0.0, hi=1.0, default=default)
-
-
-# --------------------------------------------------------------------------------------
-# [data]: one class per kind
-# --------------------------------------------------------------------------------------
-
-def _n(default: int) -> Any:
-    return setting(Int(lo=1, default=default), "training points (digits: the first n of the shipped training "
-                   "file; absent = all)")
-
-
-def _d(default: int, lo: int = 1) -> Any:
-    return setting(Int(lo=lo, default=default), "input dimension")
-
-
-def _n_test(default: int) -> Any:
-    return setting(Int(lo=0, default=default), "test points, drawn like the training points (digits: absent "
-                   "= all)")
-
-
-def _noise(default: float) -> Any:
-    return setting(Float(lo=0, default=default), "standard deviation of the Gaussian noise added to the "
-                   "targets")
-
-
-def _standardize() -> Any:
-    return setting(True, "standardise X and y with the training set's mean and deviation (kept in the "
-                   "archive's /data attributes)")
-
-
-def _file(meaning: str = "the file (csv: one header row, numeric columns; npz: X_train, y_train, optional "
-                         "X_test, y_test and an integer `classes`)") -> Any:
-    return setting(FilePath(), meaning)
-
-
-@table
-class _DataBase:
-    kind: str
-    seed: int | Literal["run"] = setting(
-        OneOf(options=(SEED, Str(choices=("run",))), default=0),
-        "seed of the data's random draws and splits, shared by every run; \"run\": each run's own seed")
-
-
-@table
-class SphereSineData(_DataBase):
-    kind: Literal["sphere-sine"] = "sphere-sine"
-    n: int = _n(100)
-    d: int = _d(50)
-    noise: float = _noise(1.0)
-    n_test: int = _n_test(100)
-
-
-@table
-class SingleReluData(_DataBase):
-    kind: Literal["single-relu"] = "single-relu"
-    n: int = _n(100)
-    d: int = _d(50)
-    noise: float = _noise(0.0)
-    n_test: int = _n_test(1000)
-
-
-@table
-class RandomLabelsData(_DataBase):
-    RULES: ClassVar = (low_below_high,)
-    kind: Literal["random-labels"] = "random-labels"
-    n: int = _n(20)
-    d: int = _d(20)
-    n_test: int = _n_test(0)
-    low: float = setting(-0.5, "lower end of the uniform random labels")
-    high: float = setting(0.5, "upper end of the uniform random labels")
-
-
-@table
-class XorNoiseData(_DataBase):
-    kind: Literal["xor-noise"] = "xor-noise"
-    n: int = _n(600)
-    d: int = _d(50, lo=3)   # the XOR pattern in 2 coordinates plus at least one noise one
-    n_test: int = _n_test(500)
-
-
-@table
-class QuadraticTeacherData(_DataBase):
-    kind: Literal["quadratic-teacher"] = "quadratic-teacher"
-    n: int = _n(100)
-    d: int = _d(30)
-    n_test: int = _n_test(500)
-    teacher_width: int = setting(Int(lo=1, default=5), "hidden nodes of the quadratic teacher network")
-    noise: float = _noise(0.0)
-
-
-@table
-class Split:
-    RULES: ClassVar = (split_sums_to_one,)
-    train: float = setting(_fraction(0.4), "share of the rows in the training set")
-    test: float = setting(_fraction(0.2), "share of the rows in the test set")
-    valid: float = setting(_fraction(0.4), "share of the rows held out as validation (not used by the flow)")
-
-
-@table
-class UciData(_DataBase):
-    kind: Literal["uci"] = "uci"
-    name: Literal[UCI_NAMES] = setting(REQUIRED, "which shipped UCI regression dataset (data/<name>.csv)")
-    split: Split = setting(table_spec(Split, what="a table {train, test, valid} of fractions summing to 1"))
-    permute_seed: int = setting(Int(lo=0, hi=SEED_MAX, default=10),
-                                "seed of the row permutation before the split (Caron et al. used 10)")
-    standardize: bool = _standardize()
-
-
-@table
-class DigitsData(_DataBase):
-    kind: Literal["digits"] = "digits"
-    n: int | None = _n(ABSENT)   # None: every training point
-    n_test: int | None = _n_test(ABSENT)   # None: every test point
-    standardize: bool = _standardize()
-
-
-@table
-class CsvData(_DataBase):
-    kind: Literal["csv"] = "csv"
-    path: str = _file()
-    target: str | tuple[str, ...] = setting(
-        OneOf(options=(Str(nonempty=True), ListOf(item=Str(nonempty=True), nonempty=True, distinct=True))),
-        "the column name(s) that form y; every other column is an input")
-    test_fraction: float = setting(Float(lo=0.0, hi=1.0, hi_open=True, default=0.2),
-                                   "share of the (permuted) rows held out as the test set; 0 = none")
-    standardize: bool = _standardize()
-
-
-@table
-class NpzData(_DataBase):
-    kind: Literal["npz"] = "npz"
-    path: str = _file()
-
-
-# Images preprocessed as Cohen et al. (2021) do in their cifar.py: pixels / 255, flattened, then
-# centred and standardised per pixel; one-hot targets (flowsim/data/images.py).
-def _cohen_standardize() -> Any:
-    return setting(True, "centre and standardise every pixel by its training mean and deviation, as Cohen et "
-                   "al. do (a pixel constant over the training images is centred only); false: pixels / 255")
-
-
-@table
-class MnistData(_DataBase):
-    RULES: ClassVar = (mnist_fits,)
-    kind: Literal["mnist"] = "mnist"
-    n: int | None = setting(Int(lo=1, hi=MNIST_IMAGES, default=ABSENT),
-                            f"training images of the shipped {MNIST_IMAGES}-image MNIST subset, n/10 of each digit "
-                            "(rounded), drawn with `seed`; absent = all")
-    n_test: int = setting(Int(lo=0, hi=MNIST_IMAGES, default=0),
-                          "test images, drawn like the training ones from the images they leave")
-    standardize: bool = _cohen_standardize()
-
-
-@table
-class CifarData(_DataBase):
-    kind: Literal["cifar"] = "cifar"
-    path: str = _file("your .npz: X (n images, any shape such as (n, 32, 32, 3) or (n, 3072); uint8 pixels are "
-                      "divided by 255) and y (n integer labels in [0, classes)), optionally X_test and y_test")
-    n: int | None = setting(Int(lo=1, default=ABSENT),
-                            "the first n images of X (Cohen et al. take the first 5 000); absent = all")
-    n_test: int | None = setting(Int(lo=0, default=ABSENT),
-                                 "the first n_test images of X_test; absent = all (none without X_test)")
-    classes: int = setting(Int(lo=2, default=10), "the number of classes (one-hot columns of y)")
-    standardize: bool = _cohen_standardize()
-
-
-@table
-class SyntheticImagesData(_DataBase):
-    kind: Literal["synthetic-images"] = "synthetic-images"
-    n: int = _n(500)
-    n_test: int = _n_test(0)
-    channels: int = setting(Int(lo=1, default=3), "channels of each synthetic image")
-    size: int = setting(Int(lo=1, default=8), "height and width of each synthetic image, in pixels")
-    blur: float = setting(Float(lo=0.0, default=1.0),
-                          "standard deviation, in pixels, of the Gaussian blur of each random field (wrapping round)")
-    shared: float = setting(Float(lo=0.0, default=1.5), "weight of the blurred field shared by every channel")
-    classes: int = setting(Int(lo=2, default=10), "outputs of the random teacher; the labels are its argmax")
-    teacher_widths: tuple[int, ...] = setting(ListOf(item=Int(lo=1), nonempty=True, default=[200, 200]),
-                                              "hidden widths of the random fc-tanh teacher that labels the images")
-
-
-@table
-class ArraysData(_DataBase):
-    """Arrays passed to `flowsim.simulate` (no scenario file names this kind): their sizes and
-    a digest, so that resuming with other arrays is refused."""
-
-    IN_FILES: ClassVar = False
-    kind: Literal["arrays"] = "arrays"
-    n: int
-    d: int
-    n_test: int
-    outputs: int
-    digest: str
-
-
-Data = Union[SphereSineData, SingleReluData, RandomLabelsData, XorNoiseData,
-             QuadraticTeacherData, UciData, DigitsData, CsvData, NpzData, MnistData, CifarData,
-             SyntheticImagesData, ArraysData]
-
-
-# --------------------------------------------------------------------------------------
 # [model], with its scaling
 # --------------------------------------------------------------------------------------
 
 
 def _gamma(default: float) -> Any:
-    return setting(_fraction(default), "share γ of the symmetric (NTK) part of the scaling")
+    return setting(fraction(default), "share γ of the symmetric (NTK) part of the scaling")
 
 
 @table
@@ -336,7 +126,7 @@ class FiniteScaling:
 @table
 class CustomScaling:
     kind: Literal["custom"] = "custom"
-    path: str = _file("an .npy or .npz holding the m scalings λ_j")
+    path: str = file_setting("an .npy or .npz holding the m scalings λ_j")
     gamma: float = _gamma(0.0)
 
 
@@ -361,7 +151,7 @@ def _activation(default: str) -> Any:
 
 
 def _init_std() -> Any:
-    return setting(_positive(1.0), "standard deviation of the Gaussian initial weights")
+    return setting(positive(1.0), "standard deviation of the Gaussian initial weights")
 
 
 def _zeroed() -> Any:
@@ -414,7 +204,7 @@ class EmbeddedModel(_ModelBase):
         "features")
     chen_scaling: Literal[CHEN_SCALINGS] = setting(
         "theirs", "which column of Chen et al.'s Table 1 sets the output scale (theirs = the paper's code)")
-    c_hat: float = setting(_positive(1.0), "magnitude ĉ of the fixed output weights c_i = ±ĉ")
+    c_hat: float = setting(positive(1.0), "magnitude ĉ of the fixed output weights c_i = ±ĉ")
     # last: the default D (filled in by embedded_keys) lands there too, so the resolved
     # table has one key order, given or not; None for the other embeddings
     features: int | None = setting(Int(lo=1, default=ABSENT),
@@ -541,7 +331,7 @@ def _description() -> Any:
 
 
 def _learning_rate(kinds: tuple[str, ...] = ()) -> Any:
-    return setting(_positive(), "the step η (modified-flow: the GD step whose modified equation it solves; "
+    return setting(positive(), "the step η (modified-flow: the GD step whose modified equation it solves; "
                    "central-flow: the GD step whose central flow it solves; rmsprop-flow, adam-flow: the step of "
                    "the method whose stable flow it solves, in time t = kη)", kinds=kinds)
 
@@ -609,20 +399,20 @@ class FlowPreset:
         "event-driven through ReLU kinks")
     # The keys of the settings groups a flow method reads (`flowsim.kinds.solvers`:
     # its records hold these names; each meaning names the methods that read it).
-    rtol: float = setting(_positive(1e-8), _read_by("accuracy", "relative tolerance of the adaptive step control"))
-    atol: float = setting(_positive(1e-10), _read_by("accuracy", "absolute tolerance of the adaptive step control"))
+    rtol: float = setting(positive(1e-8), _read_by("accuracy", "relative tolerance of the adaptive step control"))
+    atol: float = setting(positive(1e-10), _read_by("accuracy", "absolute tolerance of the adaptive step control"))
     dtmin: float = setting(Float(lo=0.0, default=0.0), _read_by("step_control", "smallest step allowed (0 = none)"))
     dtmax: float = setting(Float(lo=0.0, default=0.0), _read_by("step_control", "largest step allowed (0 = none)"))
     max_steps: int = setting(Int(lo=1, default=1_000_000), _read_by("accuracy", "steps allowed over the whole run; "
                              "reaching it ends the flow with status `max_steps`"))
     # Implicit methods (kvaerno5) solve their stages by matrix-free Newton-Krylov:
-    linear_rtol: float = setting(_positive(1e-10), _read_by("newton_krylov", "GMRES relative tolerance inside "
+    linear_rtol: float = setting(positive(1e-10), _read_by("newton_krylov", "GMRES relative tolerance inside "
                                                             "implicit stages"))
-    linear_atol: float = setting(_positive(1e-10), _read_by("newton_krylov", "GMRES absolute tolerance inside "
+    linear_atol: float = setting(positive(1e-10), _read_by("newton_krylov", "GMRES absolute tolerance inside "
                                                             "implicit stages"))
-    newton_rtol: float = setting(_positive(1e-8), _read_by("newton_krylov", "Newton relative tolerance of "
+    newton_rtol: float = setting(positive(1e-8), _read_by("newton_krylov", "Newton relative tolerance of "
                                                            "implicit stages"))
-    newton_atol: float = setting(_positive(1e-10), _read_by("newton_krylov", "Newton absolute tolerance of "
+    newton_atol: float = setting(positive(1e-10), _read_by("newton_krylov", "Newton absolute tolerance of "
                                                             "implicit stages"))
     krylov_restart: int = setting(Int(lo=1, default=20), _read_by("newton_krylov", "GMRES restart length"))
     krylov_max_steps: int = setting(Int(lo=1, default=200), _read_by("newton_krylov", "GMRES iterations per "
@@ -737,7 +527,7 @@ def solver_spec(inline: bool) -> Tagged:
 
 @table
 class CheckpointEvery:
-    every: float = setting(_positive(), "a row every T units of flow time")
+    every: float = setting(positive(), "a row every T units of flow time")
 
 
 @table
@@ -749,7 +539,7 @@ class CheckpointCount:
 @table
 class CheckpointTimes:
     RULES: ClassVar = (times_increasing,)
-    times: tuple[float, ...] = setting(ListOf(item=_positive(), nonempty=True, max_len=MAX_CHECKPOINTS),
+    times: tuple[float, ...] = setting(ListOf(item=positive(), nonempty=True, max_len=MAX_CHECKPOINTS),
                                        "explicit increasing times in (0, t_end]")
 
 
@@ -778,7 +568,7 @@ def _check_checkpoints(value: Any, key: str, ctx: Ctx) -> dict:
 @table
 class Run:
     RULES: ClassVar = (checkpoints_fit, t_end_on_every_grid)
-    t_end: float = setting(_positive(), "the horizon in flow time; GD reaches it in t_end/η steps (a whole "
+    t_end: float = setting(positive(), "the horizon in flow time; GD reaches it in t_end/η steps (a whole "
                            "number for every discrete solver)")
     checkpoints: Checkpoints = setting(
         Custom(fn=_check_checkpoints, text=_CHECKPOINTS_TEXT, types=(dict,),
@@ -855,7 +645,7 @@ class TransferAnalysis:
     hidden: int = setting(Int(lo=1, default=64), "hidden width of the network trained on the transferred features")
     steps: int = setting(Int(lo=1, default=5000), "its GD steps")
     # the text's η = 1.0 diverges (see flowsim.analysis.transfer)
-    learning_rate: float = setting(_positive(0.1), "its GD step (the text's 1.0 diverges)")
+    learning_rate: float = setting(positive(0.1), "its GD step (the text's 1.0 diverges)")
     importance: tuple[Literal["weight", "lambda"], ...] = _importance(["weight"], "how nodes are ranked (as in "
                                                                                   "prune)")
     standardize: bool = setting(True, "standardise the transferred features")

@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..config.typed import Data
+from ..config.data_tables import Data
 from .base import Dataset as Dataset
 from .base import DataError as DataError
 from .base import one_hot as one_hot

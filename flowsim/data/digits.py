@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.typed import DigitsData
+from ..config.data_tables import DigitsData
 from .base import DataError, Dataset, one_hot
 from .tables import DATA_DIR, _columns, _standardize, read_csv
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..config.typed import MNIST_IMAGES, CifarData, MnistData, SyntheticImagesData
+from ..config.data_tables import CifarData, MnistData, SyntheticImagesData
+from ..config.rules import MNIST_IMAGES
 from .base import DataError, Dataset, _count, _real, one_hot
 from .tables import DATA_DIR, _load_npz
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..config.typed import QuadraticTeacherData, RandomLabelsData, SingleReluData, SphereSineData, XorNoiseData
+from ..config.data_tables import QuadraticTeacherData, RandomLabelsData, SingleReluData, SphereSineData, XorNoiseData
 from .base import DataError, Dataset, _count, _real
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config.catalog import data_dir
-from ..config.typed import CsvData, NpzData, UciData
+from ..config.data_tables import CsvData, NpzData, UciData
 from .base import DataError, Dataset, _count, _real, one_hot
 
 DATA_DIR = data_dir()

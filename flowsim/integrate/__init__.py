@@ -18,6 +18,8 @@
     sdcp.py        the small semidefinite complementarity problem the central flow solves
     central_flow.py   CentralIntegrator: the flow engine stepping the central field
     descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
+    optimizers.py  OptaxIntegrator: RMSProp, Adam and any optax transformation, full batch, t = kη
+    adaptive_flows.py  the stable flows of RMSProp and Adam in (w, ν[, m]), stepped by the engine
     reference_pair.py  ReferencePair: a flow beside a tighter reference (its error certificate)
 
 Nothing is imported here. The methods and kinds are declared in `flowsim.kinds.solvers`
