@@ -53,7 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_core import Table, fmt, gd_preset, pct, preset, publish, ready, timed  # noqa: E402
 
 import flowsim  # noqa: E402
-from flowsim import session  # noqa: E402
+from flowsim.run import session  # noqa: E402
 from flowsim.run.integrators import descent_integrator, flow_integrator  # noqa: E402
 
 SCENARIO = """name = "fig1-overhead"

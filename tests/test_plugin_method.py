@@ -147,9 +147,9 @@ def test_vmapped_seeds_equal_sequential_seeds(toy):
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
     state = batch.init(integ, problems, params, batch.stack([jax.random.PRNGKey(0)] * 3))
     times = np.array([1.0, 2.5, 4.0])
-    new, (seg, t, _, _) = batch.chunk(integ, problems, state, np.repeat(times[:, None], 3, 1),
-                                      np.ones((3, 3), bool), np.ones(3, bool), np.zeros(3, np.int64), None, (),
-                                      np.asarray(4.0))
+    new, _, (seg, t, _, _) = batch.chunk(integ, problems, state, np.repeat(times[:, None], 3, 1),
+                                         np.ones((3, 3), bool), np.ones(3, bool), np.zeros(3, np.int64), None, (),
+                                         np.asarray(4.0), batch.memory(problems, params, ()))
     assert (np.asarray(seg["status"]) == Status.DONE).all() and np.array_equal(np.asarray(t)[:, 0], times)
     single = eqx.filter_jit(integ.advance)
     for i, (p, w) in enumerate(pairs):
@@ -197,8 +197,10 @@ _CACHED_RUN = textwrap.dedent("""
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
     state = batch.init(integ, problems, params, batch.stack([jax.random.PRNGKey(0)] * 2))
     refs = batch.references(problems, params)
-    new, (seg, *_) = batch.chunk(integ, problems, state, np.ones((1, 2)), np.ones((1, 2), bool), np.ones(1, bool),
-                                 np.zeros(2, np.int64), refs, ("loss", "weight_change"), np.asarray(2.0))
+    names = ("loss", "weight_change")
+    new, _, (seg, *_) = batch.chunk(integ, problems, state, np.ones((1, 2)), np.ones((1, 2), bool), np.ones(1, bool),
+                                    np.zeros(2, np.int64), refs, names, np.asarray(2.0),
+                                    batch.memory(problems, params, names))
     print(np.asarray(seg["steps"]).tolist())
 """)
 
