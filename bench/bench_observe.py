@@ -13,6 +13,12 @@ products per row, the wall of a row's observation (each compiled call timed once
 over the rows) against the wall of the row's 25 GD steps, and the largest relative
 difference from the cold Lanczos's sharpness (converged to 1e-10). All in one run, the
 methods called in turn at each row. --quick: the first 10 rows.
+
+Last run (2 shared cores): sharpness 4.44 products a row (the cold Lanczos 17.3), 0.405× the
+rows' GD wall; hessian_top (k = 5, soft-locked) 15.6 (18.2 before locking), 1.99× the GD
+wall. Issue 53's targets (observation ≤ 0.3× the integration for `sharpness`, ≤ 1× for
+`hessian_top`, on `flowsim run`'s GD and `auto` legs) are not all met: GD's sharpness needs
+about 3 products a row at 2.4 gradients each (docs/benchmarks.md says what was tried).
 """
 
 from __future__ import annotations

@@ -52,7 +52,12 @@ def test_top_k_to_1e_12_and_the_default_accuracy_honoured(k, refine_guards):
         assert np.all(np.abs(theta - exact) <= within * exact), (rtol, theta - exact)
         assert np.all(np.abs(theta - exact) <= np.asarray(e.errors[:k]) + 1e-13 * exact)   # the bound bounds
         assert np.all(np.asarray(e.errors[:k]) <= rtol * theta)
-        assert int(e.products) == k + 2 + (k + 2 if refine_guards else k) * int(e.iterations)
+        # the first Rayleigh–Ritz step's products, then at most one a column an iteration and
+        # at least one (a locked column, within rtol, takes none)
+        most = k + 2 + (k + 2 if refine_guards else k) * int(e.iterations)
+        assert k + 2 + int(e.iterations) <= int(e.products) <= most
+        if k == 5 and not refine_guards:
+            assert int(e.products) < most      # the pairs converge apart: locking saves products
 
 
 def test_a_warm_start_from_a_nearby_operator_takes_fewer_products():
