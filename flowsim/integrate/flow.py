@@ -256,8 +256,12 @@ class FlowIntegrator(AbstractIntegrator):
                 problem, s.t, s.y, s.solver_state, s.controller_state, clip)
             hold = keep & (t1 > t_next)
             a = s.ahead     # not valid here (the loop runs only without a step held)
-            ahead = _where(hold, Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate, controller_state=cstate,
-                                       stages=stages, held=held, at=a.at, y_at=a.y_at), a)
+            # a cond, not a select: a step is held ahead once per checkpoint at most, and a
+            # select would copy its stages on every try (9 % of the Fig. 1 flow's time); vmapped,
+            # the cond is a select again
+            ahead = jax.lax.cond(hold, lambda: Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate,
+                                                     controller_state=cstate, stages=stages, held=held, at=a.at,
+                                                     y_at=a.y_at), lambda: a)
             # a rejected try updates the committed controller (its next proposal); a step held
             # ahead leaves it as it was, so that the step is proposed again after a restore.
             # ROCK4 also keeps what the rejected try learnt of ρ, the central flow its cost.
