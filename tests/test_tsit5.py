@@ -13,7 +13,7 @@ from conftest import make_problem, rel_err
 from flowsim.integrate import stiffness
 from flowsim.integrate.flow import FlowIntegrator
 from flowsim.integrate.runge_kutta import runge_kutta
-from flowsim.integrate.tsit5 import Tsit5, stacked
+from flowsim.integrate.tsit5 import Tsit5, increments
 from flowsim.run.integrators import flow_integrator
 from test_engine import typed
 
@@ -33,7 +33,7 @@ def test_one_step_equals_diffraxs_to_round_off():
     y1, err, dense, f1, result = ours.step(term, t0, t1, y0, args, f0, False)
     y1_d, err_d, dense_d, (_, f1_d), result_d = theirs.step(term, t0, t1, y0, args, (jnp.asarray(False), f0), False)
     assert result == result_d == dfx.RESULTS.successful
-    for mine, oracle in ((y1, y1_d), (stacked(dense["k"]), dense_d["k"]), (f1, f1_d), (dense["y1"], dense_d["y1"])):
+    for mine, oracle in ((y1, y1_d), (increments(t0, t1, dense["f"]), dense_d["k"]), (f1, f1_d), (dense["y1"], dense_d["y1"])):
         for key in ("a", "b"):
             assert rel_err(mine[key], oracle[key]) <= 3e-14, key    # a few ulps, the field amplifying them
     # the error estimate, a sum of terms of the size of the step's displacement that cancel to
@@ -42,12 +42,12 @@ def test_one_step_equals_diffraxs_to_round_off():
     assert max(float(jnp.max(jnp.abs(err[key] - err_d[key]))) for key in err) <= 1e-15 * displacement
     # the same stiffness probe (Hairer's h·ρ), from the stages as the step leaves them
     weights, _ = stiffness.stiffness_probe(ours.tableau)
-    h_rho, _ = stiffness.stage_h_rho(weights, dense["k"])
+    h_rho, _ = stiffness.stage_h_rho(weights, dense["f"])
     h_rho_d, _ = stiffness.stage_h_rho(weights, dense_d["k"])
     assert float(h_rho) > 0 and float(h_rho) == pytest.approx(float(h_rho_d), rel=1e-12)
     # the same interpolant inside the step, and the same orders
     t = jnp.asarray(0.41)
-    assert isinstance(dense["k"], tuple) and len(dense["k"]) == 7    # not stacked by the step
+    assert isinstance(dense["f"], tuple) and len(dense["f"]) == 7    # neither scaled nor stacked by the step
     inside = ours.interpolation_cls(t0=t0, t1=t1, **dense).evaluate(t)
     inside_d = theirs.interpolation_cls(t0=t0, t1=t1, **dense_d).evaluate(t)
     assert all(rel_err(inside[key], inside_d[key]) <= 1e-14 for key in inside)

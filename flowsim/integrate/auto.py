@@ -60,7 +60,7 @@ from .flow import FlowIntegrator, flow_term, stepping
 from ..kinds.solvers import Accuracy, FlowMethod, Stabilised, StepControl
 from .rock4 import RHO_SERIES, Rock4, StabilisedState, roundoff_bound
 from .solver import INIT_STEP_SEARCH_EVALS, AbstractFlowSolver
-from .tsit5 import Tsit5, stacked
+from .tsit5 import Tsit5, increments
 from . import stiffness
 from .stiffness import HELD_SHARE, stage_h_rho, stiffness_probe
 
@@ -193,7 +193,8 @@ class Auto(AbstractFlowSolver):
     def _explicit(self, terms, t0, t1, y0, args, state: AutoState, made_jump):
         y1, y_error, dense, f1, result = self.tsit5.step(terms, t0, t1, y0, args, state.rock.f0, made_jump)
         weights, limit = stiffness_probe(self.tsit5.tableau)
-        h_rho, direction = stage_h_rho(weights, dense["k"])
+        k = increments(t0, t1, dense["f"])
+        h_rho, direction = stage_h_rho(weights, k)
         streak = jnp.where(h_rho >= HELD_SHARE * limit, state.streak + 1, 0)
         switch = streak >= STIFF_STREAK
         rock = state.rock
@@ -205,7 +206,7 @@ class Auto(AbstractFlowSolver):
             hvps=jnp.zeros((), jnp.int32), error=y_error)
         new = AutoState(stabilised=switch, stepped=jnp.asarray(False), streak=jnp.where(switch, 0, streak),
                         switches=state.switches + switch, rock=rock)
-        return y1, y_error, stacked(dense["k"]), new, result
+        return y1, y_error, k, new, result
 
     def _stabilised(self, terms, t0, t1, y0, args, state: AutoState, made_jump):
         y1, y_error, dense, rock, result = self.rock4.step(terms, t0, t1, y0, args, state.rock, made_jump)

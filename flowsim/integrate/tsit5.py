@@ -49,15 +49,18 @@ def _combine(base, coeffs, fs):
     return jax.tree.map(leaf, base, *fs)
 
 
-def stacked(k):
-    """The stage increments, a tuple of pytrees, as Diffrax stacks them: each leaf [7, ...]."""
-    return jax.tree.map(lambda *x: jnp.stack(x), *k)
+def increments(t0, t1, f) -> Params:
+    """Diffrax's dense output, the stage increments k_j = h·f_j stacked (each leaf [7, ...]),
+    from the stage fields f (a tuple) of the step from t0 to t1."""
+    h = t1 - t0
+    return jax.tree.map(lambda *x: h * jnp.stack(x), *f)
 
 
-def _interpolation(*, t0, t1, y0, y1, k):
-    """The step's dense output: Diffrax's Tsit5 interpolant of its stage increments, stacked
-    here, where a time inside the step is read (the step itself never stacks them)."""
-    return dfx.Tsit5.interpolation_cls(t0=t0, t1=t1, y0=y0, y1=y1, k=stacked(k))
+def _interpolation(*, t0, t1, y0, y1, f):
+    """The step's dense output: Diffrax's Tsit5 interpolant of its stage increments, formed
+    here, where a time inside the step is read (the step itself neither scales nor stacks
+    them: h = t1 − t0 is the step's own, bit for bit)."""
+    return dfx.Tsit5.interpolation_cls(t0=t0, t1=t1, y0=y0, y1=y1, k=increments(t0, t1, f))
 
 
 def _scaled(row, h):
@@ -94,9 +97,10 @@ class Tsit5(AbstractFlowSolver):
 
     def step(self, terms, t0, t1, y0, args, f0: Params, made_jump):
         """One step from (t0, y0), f0 = f(y0): y1, the error estimate, the dense output (y0, y1
-        and the stage increments k_j = h·f_j: Diffrax's, as a tuple, not stacked: a step held
-        ahead copies them, the others only read them), f(y1) and Diffrax's result. The flow
-        has no jumps (`made_jump` is always False: f0 is always f(y0))."""
+        and the stage fields f_j, a tuple: Diffrax's increments k_j = h·f_j are formed only
+        where a time inside the step is read, `increments`; a step held ahead keeps the fields,
+        every other try only reads them), f(y1) and Diffrax's result. The flow has no jumps
+        (`made_jump` is always False: f0 is always f(y0))."""
         del made_jump
         h = t1 - t0
         fs = [f0]
@@ -105,13 +109,13 @@ class Tsit5(AbstractFlowSolver):
             fs.append(terms.vf(t0 + jnp.asarray(float(c), h.dtype) * h, y, args))
         y1 = y     # the last stage's point is the step's end (first same as last)
         y_error = _combine(None, _scaled(TABLEAU.b_error, h), fs)
-        k = tuple(jax.tree.map(lambda x: h * x, f) for f in fs)
-        return y1, y_error, dict(y0=y0, y1=y1, k=k), fs[-1], dfx.RESULTS.successful
+        return y1, y_error, dict(y0=y0, y1=y1, f=tuple(fs)), fs[-1], dfx.RESULTS.successful
 
     def held(self, dense: dict) -> jax.Array:
         """Hairer's h·ρ from the step's stages reached `stiffness.HELD_SHARE` of Tsit5's
-        stability limit."""
-        return stiffness.held(TABLEAU, dense["k"])
+        stability limit (the estimate is a ratio of two sums of the stages: the fields do, h
+        cancels)."""
+        return stiffness.held(TABLEAU, dense["f"])
 
 
 def tsit5_integrator(spec: FlowMethod, *, accuracy: Accuracy, step_control: StepControl,
