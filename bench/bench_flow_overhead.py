@@ -26,6 +26,11 @@ compiled by a first call, then timed in R interleaved rounds (one call of each p
 that load from elsewhere hits all alike); the tables give the medians of the rounds
 (`bench_core.ready/timed`). The target (issue 52): (e) and (f) ≤ 1.15 × (b). `--trace` adds
 where one `advance` call spends its time, op by op of the compiled program.
+
+Measured on 2 shared cores (two runs, load 3 and 8–9; docs/benchmarks.md): (e) 1.18–1.19 × (b)
+in CPU time (1.16–1.22 in wall), where Diffrax's step gave 1.42–1.54 (e′); the engine's step
+alone (c′) 1.07–1.14, Diffrax's (c) 1.32–1.36; `_attempt` (d) adds 0.02–0.09 to (c′), the
+loop 0.02–0.03; (f) 1.31–1.49 (1.22–1.43 in wall).
 """
 
 from __future__ import annotations
@@ -234,7 +239,8 @@ def measure(fns: dict, rounds: int) -> tuple[dict, dict, dict]:
 def trace(scenario: Path, cfg: dict, top: int = 16) -> str:
     """Where one `advance` call's time goes, op by op of the compiled program (a
     `jax.profiler` trace; each op's time summed over its calls), with the op's shape and
-    the source it was traced from (Diffrax's stage loop shows as `STAGE/`)."""
+    the source it was traced from (the engine's stages are unrolled: each stage's ops show
+    once per step, 0.167 calls per evaluation; Diffrax's stage loop showed as `STAGE/`)."""
     from jax.profiler import ProfileData
 
     job = session.prepare(scenario, output=scenario.parent / "trace.h5", overwrite=True)
