@@ -10,12 +10,13 @@ Built once by `session.prepare`, as `flowsim run` builds it, and timed in one pr
 
   (a) a bare gradient, `Problem.grad`, per call in a compiled loop of 200;
   (b) GD's step loop (`DescentIntegrator.advance`, η = 1, `gd_steps` steps) per gradient;
-  (c) Diffrax's Tsit5 step alone (`solver.step`, fixed step, its outputs kept) per evaluation;
-  (c′) the same with `WrittenOutTsit5`, a what-if: Tsit5's step with fused stage sums;
+  (c) Diffrax's Tsit5 step alone (`dfx.Tsit5.step`, fixed step, its outputs kept) per evaluation;
+  (c′) the same with the engine's Tsit5 step (`flowsim.integrate.tsit5`: stage sums fused);
   (d) flowsim's `_attempt` (the step, the PID, the finiteness and stiffness checks) at the same
       fixed step, per evaluation;
   (e) the whole `advance` loop, one call from t = 0 to t_end, per evaluation;
-  (e′) the same stepped by `WrittenOutTsit5` (and how far its weights end from (e)'s);
+  (e′) the same stepped by Diffrax's Tsit5, as the engine was before flowsim.integrate.tsit5
+      (and how far (e)'s weights end from (e′)'s);
   (f) the driver end to end (`session.drive`: chunks, observation, the archive) with tsit5
       alone, per evaluation (its vf_evals, the initial step search included).
 
@@ -25,6 +26,11 @@ compiled by a first call, then timed in R interleaved rounds (one call of each p
 that load from elsewhere hits all alike); the tables give the medians of the rounds
 (`bench_core.ready/timed`). The target (issue 52): (e) and (f) ≤ 1.15 × (b). `--trace` adds
 where one `advance` call spends its time, op by op of the compiled program.
+
+Measured on 2 shared cores (two runs, load 3 and 8–9; docs/benchmarks.md): (e) 1.18–1.19 × (b)
+in CPU time (1.16–1.22 in wall), where Diffrax's step gave 1.42–1.54 (e′); the engine's step
+alone (c′) 1.07–1.14, Diffrax's (c) 1.32–1.36; `_attempt` (d) adds 0.02–0.09 to (c′), the
+loop 0.02–0.03; (f) 1.31–1.49 (1.22–1.43 in wall).
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ from bench_core import Table, fmt, gd_preset, pct, preset, publish, ready, timed
 
 import flowsim  # noqa: E402
 from flowsim.run import session  # noqa: E402
+from flowsim.integrate.runge_kutta import runge_kutta  # noqa: E402
 from flowsim.run.integrators import descent_integrator, flow_integrator  # noqa: E402
 
 SCENARIO = """name = "fig1-overhead"
@@ -84,34 +91,15 @@ observe = ["loss"]
 FIXED_STEP = 1e-2
 
 
-class WrittenOutTsit5(dfx.Tsit5):
-    """A what-if, not the engine: Tsit5's step written out, each stage's point one fused sum
-    over the stages before it. Diffrax multiplies the whole 7-stage buffer (the rows not yet
-    written are zeros) by the tableau's row, adds y0 in a second pass and stores k_i in a
-    third. Same tableau, same interface (dense output, first-same-as-last), other rounding."""
-
-    def step(self, terms, t0, t1, y0, args, solver_state, made_jump):
-        tab, dt = self.tableau, t1 - t0
-        first, f0 = solver_state
-        fs = [jax.lax.cond(first | made_jump, lambda: terms.vf(t0, y0, args), lambda: f0)]
-        for i, row in enumerate(tab.a_lower):
-            y = jax.tree.map(lambda y0, *f, row=row: y0 + dt * sum(a * fj for a, fj in zip(row, f)), y0, *fs)
-            fs.append(terms.vf(t0 + tab.c[i] * dt, y, args))
-        y_err = jax.tree.map(lambda *f: dt * sum(e * fj for e, fj in zip(tab.b_error, f)), *fs)
-        k = jax.tree.map(lambda *f: dt * jnp.stack(f), *fs)
-        # (Tsit5's last stage is the step's end, y1, and its field the next step's first)
-        return y, y_err, dict(y0=y0, y1=y, k=k), (False, fs[-1]), dfx.RESULTS.successful
-
-
 def zeros_like_out(fn):
     """Zeros shaped as `fn()`'s output (traced, not run)."""
     return jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), jax.eval_shape(fn))
 
 
 def components(scenario: Path, cfg: dict) -> tuple[dict, float]:
-    """The zero-argument callables of (a)–(f) and the what-ifs (c′), (e′), each returning
+    """The zero-argument callables of (a)–(f) and of Diffrax's step (c), (e′), each returning
     (something to wait for, the evaluations it made), (f) its own (wall, CPU time) first;
-    and how far (e′)'s weights end from (e)'s, relative to (e)'s displacement."""
+    and how far (e)'s weights end from (e′)'s, relative to (e′)'s displacement."""
     folder = scenario.parent
     job = session.prepare(scenario, output=folder / "prepare.h5", overwrite=True)
     (built,) = job.built.values()
@@ -140,9 +128,10 @@ def components(scenario: Path, cfg: dict) -> tuple[dict, float]:
         return state, int(stats["vf_evals"])
 
     state0 = flow.init(problem, y0)
-    solver, term = flow.solver, flow.term
-
-    written = eqx.tree_at(lambda f: f.solver, flow, WrittenOutTsit5())
+    term = flow.term
+    # the same flow stepped by Diffrax's Tsit5, as the engine did before flowsim.integrate.tsit5
+    diffrax = eqx.tree_at(lambda f: f.solver, flow, runge_kutta("Tsit5"))
+    diffrax0 = diffrax.init(problem, y0)
 
     @eqx.filter_jit
     def bare_steps(problem, state, solver):
@@ -151,16 +140,17 @@ def components(scenario: Path, cfg: dict) -> tuple[dict, float]:
         def body(i, c):
             t, y, sstate, _, _ = c
             y1, y_err, dense, sstate, _ = solver.step(term, t, t + FIXED_STEP, y, problem, sstate, False)
-            return t + FIXED_STEP, y1, sstate, y_err, dense["k"]
+            # (its stages: Diffrax's stacked increments k, the engine's fields f)
+            return t + FIXED_STEP, y1, sstate, y_err, {k: v for k, v in dense.items() if k not in ("y0", "y1")}
         t, y, sstate = state.t, state.y, state.solver_state
         err, k = zeros_like_out(lambda: body(0, (t, y, sstate, None, None))[3:])
         return jax.lax.fori_loop(0, K, body, (t, y, sstate, err, k))
 
     def c():
-        return bare_steps(problem, state0, solver), 6 * K
+        return bare_steps(problem, diffrax0, diffrax.solver), 6 * K
 
-    def c_written():
-        return bare_steps(problem, state0, written.solver), 6 * K
+    def c_engine():
+        return bare_steps(problem, state0, flow.solver), 6 * K
 
     @eqx.filter_jit
     def attempts(problem, state):
@@ -184,10 +174,10 @@ def components(scenario: Path, cfg: dict) -> tuple[dict, float]:
         state, stats = flow_advance(problem, state0, t_end, t_end)
         return state, int(stats["vf_evals"])
 
-    written_advance = eqx.filter_jit(written.advance)
+    diffrax_advance = eqx.filter_jit(diffrax.advance)
 
-    def e_written():
-        state, stats = written_advance(problem, state0, t_end, t_end)
+    def e_diffrax():
+        state, stats = diffrax_advance(problem, diffrax0, t_end, t_end)
         return state, int(stats["vf_evals"])
 
     out = folder / "driver.h5"
@@ -202,20 +192,20 @@ def components(scenario: Path, cfg: dict) -> tuple[dict, float]:
             evals = int(run.solvers["tsit5"].stats["vf_evals"])
         return spent, evals
 
-    # how far the written-out step's flow ends from the engine's: the same equation, other rounding
-    (W_e, W_w), W0 = (np.asarray(fn()[0].y["W"]) for fn in (e, e_written)), np.asarray(y0["W"])
-    deviation = float(np.linalg.norm(W_w - W_e) / np.linalg.norm(W_e - W0))
-    return dict(a=a, b=b, c=c, w=c_written, d=d, e=e, v=e_written, f=f), deviation
+    # how far the engine's flow ends from the one Diffrax's step takes: the same method, other rounding
+    (W_e, W_d), W0 = (np.asarray(fn()[0].y["W"]) for fn in (e, e_diffrax)), np.asarray(y0["W"])
+    deviation = float(np.linalg.norm(W_e - W_d) / np.linalg.norm(W_d - W0))
+    return dict(a=a, b=b, c=c, w=c_engine, d=d, e=e, v=e_diffrax, f=f), deviation
 
 
 LABELS = {
     "a": "(a) `Problem.grad` alone, per call (in a compiled loop)",
     "b": "(b) GD's step loop, per gradient",
-    "c": "(c) Diffrax Tsit5 `solver.step` alone, per evaluation",
-    "w": "(c′) what if: Tsit5's step written out, stage sums fused (`WrittenOutTsit5`, not the engine)",
+    "c": "(c) Diffrax's Tsit5 step alone (`dfx.Tsit5.step`), per evaluation",
+    "w": "(c′) flowsim's Tsit5 step alone (`flowsim.integrate.tsit5`, stage sums fused), per evaluation",
     "d": "(d) flowsim `_attempt`, per evaluation",
     "e": "(e) `advance` t = 0 → t_end, per evaluation",
-    "v": "(e′) what if: (e) stepped by `WrittenOutTsit5`",
+    "v": "(e′) (e) stepped by Diffrax's Tsit5 (the engine before flowsim.integrate.tsit5)",
     "f": "(f) the driver end to end (tsit5 alone), per evaluation",
 }
 
@@ -249,7 +239,8 @@ def measure(fns: dict, rounds: int) -> tuple[dict, dict, dict]:
 def trace(scenario: Path, cfg: dict, top: int = 16) -> str:
     """Where one `advance` call's time goes, op by op of the compiled program (a
     `jax.profiler` trace; each op's time summed over its calls), with the op's shape and
-    the source it was traced from (Diffrax's stage loop shows as `STAGE/`)."""
+    the source it was traced from (the engine's stages are unrolled: each stage's ops show
+    once per step, 0.167 calls per evaluation; Diffrax's stage loop showed as `STAGE/`)."""
     from jax.profiler import ProfileData
 
     job = session.prepare(scenario, output=scenario.parent / "trace.h5", overwrite=True)
@@ -308,13 +299,14 @@ def main(argv=None) -> int:
         r, rc = per[k] / per["b"], cpu[k] / cpu["b"]
         summary.add(f"tsit5 {LABELS[k][4:]} ÷ GD per gradient (wall; CPU time)", f"{fmt(r)}; {fmt(rc)}",
                     "≤ 1.15 (both)", "yes" if max(r, rc) <= 1.15 else "**no**")
-    summary.add("Diffrax's Tsit5 step alone (c) ÷ GD per gradient (wall; CPU time): the floor of (e) on Diffrax's "
-                "step", f"{fmt(per['c'] / per['b'])}; {fmt(cpu['c'] / cpu['b'])}", "", "")
-    summary.add("flowsim's share of (e): ((e) − (c)) ÷ (e) (wall; CPU time)",
-                f"{pct((per['e'] - per['c']) / per['e'])}; {pct((cpu['e'] - cpu['c']) / cpu['e'])}", "", "")
-    summary.add("what if Tsit5's step were written out, stage sums fused: (e′) ÷ GD per gradient (wall; CPU time); "
-                "its weights at t_end off the engine's, ÷ their displacement",
-                f"{fmt(per['v'] / per['b'])}; {fmt(cpu['v'] / cpu['b'])}; {fmt(deviation)}", "", "")
+    summary.add("flowsim's Tsit5 step alone (c′) ÷ GD per gradient (wall; CPU time): the floor of (e)",
+                f"{fmt(per['w'] / per['b'])}; {fmt(cpu['w'] / cpu['b'])}", "", "")
+    summary.add("the engine's share of (e) beyond its step: ((e) − (c′)) ÷ (e) (wall; CPU time)",
+                f"{pct((per['e'] - per['w']) / per['e'])}; {pct((cpu['e'] - cpu['w']) / cpu['e'])}", "", "")
+    summary.add("Diffrax's Tsit5 step alone (c), and (e) stepped by it (e′), ÷ GD per gradient (wall; CPU time); "
+                "(e)'s weights at t_end off (e′)'s, ÷ their displacement",
+                f"{fmt(per['c'] / per['b'])}; {fmt(cpu['c'] / cpu['b'])} and {fmt(per['v'] / per['b'])}; "
+                f"{fmt(cpu['v'] / cpu['b'])}; {fmt(deviation)}", "", "")
     t = Table("Per evaluation, by component (median of the rounds)",
               ["component", "wall, ms per evaluation", "÷ (a) gradient", "÷ (b) GD per gradient",
                "CPU time ÷ (a)", "CPU time ÷ (b)", "evaluations per call"])

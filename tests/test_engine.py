@@ -258,6 +258,15 @@ def test_checkpoints_inside_steps_cost_no_step_and_read_the_dense_output(method,
     assert worst <= bound, worst
 
 
+def test_the_finiteness_check_finds_inf_and_nan_in_any_leaf():
+    # one fused sum of x·0 (NaN where x is not finite): compiled, as the engine runs it
+    from flowsim.integrate.flow import _finite
+    finite = jax.jit(_finite)
+    for bad in (jnp.inf, -jnp.inf, jnp.nan):
+        assert not bool(finite({"a": jnp.ones(3), "b": jnp.asarray([[1.0, bad]])}))
+    assert bool(finite({"a": jnp.ones(3), "b": jnp.asarray([[1e308, -1e308]])}))
+
+
 def test_a_flow_from_a_non_finite_state_ends_nonfinite_where_it_is():
     """A NaN weight: the step is tried (and shrunk) 20 times, not until `max_steps`."""
     problem, p0 = make_problem()

@@ -8,6 +8,7 @@
                    imports it and holds its factory)
     stiffness.py   Hairer's h·ρ of an explicit Runge–Kutta step: whether it was held by stability
     runge_kutta.py RungeKutta: Diffrax's Runge–Kutta methods as flow methods, and their factory
+    tsit5.py       Tsit5: Diffrax's Tsit5 with its stage sums fused (tsit5's, and auto's in its Tsit5 steps)
     filippov/      FilippovIntegrator: the exact flow of a shallow ReLU net through its kinks
                    (modes.py the mode algebra, events.py the events, integrator.py the stepping)
     rock4.py       ROCK4: the stabilised explicit Runge–Kutta method for stiff flows (rock4.json

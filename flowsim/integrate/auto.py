@@ -60,6 +60,7 @@ from .flow import FlowIntegrator, flow_term, stepping
 from ..kinds.solvers import Accuracy, FlowMethod, Stabilised, StepControl
 from .rock4 import RHO_SERIES, Rock4, StabilisedState, roundoff_bound
 from .solver import INIT_STEP_SEARCH_EVALS, AbstractFlowSolver
+from .tsit5 import Tsit5, increments
 from . import stiffness
 from .stiffness import HELD_SHARE, stage_h_rho, stiffness_probe
 
@@ -132,7 +133,7 @@ class Auto(AbstractFlowSolver):
     """Tsit5 and ROCK4 with the switch between them (see the module's docstring)."""
 
     rock4: Rock4
-    tsit5: dfx.Tsit5 = dfx.Tsit5()
+    tsit5: Tsit5 = Tsit5()      # flowsim's step of Tsit5 (flowsim.integrate.tsit5), as tsit5's
 
     term_structure: ClassVar = dfx.AbstractTerm
     interpolation_cls: ClassVar[Callable] = _AutoInterpolation
@@ -190,10 +191,10 @@ class Auto(AbstractFlowSolver):
         return eqx.tree_at(lambda s: s.rock, committed, rock)
 
     def _explicit(self, terms, t0, t1, y0, args, state: AutoState, made_jump):
-        y1, y_error, dense, (_, f1), result = self.tsit5.step(
-            terms, t0, t1, y0, args, (jnp.asarray(False), state.rock.f0), made_jump)
+        y1, y_error, dense, f1, result = self.tsit5.step(terms, t0, t1, y0, args, state.rock.f0, made_jump)
         weights, limit = stiffness_probe(self.tsit5.tableau)
-        h_rho, direction = stage_h_rho(weights, dense["k"])
+        k = increments(t0, t1, dense["f"])
+        h_rho, direction = stage_h_rho(weights, k)
         streak = jnp.where(h_rho >= HELD_SHARE * limit, state.streak + 1, 0)
         switch = streak >= STIFF_STREAK
         rock = state.rock
@@ -205,7 +206,7 @@ class Auto(AbstractFlowSolver):
             hvps=jnp.zeros((), jnp.int32), error=y_error)
         new = AutoState(stabilised=switch, stepped=jnp.asarray(False), streak=jnp.where(switch, 0, streak),
                         switches=state.switches + switch, rock=rock)
-        return y1, y_error, dense["k"], new, result
+        return y1, y_error, k, new, result
 
     def _stabilised(self, terms, t0, t1, y0, args, state: AutoState, made_jump):
         y1, y_error, dense, rock, result = self.rock4.step(terms, t0, t1, y0, args, state.rock, made_jump)

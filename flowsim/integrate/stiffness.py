@@ -30,20 +30,25 @@ def stiffness_probe(tableau: dfx.ButcherTableau) -> tuple[tuple[float, ...], flo
     return tuple(float(w) for w in a[-1] - a[-2]), float(limit)
 
 
-def stage_h_rho(weights: tuple[float, ...], k: Params) -> tuple[jax.Array, Params]:
-    """Hairer's estimate of h·ρ from a step's stacked stage increments k (each leaf: k_j =
-    h·f(Y_j) along its first axis) and the probe's weights: ‖k_s − k_{s−1}‖ / ‖Y_s − Y_{s−1}‖,
-    which approaches h·ρ from below as the stiff components dominate the stages' differences;
-    and k_s − k_{s−1}, a direction they dominate. 0 where the stages do not differ."""
-    dk = jax.tree.map(lambda x: x[-1] - x[-2], k)
+def stage_h_rho(weights: tuple[float, ...], k) -> tuple[jax.Array, Params]:
+    """Hairer's estimate of h·ρ from a step's stage increments k (k_j = h·f(Y_j): a sequence of
+    pytrees, or one pytree whose leaves stack them along their first axis) and the probe's
+    weights: ‖k_s − k_{s−1}‖ / ‖Y_s − Y_{s−1}‖, which approaches h·ρ from below as the stiff
+    components dominate the stages' differences; and k_s − k_{s−1}, a direction they
+    dominate. 0 where the stages do not differ. Each sum is one fused pass over the stages
+    (a tensordot with the weights would be a product of its own, and the stages' stack a copy)."""
+    if not isinstance(k, (tuple, list)):
+        k = [jax.tree.map(lambda x, j=j: x[j], k) for j in range(len(weights))]
+    dk = jax.tree.map(jnp.subtract, k[-1], k[-2])
     num = sum(jnp.sum(x**2) for x in jax.tree.leaves(dk))
-    den = sum(jnp.sum(jnp.tensordot(jnp.asarray(weights, x.dtype), x, 1) ** 2) for x in jax.tree.leaves(k))
+    dy = jax.tree.map(lambda *x: sum(w * xj for w, xj in zip(weights, x) if w != 0.0), *k)
+    den = sum(jnp.sum(x**2) for x in jax.tree.leaves(dy))
     return jnp.sqrt(num / jnp.where(den > 0, den, 1.0)) * (den > 0), dk
 
 
-def held(tableau: dfx.ButcherTableau, k: Params) -> jax.Array:
-    """Whether the step whose stage increments are `k` reached `HELD_SHARE` of the tableau's
-    stability limit."""
+def held(tableau: dfx.ButcherTableau, k) -> jax.Array:
+    """Whether the step whose stage increments are `k` (as `stage_h_rho` takes them) reached
+    `HELD_SHARE` of the tableau's stability limit."""
     weights, limit = stiffness_probe(tableau)
     h_rho, _ = stage_h_rho(weights, k)
     return h_rho >= HELD_SHARE * limit

@@ -164,16 +164,18 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
 )}
 
 
-def _diffrax(name: str, solver: str, state_copies: int, *, implicit: bool = False) -> FlowMethod:
+def _diffrax(name: str, solver: str, state_copies: int, *, implicit: bool = False,
+             integrator: str = "flowsim.integrate.runge_kutta:diffrax_integrator") -> FlowMethod:
     """A Diffrax solver stepped by the flow engine (an implicit one solves its stages by
-    Newton–Krylov)."""
+    Newton–Krylov), or flowsim's own step of it (`integrator`)."""
     return FlowMethod(name, implicit=implicit, state_copies=state_copies, diffrax=solver,
-                      reads=(*_DIFFRAX, "newton_krylov") if implicit else _DIFFRAX,
-                      integrator="flowsim.integrate.runge_kutta:diffrax_integrator")
+                      reads=(*_DIFFRAX, "newton_krylov") if implicit else _DIFFRAX, integrator=integrator)
 
 
 FLOW_METHODS: dict[str, FlowMethod] = {m.name: m for m in (
-    _diffrax("tsit5", "Tsit5", 21),
+    # flowsim's own Tsit5 step (flowsim.integrate.tsit5: Diffrax's method, its stage sums fused);
+    # the central flow steps Diffrax's (`diffrax`)
+    _diffrax("tsit5", "Tsit5", 21, integrator="flowsim.integrate.tsit5:tsit5_integrator"),
     _diffrax("dopri5", "Dopri5", 21),
     _diffrax("dopri8", "Dopri8", 35),
     _diffrax("heun", "Heun", 11),
