@@ -142,7 +142,8 @@ def test_refused_beside_a_given_transformation(tmp_path):
     X, y = _data()
     with pytest.raises(ValueError, match=r"`observe`.*preconditioned_sharpness.*solver 'c' "
                                          r"\(`solvers\[0\]`, a given optax transformation\)"):
-        flowsim.simulate(_model(), data=(X, y), t_end=0.1, output=tmp_path / "o.h5", observe=["preconditioned_sharpness"],
+        flowsim.simulate(_model(), data=(X, y), t_end=0.1, output=tmp_path / "o.h5",
+                         observe=["preconditioned_sharpness"],
                          solvers=[{"name": "c", "kind": "optax", "transformation": optax.sgd(0.1),
                                    "learning_rate": 0.1}], progress=False)
 
@@ -168,3 +169,9 @@ def test_simulate_records_it_for_adam_and_its_flow(tmp_path):
         assert (err <= 1e-4 * a).all()
         assert abs(a[0] - f[0]) <= 1e-3 * a[0]
         assert legs["adam"].stats["observe_hvps"] > 0
+    # compare judges the Adam leg by its preconditioned sharpness against its own edge, 38/η
+    from flowsim.analysis.compare import compare_archive
+
+    (stab,) = compare_archive(tmp_path / "o.h5").stability
+    assert (stab.solver, stab.source, stab.limit) == ("adam", "preconditioned_sharpness", pytest.approx(38.0))
+    assert np.allclose(stab.sharp, a) and stab.verdict in ("below", "crossed")
