@@ -357,7 +357,8 @@ def simulate(model: Any, data: tuple, *,
     observe      loss, test_loss, accuracy, test_accuracy, ntg, ntg_eig, ntg_change,
                  weight_change (per trainable leaf), unit_change (per unit of every dense
                  layer: the rows of each 2-D leaf), weights (the trainable leaves as one
-                 vector), sharpness, gn_sharpness.
+                 vector), sharpness, gn_sharpness, preconditioned_sharpness (RMSProp's
+                 and Adam's own P; refused beside a given transformation).
     trainable    the leaves the flow moves (the others never move): a predicate on leaves,
                  a pytree of booleans shaped like the model (as `eqx.partition` takes), or a
                  function of the model returning the leaves or sub-modules to train (as
