@@ -238,8 +238,9 @@ def _legend(ax, f: _RunFigure) -> None:
 
     handles = [Line2D([], [], color=f.col[e], lw=2, label=f"η = {e:g}") for e in sorted(f.col, reverse=True)]
     kinds = sorted({p.flow_kind for p in f.pairs})
-    handles += [Line2D([], [], color="0.2", ls=_FLOW_STYLE[k], lw=1.6,
-                       label=f"vs {SOLVER_KINDS[k].label}" + (" (same η)" if SOLVER_KINDS[k].of_gd else ""))
+    handles += [Line2D([], [], color="0.2", ls=_FLOW_STYLE.get(k, "-"), lw=1.6,   # (an adaptive method's flow: solid)
+                       label=f"vs {SOLVER_KINDS[k].label}"
+                             + (" (same η)" if SOLVER_KINDS[k].of_gd or SOLVER_KINDS[k].flow_of else ""))
                 for k in kinds]
     if any(p.unresolved is not None for p in f.pairs):
         handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {f.rep.factor:g} × flow error (unresolved)"))
