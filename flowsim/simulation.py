@@ -244,6 +244,13 @@ def _settings(*, name, seeds, dtype, t_end, checkpoints, solvers, observe, ntg_p
 
     ctx = Ctx(file=_SOURCE, base_dir=Path.cwd(), stem=str(name))
     solvers, given = _given_solvers(solvers)
+    if given and "preconditioned_sharpness" in observe:
+        # its P is a leg's own denominator, which a transformation handed in does not declare
+        i = min(given)
+        raise _bad("observe", observe, f"asks for 'preconditioned_sharpness', whose preconditioner solver "
+                   f"{solvers[i].get('name')!r} (`solvers[{i}]`, a given optax transformation) does not declare",
+                   "the kinds rmsprop and adam and their flows for a preconditioned sharpness, or leave it out "
+                   "beside a given transformation")
     run: dict[str, Any] = {"t_end": t_end, "observe": observe,
                            "solvers": [to_dict(p) if dataclasses.is_dataclass(p) else p for p in solvers]}
     for key, value in (("checkpoints", checkpoints), ("ntg_points", ntg_points), ("stop_loss", stop_loss)):
@@ -350,7 +357,8 @@ def simulate(model: Any, data: tuple, *,
     observe      loss, test_loss, accuracy, test_accuracy, ntg, ntg_eig, ntg_change,
                  weight_change (per trainable leaf), unit_change (per unit of every dense
                  layer: the rows of each 2-D leaf), weights (the trainable leaves as one
-                 vector), sharpness, gn_sharpness.
+                 vector), sharpness, gn_sharpness, preconditioned_sharpness (RMSProp's
+                 and Adam's own P; refused beside a given transformation).
     trainable    the leaves the flow moves (the others never move): a predicate on leaves,
                  a pytree of booleans shaped like the model (as `eqx.partition` takes), or a
                  function of the model returning the leaves or sub-modules to train (as

@@ -412,7 +412,8 @@ CATAPULT_GD = ([0, 12, 24, 36, 48, 60, 96, 132, 192, 252, 324, 384, 480],
     # hovering about 2/η to the end, its last checkpoint in a dip (η·λ = 1.9): at the edge of
     # stability (as central-mlp's GD), not a catapult
     (*EDGE_GD, "crossed 2/η at t = 3 and stayed at the edge of stability, back at or above it until t = 9 of 10 "
-               "(η·sharpness ≥ 2 at 62 % of the checkpoints from the crossing on)"),
+               "(η·sharpness ≥ 2 at 62 % of the checkpoints from the crossing on; η·λ/limit: mean 1.1, 88 % of "
+               "the checkpoints in [0.75, 1.25])"),
     # above the limit through t = 132, then below it to t = 480: a catapult, though most of
     # its checkpoints from the crossing on are above the limit
     # (named by the time, as its stat says: not by its checkpoints' 62 %, crowded in the spike)
@@ -433,6 +434,22 @@ def test_a_gd_that_crossed_is_named_by_how_it_went_on(t, el, named):
     text = s.text()
     assert named in text
     assert s.at_edge == ("catapult" not in text)
+
+
+def test_an_adam_leg_is_judged_by_its_preconditioned_sharpness_against_38_over_eta():
+    """Adam at β₁ = 0.9: its edge is (2 + 2β₁)/((1 − β₁)η) = 38/η, and its series the
+    preconditioned sharpness; EDGE_GD's trace scaled by 19 reaches it at t = 3 and stays, with
+    r = η·λ/38 of mean 1.1 and 7 of 8 checkpoints in [0.75, 1.25] from then on."""
+    eta = 0.1
+    t, el = np.asarray(EDGE_GD[0]), 19 * np.asarray(EDGE_GD[1])
+    view = _Sharp(t, el / eta)
+    view.series = {"preconditioned_sharpness": view.series.pop("sharpness")}
+    s = compare._stability(types.SimpleNamespace(name="r"), view,
+                           DescentPreset(name="adam", kind="adam", learning_rate=eta, beta1=0.9))
+    assert (s.source, s.limit, s.verdict, s.t_cross) == ("preconditioned_sharpness", pytest.approx(38.0), "crossed", 3)
+    assert s.at_edge and s.edge_mean == pytest.approx(1.1) and s.edge_band == pytest.approx(7 / 8)
+    assert "crossed 38/η at t = 3 and stayed at the edge of stability" in s.text()
+    assert "η·preconditioned sharpness" in s.text()
 
 
 def test_a_gd_that_crosses_at_its_last_checkpoint_is_named_neither_way():

@@ -34,16 +34,22 @@ the matched times common to all of them, and log(gap) = p log η + c is fitted b
 squares; the order p is printed with its standard error from the regression. Diverged
 members and members whose max gap is unresolved are left out of the fit, with the reason.
 
-Stability. For each discrete solver with `sharpness` (else `gn_sharpness`) recorded —
-rate·λ_max, see flowsim/observe/stability.py — the verdict is whether η·λ stayed below 2 (for
-heavy-ball momentum β, 2(1+β)), crossed it, or the run diverged (status `diverged`),
+Stability. For each discrete solver with `sharpness` (else `gn_sharpness`, else
+`preconditioned_sharpness`, which is the sharpness for these) recorded — rate·λ_max, see
+flowsim/observe/stability.py — and each RMSProp or Adam leg with `preconditioned_sharpness`
+(rate·λ_max(P^{-1/2} H P^{-1/2}), P its own denominator), the verdict is whether η·λ stayed
+below the leg's edge η·`flowsim.kinds.solvers.edge` (GD, SGD, RMSProp: 2; heavy-ball
+momentum β: 2(1+β); Adam: (2 + 2β₁)/(1 − β₁), 38 at β₁ = 0.9), crossed it, or the run
+diverged (status `diverged`),
 judged at the recorded checkpoints only (a coarser grid can miss a crossing). A run that
 crossed is named by how it went on: at the edge of stability while it keeps coming back to
 the limit, i.e. its last checkpoint at or above the limit lies in the later half of the time
 from the crossing to its last checkpoint (GD hovering about 2/η dips below it between
 returns, and its last checkpoint may be one of the dips); else a catapult: back below the
 limit early and below it to the end. A run that crosses at its last checkpoint is named
-neither: it reaches the limit there, and how it goes on is not recorded.
+neither: it reaches the limit there, and how it goes on is not recorded. From the crossing
+on, the ratio r = η·λ / limit is summarised by its mean and the share of checkpoints with r in
+[0.75, 1.25] (Adam traces a sawtooth just below its threshold: Cohen et al. 2022).
 
 Central flow. Each `gd` solver beside the central flow of its η is scored by
 `flowsim.analysis.compare_central` (onset, distances against the noise floor, predicted loss, costs):
@@ -64,11 +70,17 @@ import numpy as np
 from flowsim import archive as _archive
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import DescentPreset, FlowPreset, Preset
-from flowsim.kinds.solvers import GD_FLOW_KINDS, SOLVER_KINDS
+from flowsim.kinds.solvers import GD_FLOW_KINDS, SOLVER_KINDS, edge
 from flowsim.toml_text import is_number, sweep_axes, toml_value, value_at
 
 from .compare_central import CentralTrack, central_tracks
 from .matching import match_times, per_row, row_norms, same_eta, series_of
+
+# The band of r = η·λ/limit a leg at its edge is counted in (`Stability.edge_band`)
+EDGE_BAND = (0.75, 1.25)
+# The kinds judged by their preconditioned sharpness: the adaptive methods and their flows
+PRECONDITIONED = frozenset(k for k, v in SOLVER_KINDS.items() if v.flow_of) | frozenset(
+    v.flow_of for v in SOLVER_KINDS.values() if v.flow_of)
 
 CERTIFICATE_FACTOR = 2.0
 GAPS = ("weight_gap", "weight_gap_rel", "loss_gap", "ntg_gap", "ntg_gap_rel", "weight_change_gap")
@@ -139,8 +151,8 @@ class Stability:
     solver: str
     eta: float
     status: str
-    source: str                      # "sharpness" | "gn_sharpness" | ""
-    limit: float                     # 2 (or 2(1+β) for momentum), in units of η·λ
+    source: str                      # "sharpness" | "gn_sharpness" | "preconditioned_sharpness" | ""
+    limit: float                     # the leg's edge × η (2, 2(1+β), 38 for Adam at β₁ = 0.9), in units of η·λ
     verdict: str                     # "below" | "crossed" | "diverged" | "unknown"
     max_eta_lambda: float = math.nan
     t_cross: float = math.nan
@@ -149,18 +161,26 @@ class Stability:
     t_last_over: float = math.nan    # the last of them at or above the limit
     t_judged: float = math.nan       # the last of them
     over_share: float = math.nan     # the share of them at or above the limit, from the crossing on
+    edge_mean: float = math.nan      # mean of r = η·λ/limit from the crossing on
+    edge_band: float = math.nan      # the share of those with r in EDGE_BAND
     t: np.ndarray | None = None
     sharp: np.ndarray | None = None  # λ (rate·λ_max) per checkpoint
+    kind: str = ""                   # the solver kind
 
     def text(self) -> str:
-        lim = "2/η" if self.limit == 2.0 else f"{self.limit:.3g}/η"
-        what = {"sharpness": "sharpness", "gn_sharpness": "Gauss–Newton sharpness"}.get(self.source, "")
+        lim = f"{self.limit:.3g}/η"
+        what = {"sharpness": "sharpness", "gn_sharpness": "Gauss–Newton sharpness",
+                "preconditioned_sharpness": "preconditioned sharpness"}.get(self.source, "")
         if self.verdict == "diverged":
             more = f"; η·λ reached {self.max_eta_lambda:.3g}" if what and self.judged else ""
             if what and math.isfinite(self.t_cross):
                 more += f", crossing {lim} at t = {self.t_cross:.4g}"
             return f"diverged (status `diverged`){more}"
         if not what:
+            if not math.isfinite(self.limit):
+                return "stability unknown: the edge of a given optax transformation is not known"
+            if self.preconditioned:
+                return "stability unknown: record `preconditioned_sharpness` (its own P) to decide"
             return "stability unknown: record `sharpness` or `gn_sharpness` to decide"
         # η·λ is known at the recorded checkpoints only: a finer grid can cross where these did not
         at = f"at its {self.judged} recorded checkpoints"
@@ -172,7 +192,8 @@ class Stability:
             how = ", its last recorded checkpoint: it reaches the limit at the end, how it goes on is not recorded"
         elif self.at_edge:
             how = (f" and stayed at the edge of stability, back at or above it until t = {self.t_last_over:.4g} "
-                   f"of {self.t_judged:.4g} ({over})")
+                   f"of {self.t_judged:.4g} ({over}; η·λ/limit: mean {self.edge_mean:.3g}, "
+                   f"{100 * self.edge_band:.0f} % of the checkpoints in [{EDGE_BAND[0]:g}, {EDGE_BAND[1]:g}])")
         else:   # named by time, as its stat: its checkpoints may crowd the early spike (a log grid)
             below = (self.t_judged - self.t_last_over) / (self.t_judged - self.t_cross)
             how = (f" and came back below it after t = {self.t_last_over:.4g}, to the end at t = "
@@ -180,6 +201,11 @@ class Stability:
                    "from the crossing on)")
         return (f"crossed {lim} at t = {self.t_cross:.4g}{how}, judged {at}: max η·{what} = "
                 f"{self.max_eta_lambda:.3g}, final {self.final_eta_lambda:.3g}")
+
+    @property
+    def preconditioned(self) -> bool:
+        """Judged by its preconditioned sharpness (RMSProp, Adam)."""
+        return self.kind in PRECONDITIONED
 
     @property
     def at_edge(self) -> bool:
@@ -228,9 +254,13 @@ def fit_order(etas, gaps) -> tuple[float, float, float]:
     return slope, float(math.sqrt(np.sum(resid**2) / (x.size - 2) / sxx)), intercept
 
 
-def sharp_source(view) -> str:
-    """The sharpness series a solver recorded: `sharpness`, else `gn_sharpness`, else ""."""
-    return "sharpness" if "sharpness" in view else "gn_sharpness" if "gn_sharpness" in view else ""
+def sharp_source(view, kind: str = "gd") -> str:
+    """The series a solver of `kind` is judged by at its edge: for RMSProp, Adam and their flows
+    `preconditioned_sharpness` (their P), else ""; for the others `sharpness`, else
+    `gn_sharpness`, else `preconditioned_sharpness` (theirs, P = I, is the sharpness), else ""."""
+    order = ("preconditioned_sharpness",) if kind in PRECONDITIONED else (
+        "sharpness", "gn_sharpness", "preconditioned_sharpness")
+    return next((name for name in order if name in view), "")
 
 
 def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
@@ -276,7 +306,7 @@ def compare_pair(run, dview, fview, dpreset: DescentPreset, fpreset: FlowPreset,
         pair.unresolved, pair.certified_on = ~(gaps["weight_gap"] > factor * pair.flow_error), "weights"
     elif pair.flow_loss_error is not None and gaps["loss_gap"] is not None:
         pair.unresolved, pair.certified_on = ~(gaps["loss_gap"] > factor * pair.flow_loss_error), "loss"
-    src = sharp_source(dview)
+    src = sharp_source(dview, dpreset.kind)
     if src:
         pair.eta_sharpness = pair.eta * series_of(dview, src)[ia]
     return pair
@@ -290,10 +320,11 @@ def _spectral(m: np.ndarray) -> float:
 
 def _stability(run, view, preset: DescentPreset) -> Stability:
     eta = float(preset.learning_rate)
-    limit = 2.0 * (1.0 + float(preset.beta)) if preset.kind == "momentum" else 2.0
-    src = sharp_source(view)
+    threshold = edge(preset.kind, eta, preset)
+    limit = math.nan if threshold is None else eta * threshold
+    src = sharp_source(view, preset.kind) if threshold is not None else ""
     out = Stability(run=run.name, solver=view.name, eta=eta, status=view.status, source=src, limit=limit,
-                    verdict="unknown")
+                    verdict="unknown", kind=preset.kind)
     if src:
         t, lam = np.asarray(view.t, float), series_of(view, src)
         out.t, out.sharp = t, lam
@@ -308,6 +339,9 @@ def _stability(run, view, preset: DescentPreset) -> Stability:
             if over.size:
                 out.t_cross, out.t_last_over = float(t[over[0]]), float(t[over[-1]])
                 out.over_share = over.size / int(fin[over[0]:].sum())
+                r = el[over[0]:][fin[over[0]:]] / limit
+                out.edge_mean = float(np.mean(r))
+                out.edge_band = float(np.mean((r >= EDGE_BAND[0]) & (r <= EDGE_BAND[1])))
             out.verdict = "crossed" if over.size else "below"
     if view.status == "diverged":
         out.verdict = "diverged"

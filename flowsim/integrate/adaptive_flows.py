@@ -54,6 +54,11 @@ class RmspropFlow(StateForm):
     def weights(self, y: dict) -> Params:
         return y["w"]
 
+    def preconditioner(self, y: dict) -> Params:
+        """√ν + ε (√(ν + ε) with `eps_in_sqrt`): the denominator of dw/dt at y."""
+        eps = self.eps.astype(jax.tree.leaves(y["nu"])[0].dtype)
+        return jax.tree.map(lambda n: _denominator(n, eps, self.eps_in_sqrt), y["nu"])
+
     def _nu_rate(self, dtype):
         b2, eta = self.beta2.astype(dtype), self.learning_rate.astype(dtype)
         return (1 - b2) / (b2 * eta)

@@ -63,6 +63,13 @@ class AbstractIntegrator(eqx.Module):
     def certificate(self, problem: Problem, state: State) -> dict[str, jax.Array]:
         """The `certificate_series` at `state`."""
 
+    def preconditioner(self, problem: Problem, state: State) -> Params | None:
+        """The diagonal of the method's preconditioner P at `state` (a pytree like the weights,
+        positive), whose step is W ← W − η P⁻¹ (…): the observable `preconditioned_sharpness`
+        measures λ_max(P^{-1/2} ∇²L P^{-1/2}) with it. None: P = I (GD, momentum, SGD, the
+        gradient flows)."""
+        return None
+
     @property
     def init_evals(self) -> int:
         """Field (gradient) evaluations `init` spends, which the statistics of `advance` leave

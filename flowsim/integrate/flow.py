@@ -175,6 +175,11 @@ class StateForm(eqx.Module):
         """The weights in the state y."""
         return y
 
+    def preconditioner(self, y) -> Params | None:
+        """The diagonal of the flow's preconditioner at the state y (`AbstractIntegrator.preconditioner`);
+        None: the gradient flow's, P = I."""
+        return None
+
 
 class FlowIntegrator(AbstractIntegrator):
     """Advances a `FlowState` to a later time by a flow method (`solver`, an
@@ -338,8 +343,15 @@ class FlowIntegrator(AbstractIntegrator):
         # (a restored state's scratch is zero: it is where its committed step ended)
         return jnp.maximum(state.ahead.at, state.t)
 
+    def _y(self, state: FlowState):
+        """The whole state at the member's time (inside the step held ahead, or where it ended)."""
+        return _where(state.ahead.at > state.t, state.ahead.y_at, state.y)
+
     def params(self, state: FlowState) -> Params:
-        return self.form.weights(_where(state.ahead.at > state.t, state.ahead.y_at, state.y))
+        return self.form.weights(self._y(state))
+
+    def preconditioner(self, problem: Problem, state: FlowState) -> Params | None:
+        return self.form.preconditioner(self._y(state))
 
     def step(self, state: FlowState) -> None:
         return None

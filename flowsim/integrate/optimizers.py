@@ -137,6 +137,27 @@ class OptaxIntegrator(AbstractIntegrator):
     def out_of_steps(self, steps: int) -> bool:
         return False        # a leg runs to its step count, or diverges
 
+    def preconditioner(self, problem: Problem, state: OptaxState) -> Params:
+        """The denominator of the last step taken, elementwise: RMSProp's √ν + ε (√(ν + ε) with
+        `eps_in_sqrt`), Adam's √ν̂ + ε with ν̂ = ν/(1 − β₂ᵏ) bias-corrected as optax corrects it
+        (Cohen et al. 2022's P). At step 0, where no step has been taken (and Adam's ν̂ is 0/0),
+        the first step's: ν updated by g₀ first, as the methods update it. A `given`
+        transformation's is unknown (validation refuses the observable for it)."""
+        if self.optimizer == "given":
+            raise ValueError("preconditioned_sharpness: the preconditioner of a given optax transformation is unknown")
+        dtype = jax.tree.leaves(state.y)[0].dtype
+        b2, eps = self.beta2.astype(dtype), self.eps.astype(dtype)
+        nu = optax.tree_utils.tree_get(state.opt, "nu")
+        first = state.step == 0
+        _, g0 = self._grad(problem, state.y)
+        nu = jax.tree.map(lambda n, g: jnp.where(first, b2 * n + (1 - b2) * g * g, n), nu, g0)
+        k = jnp.maximum(state.step, 1).astype(dtype)
+        if self.optimizer == "adam":
+            nu = jax.tree.map(lambda n: n / (1 - b2 ** k), nu)
+        if self.eps_in_sqrt:
+            return jax.tree.map(lambda n: jnp.sqrt(n + eps), nu)
+        return jax.tree.map(lambda n: jnp.sqrt(n) + eps, nu)
+
 
 def _arrays(**values) -> dict:
     return {k: jnp.asarray(float(v)) for k, v in values.items()}

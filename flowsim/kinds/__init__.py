@@ -63,7 +63,8 @@ OBSERVABLES: dict[str, ObservableKind] = {o.name: o for o in (
     *map(ObservableKind, ("loss", "test_loss", "accuracy", "test_accuracy", "ntg", "ntg_eig", "ntg_change",
                           "weight_change", "unit_change")),
     ObservableKind("importance", family="shallow"),
-    *map(ObservableKind, ("weights", "sharpness", "gn_sharpness", "hessian_top", "hessian_density")),
+    *map(ObservableKind, ("weights", "sharpness", "gn_sharpness", "preconditioned_sharpness", "hessian_top",
+                          "hessian_density")),
     ObservableKind("hidden", family="shallow"),
 )}
 # The Hessian eigen-tracker's settings (`run.hessian_k`, `run.eigen_rtol`; flowsim.observe.eigen):

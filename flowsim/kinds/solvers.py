@@ -242,3 +242,24 @@ def steps(t: Any, learning_rate: float, xp: Any = None) -> Any:
     if xp is None:
         return round(t / learning_rate)
     return xp.round(xp.asarray(t) / learning_rate).astype(xp.int64)
+
+
+def edge(kind: str, learning_rate: float, settings: Any) -> float | None:
+    """The edge of stability of a leg of `kind` at step η = `learning_rate`: the value of its
+    (preconditioned) sharpness above which its linearised step is unstable, in the sharpness's
+    units. GD and SGD: 2/η; heavy-ball momentum: (2 + 2β)/η; RMSProp: 2/η and Adam:
+    (2 + 2β₁)/((1 − β₁)η) (38/η at β₁ = 0.9), each for the preconditioned sharpness with its
+    own denominator P (Cohen et al., "Adaptive gradient methods at the edge of stability",
+    2022). A stable flow's is its method's at its η; a given optax transformation's is unknown
+    (None), as is a gradient flow's. `settings`: the preset (its `beta`, `beta1`), a record or
+    a mapping."""
+    get = settings.get if isinstance(settings, dict) else lambda key: getattr(settings, key, None)
+    kind = SOLVER_KINDS[kind].flow_of or kind
+    if kind in ("gd", "sgd", "rmsprop"):
+        return 2.0 / learning_rate
+    if kind == "momentum":
+        return (2.0 + 2.0 * float(get("beta"))) / learning_rate
+    if kind == "adam":
+        b1 = float(get("beta1"))
+        return (2.0 + 2.0 * b1) / ((1.0 - b1) * learning_rate)
+    return None

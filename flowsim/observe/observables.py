@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
 
 from ..kinds import OBSERVABLES as KINDS
 from ..nn.net import AbstractNet
@@ -40,6 +41,8 @@ def reference(problem: Problem, params: Params) -> Reference:
 # The carried state of the Hessian observables: the eigen-tracker's Ritz vectors (b × n), the
 # next checkpoint's warm start (`memory`, `observe_carried`).
 HESSIAN_VECTORS = "hessian_vectors"
+# `preconditioned_sharpness`'s own warm start (its operator P^{-1/2} H P^{-1/2} is another)
+PRECONDITIONED_VECTORS = "preconditioned_vectors"
 # hessian_density: Rademacher probes (at least run.hessian_k: each holds a deflated pair's node), Lanczos steps per probe, grid points, and the Gaussian
 # width of each node as a fraction of the nodes' span (PyHessian: 1 probe, 100 steps)
 DENSITY_PROBES, DENSITY_STEPS, DENSITY_GRID, DENSITY_WIDTH = 8, 32, 128, 0.01
@@ -58,16 +61,22 @@ def _tracked(names: tuple[str, ...], hessian_k: int) -> int:
 
 def memory(problem: Problem, params: Params, names: tuple[str, ...]) -> dict[str, jax.Array]:
     """The observables' carried state at a cold start: a fixed pseudo-random start block for
-    the eigen-tracker when `sharpness` or `hessian_top` is observed, else nothing."""
+    the eigen-tracker when `sharpness` or `hessian_top` is observed, and one for
+    `preconditioned_sharpness`'s top eigenvalue, else nothing."""
     k = tracked(problem, names)
-    if not k:
-        return {}
     n = sum(x.size for x in jax.tree.leaves(params))
-    why = hessian_k_refusal(names, problem.hessian_k, n)
-    if why:
-        raise ValueError(why)
-    flat = hessian_matvec(problem, params)[1]
-    return {HESSIAN_VECTORS: start_block(n, k + guards(k), flat.dtype)}
+    dtype = jax.tree.leaves(params)[0].dtype
+    out = {}
+    if k:
+        why = hessian_k_refusal(names, problem.hessian_k, n)
+        if why:
+            raise ValueError(why)
+        out[HESSIAN_VECTORS] = start_block(n, k + guards(k), dtype)
+    if "preconditioned_sharpness" in names:
+        if 3 * (1 + guards(1)) > n:
+            raise ValueError(hessian_k_refusal(("sharpness",), 1, n))
+        out[PRECONDITIONED_VECTORS] = start_block(n, 1 + guards(1), dtype, jax.random.PRNGKey(1))
+    return out
 
 
 def hessian_k_refusal(names: tuple[str, ...], hessian_k: int, n: int) -> str | None:
@@ -89,8 +98,8 @@ class Snapshot:
     `products` counts the Hessian-vector products the observation takes."""
 
     def __init__(self, problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...] = (),
-                 carried: dict[str, jax.Array] | None = None):
-        self.problem, self.params, self.ref, self.names = problem, params, ref, names
+                 carried: dict[str, jax.Array] | None = None, precond: Params | None = None):
+        self.problem, self.params, self.ref, self.names, self.precond = problem, params, ref, names, precond
         self.carried = memory(problem, params, names) if carried is None else carried
         self.products = jnp.zeros((), jnp.int32)
 
@@ -104,6 +113,16 @@ class Snapshot:
         hvp, _ = hessian_matvec(self.problem, self.params)
         eig = top_eigen(hvp, self.carried[HESSIAN_VECTORS], tracked(self.problem, self.names),
                         self.problem.eigen_rtol)
+        self.products = self.products + eig.products.astype(jnp.int32)
+        return eig
+
+    @functools.cached_property
+    def preconditioned(self) -> Eigen:
+        """The top eigenpair of P^{-1/2} ∇²L P^{-1/2} (unscaled), P the member's preconditioner
+        (`precond`; None: P = I, the Hessian itself), from its own carried vectors."""
+        hvp, _ = hessian_matvec(self.problem, self.params)
+        d = None if self.precond is None else ravel_pytree(self.precond)[0]
+        eig = top_eigen(hvp, self.carried[PRECONDITIONED_VECTORS], 1, self.problem.eigen_rtol, precond=d)
         self.products = self.products + eig.products.astype(jnp.int32)
         return eig
 
@@ -150,6 +169,11 @@ def _hidden(s: Snapshot) -> dict[str, jax.Array]:
 def _sharpness(s: Snapshot) -> dict[str, jax.Array]:
     rate, eig = s.problem.rate, s.hessian
     return {"sharpness": rate * eig.values[0], "sharpness_residual": rate * eig.residuals[0]}
+
+
+def _preconditioned_sharpness(s: Snapshot) -> dict[str, jax.Array]:
+    rate, eig = s.problem.rate, s.preconditioned
+    return {"preconditioned_sharpness": rate * eig.values[0], "preconditioned_sharpness_error": rate * eig.errors[0]}
 
 
 def _hessian_top(s: Snapshot) -> dict[str, jax.Array]:
@@ -210,6 +234,12 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("sharpness", {"sharpness": (), "sharpness_residual": ()}, _scalar_row, _sharpness),
     Observable("gn_sharpness", {"gn_sharpness": ()}, _scalar_row,
                lambda s: {"gn_sharpness": gn_sharpness(s.problem, s.params)}),
+    # rate·λ_max(P^{-1/2} ∇²L P^{-1/2}), P the diagonal preconditioner of the leg's step (the
+    # denominator of RMSProp, Adam and their flows; I for the others, where it is the
+    # sharpness), and the bound on its error: the leg is linearly stable below its own edge
+    # (`flowsim.kinds.solvers.edge`: 2/η for RMSProp, (2 + 2β₁)/((1 − β₁)η) for Adam)
+    Observable("preconditioned_sharpness", {"preconditioned_sharpness": (), "preconditioned_sharpness_error": ()},
+               _scalar_row, _preconditioned_sharpness),
     # the k = run.hessian_k largest Hessian eigenvalues in sharpness's units, descending, and
     # the bound on each one's error (flowsim/observe/eigen.py)
     Observable("hessian_top", {"hessian_top": ("hessian_eig",), "hessian_top_error": ("hessian_eig",)},
@@ -226,19 +256,23 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
 
 
 def observe_carried(problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...],
-                    carried: dict[str, jax.Array]) -> tuple[dict[str, jax.Array], dict[str, jax.Array], jax.Array]:
+                    carried: dict[str, jax.Array], precond: Params | None = None
+                    ) -> tuple[dict[str, jax.Array], dict[str, jax.Array], jax.Array]:
     """The series of the observables `names` at `params` (one checkpoint, one seed), in
     the registry's order, from the state `carried` from the checkpoint before (`memory` at
     the first); returns them, the state to carry to the next checkpoint, and the
     Hessian-vector products taken. `ref` is needed only by the change measures
-    (ntg_change, weight_change)."""
-    snapshot = Snapshot(problem, params, ref, names, carried)
+    (ntg_change, weight_change). `precond`: the member's preconditioner
+    (`AbstractIntegrator.preconditioner`), read by `preconditioned_sharpness`."""
+    snapshot = Snapshot(problem, params, ref, names, carried, precond)
     want = set(names)
     out: dict[str, jax.Array] = {}
     for name, obs in OBSERVABLES.items():
         if name in want:
             out |= obs.fn(snapshot)
     after = {HESSIAN_VECTORS: snapshot.hessian.vectors} if HESSIAN_VECTORS in snapshot.carried else {}
+    if PRECONDITIONED_VECTORS in snapshot.carried:
+        after[PRECONDITIONED_VECTORS] = snapshot.preconditioned.vectors
     return out, after, snapshot.products
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from flowsim import archive as _archive
-from flowsim.analysis.compare import (SUMMARY_GAPS, Ladder, Pair, Report, Stability, cell_text, series_of, sharp_source,
-                                      sweep_summary)
+from flowsim.analysis.compare import (PRECONDITIONED, SUMMARY_GAPS, Ladder, Pair, Report, Stability, cell_text,
+                                      series_of, sharp_source, sweep_summary)
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import Preset
 from flowsim.kinds.solvers import SOLVER_KINDS
@@ -76,12 +76,16 @@ class _RunFigure:
 
 
 def _flow_sharpness(rep: Report, run: str) -> tuple[np.ndarray, np.ndarray, str] | None:
-    """The first flow solver's recorded sharpness (times, values, its name), where it has a
-    point a log-log panel can show."""
+    """The first flow solver's recorded sharpness (times, values, its name): the gradient
+    flow's, or where the run's discrete legs are judged by their preconditioned sharpness, an
+    adaptive method's stable flow's; where it has a point a log-log panel can show."""
+    preconditioned = any(s.preconditioned for s in rep.stability if s.run == run)
     with _archive.open(rep.path) as arch:
-        found = next(((np.asarray(v.t, float), series_of(v, sharp_source(v)), v.name)
+        found = next(((np.asarray(v.t, float), series_of(v, sharp_source(v, kind)), v.name)
                       for v in arch.runs[run].solvers.values()
-                      if from_dict(Preset, v.preset).kind == "flow" and sharp_source(v)), None)
+                      for kind in (from_dict(Preset, v.preset).kind,)
+                      if (kind in PRECONDITIONED and not SOLVER_KINDS[kind].discrete if preconditioned
+                          else kind == "flow") and sharp_source(v, kind)), None)
     if found is not None and not _drawable(*found[:2]).any():
         return None      # a flow that ended at t = 0 has nothing to draw on a log axis
     return found
@@ -164,9 +168,14 @@ def _gap_panel(ax, f: _RunFigure, gap: str, letter: str) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
+_SHARP_LABELS = {"sharpness": "rate · λ_max(∇²L)", "gn_sharpness": "rate · λ_max(Gauss–Newton)",
+                 "preconditioned_sharpness": "rate · λ_max(P^{-1/2} ∇²L P^{-1/2})"}
+
+
 def _sharpness_panel(ax, f: _RunFigure, letter: str) -> None:
-    """η-scaled sharpness of each discrete solver with its stability line 2/η (× where it
-    diverged), over the flow's own sharpness as a wide grey line."""
+    """Sharpness of each discrete solver (an adaptive one's preconditioned sharpness) with its
+    own stability line (2/η, 2(1+β)/η, 38/η for Adam at β₁ = 0.9; × where it diverged), over
+    the flow's own as a wide grey line."""
     for s in f.stab:
         if s.sharp is None:
             continue
@@ -187,9 +196,10 @@ def _sharpness_panel(ax, f: _RunFigure, letter: str) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("flow time t")
-    src = next((s.source for s in f.stab if s.source), "sharpness")
-    ax.set_ylabel("rate · λ_max(∇²L)" if src == "sharpness" else "rate · λ_max(Gauss–Newton)")
-    ax.set_title(f"({letter}) sharpness; dotted: stability limit 2/η (× marks divergence)", fontsize=10)
+    sources = {s.source for s in f.stab if s.source} or {"sharpness"}
+    ax.set_ylabel(" / ".join(_SHARP_LABELS[s] for s in sorted(sources)))
+    ax.set_title(f"({letter}) {'preconditioned ' if sources == {'preconditioned_sharpness'} else ''}sharpness; "
+                 "dotted: each leg's stability limit (× marks divergence)", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -228,8 +238,9 @@ def _legend(ax, f: _RunFigure) -> None:
 
     handles = [Line2D([], [], color=f.col[e], lw=2, label=f"η = {e:g}") for e in sorted(f.col, reverse=True)]
     kinds = sorted({p.flow_kind for p in f.pairs})
-    handles += [Line2D([], [], color="0.2", ls=_FLOW_STYLE[k], lw=1.6,
-                       label=f"vs {SOLVER_KINDS[k].label}" + (" (same η)" if SOLVER_KINDS[k].of_gd else ""))
+    handles += [Line2D([], [], color="0.2", ls=_FLOW_STYLE.get(k, "-"), lw=1.6,   # (an adaptive method's flow: solid)
+                       label=f"vs {SOLVER_KINDS[k].label}"
+                             + (" (same η)" if SOLVER_KINDS[k].of_gd or SOLVER_KINDS[k].flow_of else ""))
                 for k in kinds]
     if any(p.unresolved is not None for p in f.pairs):
         handles.append(Patch(color="0.6", alpha=0.35, label=f"≤ {f.rep.factor:g} × flow error (unresolved)"))

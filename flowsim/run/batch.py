@@ -136,7 +136,8 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
             ended = jnp.where(seg["status"] != Status.DONE, seg["status"],
                               jnp.where(jnp.asarray(integ.out_of_steps(taken)), Status.MAX_STEPS, Status.DONE))
             code = jnp.where(go, ended, code)
-            values, after, products = observe_carried(problem, integ.params(new), ref, names, kept)
+            precond = integ.preconditioner(problem, new) if "preconditioned_sharpness" in names else None
+            values, after, products = observe_carried(problem, integ.params(new), ref, names, kept, precond)
             kept = jax.tree.map(lambda a, b: jnp.where(go, a, b), after, kept)
             values = values | integ.certificate(problem, new)
             stats = seg | {"status": code, "observe_hvps": products}
