@@ -113,7 +113,10 @@ GUARD_TOL = 1e-3
 STAGE_TRACK_TOL = 1e-4
 # The block an evaluation tracks: the candidates (ηλ/2 ≥ threshold at the last accepted point)
 # and this many guards beneath them, at a step's inner stages and at its end point
-# (`WarmStart.columns` says why the stages need none); max_eigen bounds the block.
+# (`WarmStart.columns` says why the stages need none); max_eigen bounds the block. A guard is
+# converged to GUARD_TOL and kept out of the complementarity problem (`track`, `central_point`):
+# it only tells when the block must grow; where the candidates fill max_eigen there is none
+# (compare's saturated-block note then says so).
 STAGE_GUARDS = 0
 END_GUARDS = 1
 # A conjugate direction (`_conjugate`) is kept while its part off span[U, R] has at least this
