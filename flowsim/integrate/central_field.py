@@ -302,14 +302,15 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
 
 def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, threshold: float,
                   iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL,
-                  columns=None, guards=0) -> CentralPoint:
+                  columns=None, guards=0, most: int | None = None) -> CentralPoint:
     """The central flow's field at W = y and everything it is made of, eigen-tracking
     started from U0 (n, k); `cold`: U0 is not a warm start (LOBPCG first, every column
     converged: the vectors at t = 0 and any one-off eigen-decomposition); `columns` (traced):
     track U0's leading columns alone (`WarmStart.columns`: a step's inner stages), None: all k;
     `guards` (traced): the last this many of them are guards (`track`), left out of the
     complementarity problem whatever their eigenvalue (the next step's block takes in one that
-    has become a candidate: the threshold beneath the edge leaves it that step)."""
+    has become a candidate: the threshold beneath the edge leaves it that step); `most`: at
+    most this many candidates (the leading ones) enter it (`CentralField.capacity`)."""
     w, unravel = ravel_pytree(y)
     n, dtype = w.size, w.dtype
     eta = jnp.asarray(eta, dtype)
@@ -336,6 +337,7 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
 
     # third derivatives of the candidates (ηλ/2 ≥ threshold): the first m(m+1)/2 pairs
     m = jnp.minimum(jnp.sum(eta * lam / 2 >= threshold), (k if columns is None else columns) - guards)
+    m = m if most is None else jnp.minimum(m, most)
     ii, jj = _pairs(k)
 
     def third(p, G):
@@ -347,7 +349,12 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
     G = jax.lax.fori_loop(0, thirds, third, jnp.zeros((k, k, n), dtype))
     alpha = G @ g
     kappa = 1.0 / (RELAX_STEPS * eta)
-    q = jnp.diag(kappa * (2.0 / eta - lam)) + alpha
+    # a column left out (a guard, or beyond `most`) is free: its margin is held positive, as
+    # it has no third derivative through which X could close it (a guard past the threshold
+    # joins the candidates at the next step)
+    margin = kappa * (2.0 / eta - lam)
+    margin = jnp.where(jnp.arange(k) < m, margin, jnp.maximum(margin, kappa * (1.0 - threshold) * 2.0 / eta))
+    q = jnp.diag(margin) + alpha
     X = sdcp.solve(q, sdcp.gram_operator(G))
     v = -g - 0.5 * jnp.einsum("ab,abn->n", X, G)
     return CentralPoint(velocity=unravel(v), U=U, lam=lam, X=X, held=rank(X), hvps=hvps,
@@ -422,10 +429,19 @@ class CentralField(eqx.Module):
     k: int = eqx.field(static=True)
     threshold: float = eqx.field(static=True)
 
+    @property
+    def capacity(self) -> int:
+        """The tracked block's columns: the k (max_eigen) that may be held and `END_GUARDS`
+        beneath them, so that a block whose k columns are all candidates still has a guard
+        (its eigenvalue converged to GUARD_TOL, `track`): the k-th candidate never waits on the
+        gap beneath it, and a direction beyond the k is watched. The block an evaluation
+        tracks grows and shrinks within it (`WarmStart.columns`)."""
+        return self.k + END_GUARDS
+
     def __call__(self, t, y, args) -> Params:
         problem, start = args
-        return central_point(problem, y, start.at(t), self.eta, self.k, self.threshold,
-                             columns=start.columns(self.eta, self.threshold, STAGE_GUARDS)).velocity
+        return central_point(problem, y, start.at(t), self.eta, self.capacity, self.threshold,
+                             columns=start.columns(self.eta, self.threshold, STAGE_GUARDS), most=self.k).velocity
 
 
 def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
@@ -525,7 +541,7 @@ class CentralSolver(AbstractFlowSolver):
 
     def _start(self, y0) -> jax.Array:
         w, _ = ravel_pytree(y0)
-        return initial_vectors(w.size, self.field.k, w.dtype)
+        return initial_vectors(w.size, self.field.capacity, w.dtype)
 
     def _rock4_inner(self, point: CentralPoint) -> Rock4Inner:
         return Rock4Inner(f0=point.velocity,
@@ -537,8 +553,8 @@ class CentralSolver(AbstractFlowSolver):
 
     def init(self, terms, t0, t1, y0, args) -> CentralState:
         f = self.field
-        point = central_point(args, y0, self._start(y0), f.eta, f.k, f.threshold, TRACK_ITERATIONS_INIT,
-                             cold=True)
+        point = central_point(args, y0, self._start(y0), f.eta, f.capacity, f.threshold, TRACK_ITERATIONS_INIT,
+                             cold=True, most=f.k)
         if self.stabilised:     # f(y0) is the point's: no evaluation of its own
             inner = self._rock4_inner(point)
         else:
@@ -557,10 +573,11 @@ class CentralSolver(AbstractFlowSolver):
         f = self.field
         U = state.start.U if t is None else state.start.at(t)
         if guards is None:
-            return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol)
+            return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, most=f.k)
         columns = state.start.columns(f.eta, f.threshold, guards)
         spare = columns - jnp.minimum(state.start.candidates(f.eta, f.threshold), f.k)
-        return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol, columns=columns, guards=spare)
+        return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, columns=columns, guards=spare,
+                             most=f.k)
 
     def _rock4_step(self, t0, t1, y0, args, state: CentralState):
         def end(t, y):
@@ -648,6 +665,7 @@ def certificate(solver: CentralSolver, problem: Problem, y: Params, state: Centr
     eta = solver.field.eta.astype(dtype)
     sigma = jnp.linalg.eigvalsh(point.X)[::-1]
     k = solver.field.k
-    values = [*point.lam, *(eta * point.lam / 2), *sigma, predicted_loss(problem, y, point),
+    lam = point.lam[:k]     # the guard beneath the k is not recorded
+    values = [*lam, *(eta * lam / 2), *sigma[:k], predicted_loss(problem, y, point),
               arrived(point, eta), state.events, *state.spent]
     return {name: jnp.asarray(v, dtype) for name, v in zip(certificate_names(k), values)}
