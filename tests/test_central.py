@@ -424,3 +424,84 @@ def test_rock4_central_flow_resumes_bit_identically_from_its_checkpoint_arrays()
     cert = integ.certificate(pairs[1][0], jax.tree.map(lambda x: x[1], a))
     # seed 1 is held (Σ > 0; `central_held` counts arrivals only): the test covers the third derivatives
     assert float(cert["central_sigma1"]) > 0
+
+
+# ---------------------------------------------------------------- the tracked block grows and shrinks
+
+
+def test_guards_do_not_wait_on_the_gap_beneath_the_block():
+    """`track`'s guards (the last columns of the block) are converged to `guard_tol` whatever
+    their eigenvalue: on a 300 × 300 matrix with eigenvalues 5, 4 (the candidates), 3.9 (the
+    guard) and 3.9 − 1e-5 beneath it, the candidates meet the tolerance and are the top two
+    eigenvalues (to their residuals' quadratic bound) for fewer products than when the guard is
+    converged as a candidate, which waits on the 1e-5 gap."""
+    rng = np.random.default_rng(1)
+    Q, _ = np.linalg.qr(rng.standard_normal((300, 300)))
+    eig = np.concatenate([[5.0, 4.0, 3.9, 3.9 - 1e-5], rng.uniform(0.0, 1.0, 296)])
+    H = (Q * eig) @ Q.T
+    block = masked_block(lambda v: jnp.asarray(H) @ v)
+    U0 = jnp.asarray(Q[:, :3] + 1e-2 * rng.standard_normal((300, 3)))
+    run = jax.jit(lambda guards: track(block, U0, 3.5, 1e-8, 1e-3, 300, jnp.asarray(3), guards))
+    lam, U, guarded = run(jnp.asarray(1))
+    _, _, unguarded = run(jnp.asarray(0))
+    lam, U = np.asarray(lam)[:2], np.asarray(U)[:, :2]
+    r = np.linalg.norm(H @ U - U * lam, axis=0)
+    assert np.all(r <= 1e-8 * 5.0)
+    assert np.all(np.abs(lam - eig[:2]) <= r ** 2 / 0.1 + 1e-13)
+    assert int(guarded) < int(unguarded)
+
+
+# L = Σ_i [−c x_i + ½ a_i(x_i) u_i²] + ½ d |z|²: on u = 0 the Hessian is diag(a_1, a_2) on the u's,
+# d on the 24 z's, 0 on the x's, and each pair (x_i, u_i) is the valley above, apart. a_1 = 3 + x/2
+# reaches the edge 2/η = 4 (η = 0.5) and is held from t1 = 1.5; a_2 = 2.9 + 0.85 s(x/4), s(u) =
+# u e^{1−u}, rises above the threshold 0.9·2/η = 3.6 at t ≈ 1.9, peaks at 3.75 (t = 4: never held,
+# its rise 0.19 per time unit is beneath κS ≥ 0.5), and falls back under 3.6 at t ≈ 6.4; a_2 < a_1
+# throughout (no crossing). So the block an end point tracks (candidates and one guard) has 1, 2, 3
+# columns, then 2 again, and x_2 = ct, z = z0 e^{−dt} while x_1 follows the valley's closed form.
+def _two_valleys_loss(pred, y):
+    w = pred[0]
+    x1, u1, x2, u2, z = w[0], w[1], w[2], w[3], w[4:]
+    a1 = 3.0 + 0.5 * x1
+    s = x2 / 4.0
+    a2 = 2.9 + 0.85 * s * jnp.exp(1.0 - s)
+    return -C * (x1 + x2) + 0.5 * a1 * u1 ** 2 + 0.5 * a2 * u2 ** 2 + 0.5 * D * jnp.sum(z ** 2)
+
+
+def _two_valleys():
+    zero = jnp.zeros((1, 28))
+    problem = Problem(net=_Point(), X=zero, y=zero, X_test=zero, y_test=zero, rate=1.0, loss_kind="callable",
+                      ntg_points=1, custom_loss=_two_valleys_loss)
+    return problem, {"w": jnp.concatenate([jnp.zeros(4), jnp.linspace(0.5, 1.5, 24)])}
+
+
+def _two_valleys_closed_form(t):
+    kappa = 1.0 / (RELAX_STEPS * ETA)
+    s0, s1 = 2.0 / ETA - 3.0, 0.5 * C / kappa
+    t1 = (s0 - s1) / (0.5 * C)
+    x1 = np.where(t < t1, C * t, C * t1 + (s1 / 0.5) * (1.0 - np.exp(-kappa * (t - t1))))
+    return np.concatenate([[x1, 0.0, C * t, 0.0], np.linspace(0.5, 1.5, 24) * np.exp(-D * t)])
+
+
+@pytest.mark.parametrize("method, k", [("tsit5", 3), ("rock4", 3), ("rock4", 2)])
+def test_the_block_grows_when_its_guard_becomes_a_candidate_and_shrinks_when_it_leaves(method, k):
+    """The block an end point tracks (`WarmStart.columns`: the candidates and a guard) grows from
+    1 to 3 columns as a_1 and then a_2 become candidates and shrinks to 2 when a_2 leaves; the
+    flow stays on its closed form throughout (the oracle a block tracked whole at every
+    evaluation would approach to the same tolerance), and the last tracked column (the z
+    cluster, the guard) is never a candidate: no saturated-block note. With max_eigen k = 2 the
+    two candidates fill it and the block still has its guard beneath them (capacity k + 1)."""
+    from flowsim.integrate.central_field import END_GUARDS
+    problem, p0 = _two_valleys()
+    integ = central(ETA, 1e-8, k=k, method=method, track_threshold=0.9)
+    advance = eqx.filter_jit(integ.advance)
+    state = integ.init(problem, p0)
+    columns = []
+    for t in (1.0, 3.0, 4.0, 9.0, 12.0):
+        state, stats = advance(problem, state, jnp.asarray(t))
+        assert int(stats["status"]) == 1
+        start = state.solver_state.start
+        columns.append(int(start.columns(jnp.asarray(ETA), 0.9, END_GUARDS)))
+        w = np.asarray(integ.params(state)["w"])
+        assert rel_err(w, _two_valleys_closed_form(t)) <= 1e-6, (t, rel_err(w, _two_valleys_closed_form(t)))
+        assert ETA * float(start.lam[2]) / 2 < 0.9
+    assert columns == [1, 3, 3, 2, 2]

@@ -212,8 +212,8 @@ def _cost_flow(view, eta: float) -> float:
 def _block_full(view, preset) -> str | None:
     """Where every tracked direction of the central leg `view` is a candidate (the last one's
     ηλ/2 at the preset's `track_threshold` or above, in the certificate's rows), the note that
-    says so: no direction beneath the block is watched then, so one can pass 2/η unseen and
-    never be held. None where the block always had a direction to spare."""
+    says so: the direction beneath them (the guard, `CentralField.capacity`) cannot be held
+    then, so it can pass 2/η. None where the block always had a direction to spare."""
     k = int(preset.max_eigen)
     last = series_of(view, f"central_edge{k}")
     if last is None:
@@ -224,8 +224,8 @@ def _block_full(view, preset) -> str | None:
     t = np.asarray(view.t, float)
     return (f"{view.name}: all {k} tracked directions are candidates from t = {t[full[0]]:g} on "
             f"(ηλ{k}/2 = {last[full[0]]:.4f} ≥ track_threshold {preset.track_threshold:g}, at {full.size} of "
-            f"{t.size} rows, {last[full[-1]]:.4f} at t = {t[full[-1]]:g}): a direction beyond them is not "
-            f"watched and can pass 2/η unseen; run again with a larger max_eigen to know")
+            f"{t.size} rows, {last[full[-1]]:.4f} at t = {t[full[-1]]:g}): a direction beyond them (the guard "
+            f"beneath the block) cannot be held and can pass 2/η; run again with a larger max_eigen to know")
 
 
 def twin_advice(gd: str, eta: float) -> str:

@@ -113,7 +113,10 @@ GUARD_TOL = 1e-3
 STAGE_TRACK_TOL = 1e-4
 # The block an evaluation tracks: the candidates (ηλ/2 ≥ threshold at the last accepted point)
 # and this many guards beneath them, at a step's inner stages and at its end point
-# (`WarmStart.columns` says why the stages need none); max_eigen bounds the block.
+# (`WarmStart.columns` says why the stages need none); max_eigen bounds the block. A guard is
+# converged to GUARD_TOL and kept out of the complementarity problem (`track`, `central_point`):
+# it only tells when the block must grow; where the candidates fill max_eigen there is none
+# (compare's saturated-block note then says so).
 STAGE_GUARDS = 0
 END_GUARDS = 1
 # A conjugate direction (`_conjugate`) is kept while its part off span[U, R] has at least this
@@ -224,7 +227,7 @@ def masked_block(hvp):
     return block
 
 
-def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations: int, columns=None):
+def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations: int, columns=None, guards=0):
     """The top eigenpairs of the symmetric H (`block(V, on)` = H·V on the columns `on`) from
     the warm start U0 (n, k): Rayleigh–Ritz on span U0 (k products), then, while a column's
     residual ‖Hu − λu‖ is above its tolerance (times max|λ|), one LOBPCG step (Knyazev 2001):
@@ -247,9 +250,19 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     `columns` (traced, 0 … k; None: k): only U0's leading `columns` are tracked, on their own
     span (the top `columns` eigenpairs when they hold the top eigenvectors' span); the others
     are returned as U0's (orthonormalised), with eigenvalue 0, at no product.
+    `guards` (traced): the last this many tracked columns are guards beneath the candidates, as
+    in `flowsim.observe.eigen`: converged to `guard_tol` whatever their eigenvalue. The
+    candidates' convergence then depends on the gap beneath the whole block, never on the one
+    between the last candidate and the first guard, which vanishes where the edge of stability
+    packs eigenvalues at 2/η (on central-cohen-scale five tracked eigenvalues within 0.7 % of
+    2/η, the sixth at 0.99: the tracking's products per evaluation rose from 10.5 to 47.8 with
+    the guard converged as a candidate). A guard's eigenvalue, good to its residual, only says
+    whether it has become a candidate (`WarmStart.columns`: the block then grows by one).
     Returns the Ritz values (descending), vectors and the products spent."""
     k = U0.shape[1]
-    on = jnp.ones(k, bool) if columns is None else jnp.arange(k) < columns
+    active = k if columns is None else columns
+    on = jnp.arange(k) < active
+    guard = on & (jnp.arange(k) >= active - guards)
     U0q = jnp.linalg.qr(U0)[0]
 
     def tracked(lam, U, HU, P, HP):
@@ -264,7 +277,7 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     def pending(c):
         lam, U, HU, _, _, its = c
         r = jnp.linalg.norm(HU - U * lam, axis=0)
-        want = jnp.where(lam + r >= floor, tol, guard_tol) * jnp.max(jnp.abs(lam))
+        want = jnp.where((lam + r >= floor) & ~guard, tol, guard_tol) * jnp.max(jnp.abs(lam))
         return jnp.any(r > want) & (its < iterations)
 
     def one(c):
@@ -289,11 +302,15 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
 
 def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, threshold: float,
                   iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL,
-                  columns=None) -> CentralPoint:
+                  columns=None, guards=0, most: int | None = None) -> CentralPoint:
     """The central flow's field at W = y and everything it is made of, eigen-tracking
     started from U0 (n, k); `cold`: U0 is not a warm start (LOBPCG first, every column
     converged: the vectors at t = 0 and any one-off eigen-decomposition); `columns` (traced):
-    track U0's leading columns alone (`WarmStart.columns`: a step's inner stages), None: all k."""
+    track U0's leading columns alone (`WarmStart.columns`: a step's inner stages), None: all k;
+    `guards` (traced): the last this many of them are guards (`track`), left out of the
+    complementarity problem whatever their eigenvalue (the next step's block takes in one that
+    has become a candidate: the threshold beneath the edge leaves it that step); `most`: at
+    most this many candidates (the leading ones) enter it (`CentralField.capacity`)."""
     w, unravel = ravel_pytree(y)
     n, dtype = w.size, w.dtype
     eta = jnp.asarray(eta, dtype)
@@ -315,11 +332,12 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
             _, U0, its = lobpcg_standard(jax.vmap(hvp, in_axes=1, out_axes=1), U0, m=iterations, tol=TRACK_TOL / (10 * n))
             hvps = k * (3 * its + 1)
         block = masked_block(hvp) if columns is not None else (lambda V, on: jax.vmap(hvp, in_axes=1, out_axes=1)(V))
-        lam, U, spent = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations, columns)
+        lam, U, spent = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations, columns, guards)
         hvps = hvps + spent
 
     # third derivatives of the candidates (ηλ/2 ≥ threshold): the first m(m+1)/2 pairs
-    m = jnp.sum(eta * lam / 2 >= threshold)
+    m = jnp.minimum(jnp.sum(eta * lam / 2 >= threshold), (k if columns is None else columns) - guards)
+    m = m if most is None else jnp.minimum(m, most)
     ii, jj = _pairs(k)
 
     def third(p, G):
@@ -331,7 +349,12 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
     G = jax.lax.fori_loop(0, thirds, third, jnp.zeros((k, k, n), dtype))
     alpha = G @ g
     kappa = 1.0 / (RELAX_STEPS * eta)
-    q = jnp.diag(kappa * (2.0 / eta - lam)) + alpha
+    # a column left out (a guard, or beyond `most`) is free: its margin is held positive, as
+    # it has no third derivative through which X could close it (a guard past the threshold
+    # joins the candidates at the next step)
+    margin = kappa * (2.0 / eta - lam)
+    margin = jnp.where(jnp.arange(k) < m, margin, jnp.maximum(margin, kappa * (1.0 - threshold) * 2.0 / eta))
+    q = jnp.diag(margin) + alpha
     X = sdcp.solve(q, sdcp.gram_operator(G))
     v = -g - 0.5 * jnp.einsum("ab,abn->n", X, G)
     return CentralPoint(velocity=unravel(v), U=U, lam=lam, X=X, held=rank(X), hvps=hvps,
@@ -383,8 +406,11 @@ class WarmStart(eqx.Module):
         On central-mlp (rock4 at rtol 1e-5, k = 5, one direction held from step 200) the HVPs
         per GD step fall from 21.4 (all five columns at every evaluation) to 3.64, 1.53 per
         evaluation (bench/results/central-cost.md)."""
-        candidates = jnp.sum(eta * self.lam / 2 >= threshold)
-        return jnp.minimum(candidates + guards, self.U.shape[1])
+        return jnp.minimum(self.candidates(eta, threshold) + guards, self.U.shape[1])
+
+    def candidates(self, eta, threshold: float) -> jax.Array:
+        """The columns at t whose ηλ/2 is at `threshold` or above."""
+        return jnp.sum(eta * self.lam / 2 >= threshold)
 
     def next(self, U: jax.Array, lam: jax.Array, t) -> "WarmStart":
         """The start after an accepted step ending at t with vectors U and eigenvalues lam."""
@@ -403,10 +429,19 @@ class CentralField(eqx.Module):
     k: int = eqx.field(static=True)
     threshold: float = eqx.field(static=True)
 
+    @property
+    def capacity(self) -> int:
+        """The tracked block's columns: the k (max_eigen) that may be held and `END_GUARDS`
+        beneath them, so that a block whose k columns are all candidates still has a guard
+        (its eigenvalue converged to GUARD_TOL, `track`): the k-th candidate never waits on the
+        gap beneath it, and a direction beyond the k is watched. The block an evaluation
+        tracks grows and shrinks within it (`WarmStart.columns`)."""
+        return self.k + END_GUARDS
+
     def __call__(self, t, y, args) -> Params:
         problem, start = args
-        return central_point(problem, y, start.at(t), self.eta, self.k, self.threshold,
-                             columns=start.columns(self.eta, self.threshold, STAGE_GUARDS)).velocity
+        return central_point(problem, y, start.at(t), self.eta, self.capacity, self.threshold,
+                             columns=start.columns(self.eta, self.threshold, STAGE_GUARDS), most=self.k).velocity
 
 
 def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
@@ -506,7 +541,7 @@ class CentralSolver(AbstractFlowSolver):
 
     def _start(self, y0) -> jax.Array:
         w, _ = ravel_pytree(y0)
-        return initial_vectors(w.size, self.field.k, w.dtype)
+        return initial_vectors(w.size, self.field.capacity, w.dtype)
 
     def _rock4_inner(self, point: CentralPoint) -> Rock4Inner:
         return Rock4Inner(f0=point.velocity,
@@ -518,8 +553,8 @@ class CentralSolver(AbstractFlowSolver):
 
     def init(self, terms, t0, t1, y0, args) -> CentralState:
         f = self.field
-        point = central_point(args, y0, self._start(y0), f.eta, f.k, f.threshold, TRACK_ITERATIONS_INIT,
-                             cold=True)
+        point = central_point(args, y0, self._start(y0), f.eta, f.capacity, f.threshold, TRACK_ITERATIONS_INIT,
+                             cold=True, most=f.k)
         if self.stabilised:     # f(y0) is the point's: no evaluation of its own
             inner = self._rock4_inner(point)
         else:
@@ -533,11 +568,16 @@ class CentralSolver(AbstractFlowSolver):
               tol: float = TRACK_TOL, guards: int | None = None) -> CentralPoint:
         """The field's point at y: at time t, from the extrapolated warm start; without t, at
         the state's own time (from its vectors); tracked to `tol`; `guards`: only the
-        candidates and this many more columns are tracked (`WarmStart.columns`), None: all k."""
+        candidates and this many more columns are tracked (`WarmStart.columns`), None: all k;
+        the columns beyond the candidates (up to k) are guards (`track`)."""
         f = self.field
         U = state.start.U if t is None else state.start.at(t)
-        columns = None if guards is None else state.start.columns(f.eta, f.threshold, guards)
-        return central_point(problem, y, U, f.eta, f.k, f.threshold, tol=tol, columns=columns)
+        if guards is None:
+            return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, most=f.k)
+        columns = state.start.columns(f.eta, f.threshold, guards)
+        spare = columns - jnp.minimum(state.start.candidates(f.eta, f.threshold), f.k)
+        return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, columns=columns, guards=spare,
+                             most=f.k)
 
     def _rock4_step(self, t0, t1, y0, args, state: CentralState):
         def end(t, y):
@@ -625,6 +665,7 @@ def certificate(solver: CentralSolver, problem: Problem, y: Params, state: Centr
     eta = solver.field.eta.astype(dtype)
     sigma = jnp.linalg.eigvalsh(point.X)[::-1]
     k = solver.field.k
-    values = [*point.lam, *(eta * point.lam / 2), *sigma, predicted_loss(problem, y, point),
+    lam = point.lam[:k]     # the guard beneath the k is not recorded
+    values = [*lam, *(eta * lam / 2), *sigma[:k], predicted_loss(problem, y, point),
               arrived(point, eta), state.events, *state.spent]
     return {name: jnp.asarray(v, dtype) for name, v in zip(certificate_names(k), values)}
