@@ -18,7 +18,8 @@
     central_field.py  the central flow of GD at step η (Cohen et al. 2025): its field and solver
     sdcp.py        the small semidefinite complementarity problem the central flow solves
     central_flow.py   CentralIntegrator: the flow engine stepping the central field
-    descent.py     DescentIntegrator: GD, momentum, SGD in compiled chunks
+    descent.py     AbstractDiscrete: the chunked step loop every discrete leg shares;
+                   DescentIntegrator: GD, momentum, SGD
     optimizers.py  OptaxIntegrator: RMSProp, Adam and any optax transformation, full batch, t = kη
     adaptive_flows.py  the stable flows of RMSProp and Adam in (w, ν[, m]), stepped by the engine
     reference_pair.py  ReferencePair: a flow beside a tighter reference (its error certificate)

@@ -11,7 +11,8 @@ an unperturbed one measures how far two GD runs drift apart from starts ε apart
 floor of any distance to GD's iterates (GD is chaotic past the edge of stability).
 """
 
-from typing import ClassVar
+import abc
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -40,52 +41,35 @@ class DescentState(eqx.Module):
     code: jax.Array           # status code: RUNNING, or DIVERGED once it has diverged
 
 
-class DescentIntegrator(AbstractIntegrator):
-    """Heavy-ball iteration v ← βv − η·rate·g, W ← W + v; β = 0 is plain GD.
+class AbstractDiscrete(AbstractIntegrator):
+    """A discrete method in compiled chunks: step k at flow time t = kη, a chunk's steps in
+    one `lax.while_loop`, ended `diverged` with the last good iterate. A method says how it
+    takes the loss and gradient at an iterate (`_loss_and_grad`) and what one step makes of
+    its state (`_update`); its state holds y, step, loss0 and code beside its own fields."""
 
-    With `batch_size` set, g is the gradient of an unbiased mini-batch loss estimate
-    (batches drawn without replacement, independently per step).
-    """
-
-    # Arrays, not static fields: a ladder of step sizes shares one compiled program.
-    learning_rate: jax.Array
-    beta: jax.Array
-    divergence_factor: jax.Array
-    perturbation: jax.Array                          # ε: the start is W_0 + ε·z (0: W_0, bit for bit)
-    batch_size: int = eqx.field(static=True)        # 0: full batch (a shape, so static)
-    # the heavy-ball kind; GD and SGD skip the velocity buffer (two passes over W per step)
-    momentum: bool = eqx.field(static=True)
+    learning_rate: eqx.AbstractVar[jax.Array]       # η
+    divergence_factor: eqx.AbstractVar[jax.Array]
 
     discrete: ClassVar[bool] = True
     certificate_series: ClassVar[tuple[str, ...]] = ()
 
-    def init(self, problem: Problem, params: Params, key: jax.Array) -> DescentState:
-        """The state at W_0 (+ ε·z); a resumed run replaces it with its checkpoint, so the
-        perturbation is applied once, at the start."""
-        dtype = jax.tree.leaves(params)[0].dtype
-        params = perturbed(params, self.perturbation, key)
-        return DescentState(y=params, velocity=jax.tree.map(jnp.zeros_like, params),
-                            step=jnp.asarray(0, jnp.int64), loss0=problem.loss(params).astype(dtype),
-                            key=key, code=jnp.asarray(Status.RUNNING))
+    @abc.abstractmethod
+    def _loss_and_grad(self, problem: Problem, y: Params, state, step: jax.Array):
+        """L and the gradient the method steps with, at the iterate `y` of step `step`."""
+
+    @abc.abstractmethod
+    def _update(self, problem: Problem, state, g: Params):
+        """The state after one step from `state` with gradient `g`: the next iterate and the
+        method's own fields (its step count and code as they were)."""
 
     def steps_for(self, t):
         """The step count k whose time kη is nearest to `t`."""
         return steps(t, self.learning_rate, jnp)
 
-    def _loss_and_grad(self, problem: Problem, y: Params, key: jax.Array, step: jax.Array):
-        if self.batch_size:
-            n = problem.X.shape[0]
-            idx = jax.random.choice(jax.random.fold_in(key, step), n, (self.batch_size,), replace=False)
-            return jax.value_and_grad(problem.batch_loss)(y, idx)
-        return jax.value_and_grad(problem.loss)(y)
-
-    def advance(self, problem: Problem, state: DescentState, t_next, horizon=None) -> tuple[DescentState, dict]:
+    def advance(self, problem: Problem, state, t_next, horizon=None) -> tuple[Any, dict]:
         """Run steps until k = round(t_next/η), or until divergence (`horizon`: unused)."""
         k_end = self.steps_for(t_next)
         k_start = state.step
-        dtype = jax.tree.leaves(state.y)[0].dtype  # keep float32 runs in float32
-        eta = (self.learning_rate * problem.rate).astype(dtype)
-        beta = self.beta.astype(dtype)
 
         def healthy(loss):
             # A non-finite weight makes the loss non-finite, so the loss alone is checked:
@@ -101,23 +85,18 @@ class DescentIntegrator(AbstractIntegrator):
             # needs anyway), and keep W_{k+1} only if that loss is healthy. A bad iterate is
             # thus never committed, and no copy of the previous state is carried: carrying
             # one (with a lax.cond between the two) made a float64 GD step at n = 100,
-            # d = 50, m = 2000 take 2.4 ms instead of 1.7 ms.
+            # d = 50, m = 2000 take 2.4 ms instead of 1.7 ms. (A field a step leaves as it
+            # was, GD's velocity, selects between equal arrays: XLA drops the select.)
             s, loss, g = carry
-            if self.momentum:
-                v = jax.tree.map(lambda vi, gi: beta * vi - eta * gi, s.velocity, g)
-                y = jax.tree.map(lambda w, vi: w + vi, s.y, v)
-            else:       # (the same bits: w + (0·v − ηg) is w − ηg)
-                v, y = s.velocity, jax.tree.map(lambda w, gi: w - eta * gi, s.y, g)
-            loss_next, g_next = self._loss_and_grad(problem, y, s.key, s.step + 1)
+            new = self._update(problem, s, g)
+            loss_next, g_next = self._loss_and_grad(problem, new.y, s, s.step + 1)
             ok = healthy(loss_next)
-            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)  # noqa: E731
-            s = DescentState(y=keep(y, s.y), velocity=keep(v, s.velocity) if self.momentum else v,
-                             step=s.step + ok, loss0=s.loss0, key=s.key,
-                             code=jnp.where(ok, s.code, Status.DIVERGED))
+            s = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, s)
+            s = eqx.tree_at(lambda z: (z.step, z.code), s, (s.step + ok, jnp.where(ok, s.code, Status.DIVERGED)))
             return s, loss_next, g_next
 
         # One gradient per chunk beyond its steps: the look-ahead needs the one at the start.
-        loss, g = self._loss_and_grad(problem, state.y, state.key, state.step)
+        loss, g = self._loss_and_grad(problem, state.y, state, state.step)
         code = jnp.where((state.code == Status.RUNNING) & ~healthy(loss), Status.DIVERGED, state.code)
         new, _, _ = jax.lax.while_loop(cond, body, (eqx.tree_at(lambda z: z.code, state, code), loss, g))
         taken = new.step - k_start
@@ -125,20 +104,62 @@ class DescentIntegrator(AbstractIntegrator):
                  "vf_evals": taken + 1, "status": jnp.where(new.code == Status.RUNNING, Status.DONE, new.code)}
         return new, stats
 
-    def time(self, state: DescentState) -> jax.Array:
+    def time(self, state) -> jax.Array:
         return state.step * self.learning_rate
 
-    def params(self, state: DescentState) -> Params:
+    def params(self, state) -> Params:
         return state.y
 
-    def step(self, state: DescentState) -> jax.Array:
+    def step(self, state) -> jax.Array:
         return state.step
 
-    def certificate(self, problem: Problem, state: DescentState) -> dict[str, jax.Array]:
+    def certificate(self, problem: Problem, state) -> dict[str, jax.Array]:
         return {}
 
     def out_of_steps(self, steps: int) -> bool:
-        return False        # a descent runs to its step count, or diverges
+        return False        # a discrete leg runs to its step count, or diverges
+
+
+class DescentIntegrator(AbstractDiscrete):
+    """Heavy-ball iteration v ← βv − η·rate·g, W ← W + v; β = 0 is plain GD.
+
+    With `batch_size` set, g is the gradient of an unbiased mini-batch loss estimate
+    (batches drawn without replacement, independently per step).
+    """
+
+    # Arrays, not static fields: a ladder of step sizes shares one compiled program.
+    learning_rate: jax.Array
+    beta: jax.Array
+    divergence_factor: jax.Array
+    perturbation: jax.Array                          # ε: the start is W_0 + ε·z (0: W_0, bit for bit)
+    batch_size: int = eqx.field(static=True)        # 0: full batch (a shape, so static)
+    # the heavy-ball kind; GD and SGD skip the velocity buffer (two passes over W per step)
+    momentum: bool = eqx.field(static=True)
+
+    def init(self, problem: Problem, params: Params, key: jax.Array) -> DescentState:
+        """The state at W_0 (+ ε·z); a resumed run replaces it with its checkpoint, so the
+        perturbation is applied once, at the start."""
+        dtype = jax.tree.leaves(params)[0].dtype
+        params = perturbed(params, self.perturbation, key)
+        return DescentState(y=params, velocity=jax.tree.map(jnp.zeros_like, params),
+                            step=jnp.asarray(0, jnp.int64), loss0=problem.loss(params).astype(dtype),
+                            key=key, code=jnp.asarray(Status.RUNNING))
+
+    def _loss_and_grad(self, problem: Problem, y: Params, state: DescentState, step: jax.Array):
+        if self.batch_size:
+            n = problem.X.shape[0]
+            idx = jax.random.choice(jax.random.fold_in(state.key, step), n, (self.batch_size,), replace=False)
+            return jax.value_and_grad(problem.batch_loss)(y, idx)
+        return jax.value_and_grad(problem.loss)(y)
+
+    def _update(self, problem: Problem, s: DescentState, g: Params) -> DescentState:
+        dtype = jax.tree.leaves(s.y)[0].dtype  # keep float32 runs in float32
+        eta = (self.learning_rate * problem.rate).astype(dtype)
+        if self.momentum:
+            v = jax.tree.map(lambda vi, gi: self.beta.astype(dtype) * vi - eta * gi, s.velocity, g)
+            return eqx.tree_at(lambda z: (z.y, z.velocity), s, (jax.tree.map(lambda w, vi: w + vi, s.y, v), v))
+        # (the same bits as the heavy ball at β = 0: w + (0·v − ηg) is w − ηg)
+        return eqx.tree_at(lambda z: z.y, s, jax.tree.map(lambda w, gi: w - eta * gi, s.y, g))
 
 
 def perturbed(params: Params, eps: jax.Array, key: jax.Array) -> Params:

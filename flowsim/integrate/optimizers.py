@@ -15,8 +15,6 @@ compiled program, so a ladder of learning rates or β's shares one compilation; 
 given to `simulate` is a static part of its integrator (its hyper-parameters are its closures').
 """
 
-from typing import ClassVar
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -24,9 +22,7 @@ import optax
 
 from ..status import Status
 from ..nn.problem import Params, Problem
-from ..kinds.solvers import steps
-from .base import AbstractIntegrator
-from .descent import perturbed
+from .descent import AbstractDiscrete, perturbed
 
 # How a scenario kind's transformation is built from its hyper-parameters (`OptaxIntegrator.built`)
 OPTIMIZERS = ("rmsprop", "adam", "given")
@@ -40,7 +36,7 @@ class OptaxState(eqx.Module):
     code: jax.Array           # RUNNING, or DIVERGED once it has diverged
 
 
-class OptaxIntegrator(AbstractIntegrator):
+class OptaxIntegrator(AbstractDiscrete):
     """W_{k+1} = W_k + u_k, (u_k, s_{k+1}) = update(g_k, s_k, W_k), g_k = rate·∇L(W_k)."""
 
     learning_rate: jax.Array          # η: step k is recorded at t = kη
@@ -53,9 +49,6 @@ class OptaxIntegrator(AbstractIntegrator):
     eps_in_sqrt: bool = eqx.field(static=True)       # rmsprop: 1/√(ν + ε) rather than 1/(√ν + ε)
     nu0_grad: bool = eqx.field(static=True)          # rmsprop: ν₀ = g₀ ⊙ g₀ rather than 0
     given: optax.GradientTransformation | None = eqx.field(static=True, default=None)
-
-    discrete: ClassVar[bool] = True
-    certificate_series: ClassVar[tuple[str, ...]] = ()
 
     def transformation(self, dtype) -> optax.GradientTransformation:
         """The optax transformation, its hyper-parameters in the run's precision."""
@@ -84,58 +77,12 @@ class OptaxIntegrator(AbstractIntegrator):
         return OptaxState(y=params, opt=opt, step=jnp.asarray(0, jnp.int64),
                           loss0=problem.loss(params).astype(dtype), code=jnp.asarray(Status.RUNNING))
 
-    def steps_for(self, t):
-        """The step count k whose time kη is nearest to `t`."""
-        return steps(t, self.learning_rate, jnp)
+    def _loss_and_grad(self, problem: Problem, y: Params, state: OptaxState, step: jax.Array):
+        return self._grad(problem, y)
 
-    def advance(self, problem: Problem, state: OptaxState, t_next, horizon=None) -> tuple[OptaxState, dict]:
-        """Run steps until k = round(t_next/η), or until divergence (`horizon`: unused)."""
-        k_end = self.steps_for(t_next)
-        k_start = state.step
-        tx = self.transformation(jax.tree.leaves(state.y)[0].dtype)
-
-        def healthy(loss):
-            return jnp.isfinite(loss) & (loss <= self.divergence_factor * state.loss0)
-
-        def cond(carry):
-            s, _, _ = carry
-            return (s.step < k_end) & (s.code == Status.RUNNING)
-
-        def body(carry):
-            # As GD's: step, take the new iterate's loss and gradient (the next step's), and
-            # commit the step only if that loss is healthy.
-            s, loss, g = carry
-            updates, opt = tx.update(g, s.opt, s.y)
-            y = optax.apply_updates(s.y, updates)
-            loss_next, g_next = self._grad(problem, y)
-            ok = healthy(loss_next)
-            keep = lambda new, old: jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, old)  # noqa: E731
-            s = OptaxState(y=keep(y, s.y), opt=keep(opt, s.opt), step=s.step + ok, loss0=s.loss0,
-                           code=jnp.where(ok, s.code, Status.DIVERGED))
-            return s, loss_next, g_next
-
-        loss, g = self._grad(problem, state.y)
-        code = jnp.where((state.code == Status.RUNNING) & ~healthy(loss), Status.DIVERGED, state.code)
-        new, _, _ = jax.lax.while_loop(cond, body, (eqx.tree_at(lambda z: z.code, state, code), loss, g))
-        taken = new.step - k_start
-        stats = {"steps": taken, "accepted": taken, "rejected": jnp.zeros_like(taken),
-                 "vf_evals": taken + 1, "status": jnp.where(new.code == Status.RUNNING, Status.DONE, new.code)}
-        return new, stats
-
-    def time(self, state: OptaxState) -> jax.Array:
-        return state.step * self.learning_rate
-
-    def params(self, state: OptaxState) -> Params:
-        return state.y
-
-    def step(self, state: OptaxState) -> jax.Array:
-        return state.step
-
-    def certificate(self, problem: Problem, state: OptaxState) -> dict[str, jax.Array]:
-        return {}
-
-    def out_of_steps(self, steps: int) -> bool:
-        return False        # a leg runs to its step count, or diverges
+    def _update(self, problem: Problem, s: OptaxState, g: Params) -> OptaxState:
+        updates, opt = self.transformation(jax.tree.leaves(s.y)[0].dtype).update(g, s.opt, s.y)
+        return eqx.tree_at(lambda z: (z.y, z.opt), s, (optax.apply_updates(s.y, updates), opt))
 
     def preconditioner(self, problem: Problem, state: OptaxState) -> Params:
         """The denominator of the last step taken, elementwise: RMSProp's √ν + ε (√(ν + ε) with
