@@ -194,7 +194,9 @@ def top_eigen(matvec, X0: jax.Array, k: int, rtol: float = RTOL, max_iters: int 
     theta, C = _ritz(X @ AX.T, b, jnp.zeros(b, bool))
     X, AX = C.T @ X, C.T @ AX
     R, res, err, done = finish(X, AX, theta)
-    zeros = jnp.zeros((e, n), X.dtype)
+    # [X, P] and their products are carried as one block each (P not yet formed: zero rows),
+    # the basis that W is orthogonalised against without a copy
+    XP, AXP = jnp.zeros((b + e, n), X.dtype).at[:b].set(X), jnp.zeros((b + e, n), X.dtype).at[:b].set(AX)
     # the projected operator on [X, P] (P not yet formed: zero); each iteration computes only
     # the rows of its new directions W (W A Sᵀ: e × (b + 2e) instead of the whole Gram matrix,
     # 0.3× the reads) and carries [X, P]'s block to the next in the coefficient space, where
@@ -206,16 +208,16 @@ def top_eigen(matvec, X0: jax.Array, k: int, rtol: float = RTOL, max_iters: int 
         return (it < max_iters) & ~done
 
     def body(c):
-        it, X, AX, P, AP, HXP, has_p, theta, R, res, err, done, taken = c
+        it, XP, AXP, HXP, has_p, theta, R, res, err, done, taken = c
         # soft locking: a tracked column already within rtol stays in the Rayleigh–Ritz basis
         # but adds no residual and takes no product (its zero row is a dropped direction); the
         # stop is still checked on all k after every step
         want = jnp.concatenate([err[:k] > rtol * jnp.abs(theta[:k]), jnp.ones(e - k, bool)])
-        W, real = _expansion(jnp.where(want[:, None], R[:e], 0.0), jnp.concatenate([X, P]))
+        W, real = _expansion(jnp.where(want[:, None], R[:e], 0.0), XP)
         AW = _some(apply, W, real)
-        S, AS = jnp.concatenate([X, P, W]), jnp.concatenate([AX, AP, AW])
+        S, AS = jnp.concatenate([XP, W]), jnp.concatenate([AXP, AW])
         HW = W @ AS.T                                     # (e, b + 2e): W's rows of S A Sᵀ
-        H = jnp.zeros((b + 2 * e, b + 2 * e), X.dtype).at[:b + e, :b + e].set(HXP)
+        H = jnp.zeros((b + 2 * e, b + 2 * e), XP.dtype).at[:b + e, :b + e].set(HXP)
         H = H.at[b + e:].set(HW).at[:, b + e:].set(HW.T)
         invalid = jnp.concatenate([jnp.zeros(b, bool), jnp.full(e, ~has_p), ~real])
         theta, C = _ritz(H, b, invalid)
@@ -228,15 +230,13 @@ def top_eigen(matvec, X0: jax.Array, k: int, rtol: float = RTOL, max_iters: int 
         H = (H + H.T) / 2
         HXP = CD.T @ H @ CD
         XP, AXP = CD.T @ S, CD.T @ AS                     # one product of tall matrices for X and P
-        X, AX, P, AP = XP[:b], AXP[:b], XP[b:], AXP[b:]
-        R, res, err, done = finish(X, AX, theta)
-        return (it + 1, X, AX, P, AP, HXP, jnp.asarray(True), theta, R, res, err, done,
-                taken + jnp.sum(real, dtype=jnp.int32))
+        R, res, err, done = finish(XP[:b], AXP[:b], theta)
+        return it + 1, XP, AXP, HXP, jnp.asarray(True), theta, R, res, err, done, taken + jnp.sum(real, dtype=jnp.int32)
 
-    it, X, AX, *_, theta, R, res, err, done, taken = jax.lax.while_loop(
-        more, body, (jnp.zeros((), jnp.int32), X, AX, zeros, zeros, HXP, jnp.asarray(False), theta, R, res, err,
-                     done, jnp.asarray(b, jnp.int32)))
-    return Eigen(values=theta, vectors=X, residuals=res, errors=err, products=taken, iterations=it,
+    it, XP, _, _, _, theta, R, res, err, done, taken = jax.lax.while_loop(
+        more, body, (jnp.zeros((), jnp.int32), XP, AXP, HXP, jnp.asarray(False), theta, R, res, err, done,
+                     jnp.asarray(b, jnp.int32)))
+    return Eigen(values=theta, vectors=XP[:b], residuals=res, errors=err, products=taken, iterations=it,
                  converged=done)
 
 
