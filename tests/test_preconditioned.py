@@ -27,8 +27,8 @@ def integrator(**preset):
     return make_integrator(typed, Run(t_end=1.0, solvers=(typed,)))
 
 
-def observed(integ, pair, rtol=1e-12):
-    """The observables NAMES at the rows STEPS of one seed, by `batch.chunk`."""
+def observed(integ, pair, rtol=1e-12, names=NAMES):
+    """The observables `names` at the rows STEPS of one seed, by `batch.chunk`."""
     problem, w0 = pair
     problem = dataclasses.replace(problem, eigen_rtol=rtol)
     problems, params = batch.stack_problems([problem]), batch.stack([w0])
@@ -36,8 +36,8 @@ def observed(integ, pair, rtol=1e-12):
     times = np.asarray(STEPS, float)[:, None] * ETA
     k = len(STEPS)
     _, _, (seg, _, step, values) = batch.chunk(integ, problems, state, times, np.ones((k, 1), bool),
-                                               np.ones(k, bool), np.zeros(1, np.int64), None, NAMES,
-                                               np.asarray(times[-1, 0]), batch.memory(problems, params, NAMES))
+                                               np.ones(k, bool), np.zeros(1, np.int64), None, names,
+                                               np.asarray(times[-1, 0]), batch.memory(problems, params, names))
     assert np.asarray(step)[:, 0].tolist() == list(STEPS)
     return {n: np.asarray(v)[:, 0] for n, v in values.items()}, np.asarray(seg["observe_hvps"])[:, 0]
 
@@ -113,9 +113,17 @@ def test_adam_leg_equals_dense_eigvalsh_with_bias_correction():
     assert relative(wrong[1:], expected[1:]) > 1e-2
 
 
-def test_gd_leg_preconditioned_sharpness_is_its_sharpness():
-    values, _ = observed(integrator(kind="gd", learning_rate=ETA), PAIR)
-    assert relative(values["preconditioned_sharpness"], values["sharpness"]) <= 1e-9
+def test_gd_leg_preconditioned_sharpness_is_its_sharpness_from_one_solve():
+    """P = I: the sharpness's solve is shared (the same value and error bound, and no product
+    more than the sharpness alone takes), and it is the dense Hessian's top eigenvalue."""
+    values, hvps = observed(integrator(kind="gd", learning_rate=ETA), PAIR)
+    alone, alone_hvps = observed(integrator(kind="gd", learning_rate=ETA), PAIR, names=("sharpness",))
+    assert np.array_equal(values["preconditioned_sharpness"], values["sharpness"])
+    assert np.array_equal(values["sharpness"], alone["sharpness"])
+    assert (values["preconditioned_sharpness_error"] <= values["sharpness_residual"]).all()   # min(‖r‖, ‖r‖²/δ)
+    assert np.array_equal(hvps, alone_hvps) and (hvps > 0).all()
+    exact = oracle(optax.sgd(ETA), lambda state: jax.tree.map(jnp.ones_like, PAIR[1]), PAIR)
+    assert relative(values["preconditioned_sharpness"], exact) <= 1e-8
 
 
 def test_edges_of_the_legs():

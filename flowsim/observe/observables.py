@@ -116,10 +116,20 @@ class Snapshot:
         self.products = self.products + eig.products.astype(jnp.int32)
         return eig
 
+    @property
+    def shares_hessian(self) -> bool:
+        """Whether `preconditioned` is the Hessian's own solve: P = I (`precond` None: GD, the
+        flow, momentum) beside an observable that tracks the Hessian's top eigenvalues, whose
+        first is the same eigenvalue to the same accuracy (one solve instead of two)."""
+        return self.precond is None and HESSIAN_VECTORS in self.carried
+
     @functools.cached_property
     def preconditioned(self) -> Eigen:
         """The top eigenpair of P^{-1/2} ∇²L P^{-1/2} (unscaled), P the member's preconditioner
-        (`precond`; None: P = I, the Hessian itself), from its own carried vectors."""
+        (`precond`; None: P = I, the Hessian itself), from its own carried vectors, or the
+        Hessian's solve where it `shares_hessian`."""
+        if self.shares_hessian:
+            return self.hessian
         hvp, _ = hessian_matvec(self.problem, self.params)
         d = None if self.precond is None else ravel_pytree(self.precond)[0]
         eig = top_eigen(hvp, self.carried[PRECONDITIONED_VECTORS], 1, self.problem.eigen_rtol, precond=d)
@@ -271,8 +281,9 @@ def observe_carried(problem: Problem, params: Params, ref: Reference | None, nam
         if name in want:
             out |= obs.fn(snapshot)
     after = {HESSIAN_VECTORS: snapshot.hessian.vectors} if HESSIAN_VECTORS in snapshot.carried else {}
-    if PRECONDITIONED_VECTORS in snapshot.carried:
-        after[PRECONDITIONED_VECTORS] = snapshot.preconditioned.vectors
+    if PRECONDITIONED_VECTORS in snapshot.carried:     # (a shared solve leaves its own start as it was)
+        after[PRECONDITIONED_VECTORS] = (snapshot.carried[PRECONDITIONED_VECTORS] if snapshot.shares_hessian
+                                         else snapshot.preconditioned.vectors)
     return out, after, snapshot.products
 
 
