@@ -150,13 +150,13 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0, of_gd=True),
     # GD's central flow at the edge of stability (flowsim.integrate.central_field)
     SolverKind("central-flow", discrete=False, label="central flow", state_copies=0, of_gd=True, central=True),
-    # RMSProp's central flow in (w, ν) (flowsim.integrate.central_rmsprop)
-    SolverKind("rmsprop-central", discrete=False, label="RMSProp central flow", state_copies=0, flow_of="rmsprop",
-               state_width=2, central=True),
     # RMSProp's and Adam's stable flows (flowsim.integrate.adaptive_flows) in (w, ν) and (w, m, ν)
     SolverKind("rmsprop-flow", discrete=False, label="RMSProp flow", state_copies=0, flow_of="rmsprop",
                state_width=2),
     SolverKind("adam-flow", discrete=False, label="Adam flow", state_copies=0, flow_of="adam", state_width=3),
+    # RMSProp's central flow in (w, ν) (flowsim.integrate.central_rmsprop)
+    SolverKind("rmsprop-central", discrete=False, label="RMSProp central flow", state_copies=0, flow_of="rmsprop",
+               state_width=2, central=True),
     SolverKind("gd", discrete=True, label="GD", state_copies=4),
     SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
     SolverKind("sgd", discrete=True, label="SGD", state_copies=4),
