@@ -1,5 +1,9 @@
 """The central flow of GD at step η (Cohen, Damian, Talwalkar, Kolter, Lee, ICLR 2025): the
 path GD's time average follows at the edge of stability, integrated under error control.
+RMSProp's central flow is the same field and solver handed RMSProp's stable flow as `form`:
+the state is then (w, ν), the tracked matrix D^{-1/2}∇²L̃D^{-1/2} (D = √ν + ε) and the margins
+move with ν too (`flowsim.integrate.central_rmsprop` derives what changes); the rest of this
+docstring speaks of GD's.
 
 With L̃ = rate·L (GD on L moves W ← W − η·rate·∇L, i.e. GD on L̃ with step η) and flowsim's
 time t = kη,
