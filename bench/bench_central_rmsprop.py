@@ -5,7 +5,7 @@ bench/results/central-rmsprop.md.
 
 ARCHIVE: `flowsim run central-rmsprop -o ARCHIVE` (its legs rmsprop, rmsprop-twin,
 rmsprop-flow, rmsprop-central; rows every step); without it the script runs the scenario
-first (3 min on 2 cores; --quick: its RMSProp and central legs to step 300, read there). The
+first (3 min on 2 cores; --quick: to step 300, read there). The
 reference is the JAX central-flow
 package's algorithm (github alex-damian/central_flows_jax, `central_flow_substep`), corrected
 as issue 55 says and written here from its equations, not from flowsim's field: forward Euler
@@ -55,11 +55,7 @@ LOBPCG_ITERS = 200     # jax's LOBPCG, warm-started from the last substep's vect
 LOBPCG_TOL = 1e-9
 THRESHOLD = 0.9        # e ≥ 2·THRESHOLD enters the stability problem (the leg's track_threshold)
 SMOOTH_STEPS = 50
-QUICK_STEPS = 300      # --quick: past the onset (step 166)
-# --quick's legs: RMSProp and its central flow as the scenario has them
-QUICK_LEGS = ('[{ name = "rmsprop", kind = "rmsprop", learning_rate = 0.001, beta2 = 0.99, nu0 = "grad-squared" }, '
-              '{ name = "rmsprop-central", kind = "rmsprop-central", learning_rate = 0.001, beta2 = 0.99, '
-              'max_eigen = 5, method = "rock4", rtol = 1e-6, atol = 1e-8, pcoeff = 0.3, icoeff = 0.3 }]')
+QUICK_STEPS = 300      # --quick: the scenario to this step, past the onset (step 166)
 AT = (400, 600, 1000)
 
 
@@ -118,10 +114,9 @@ def smoothed_error(t_steps, predicted, losses, onset):
 
 
 def run_scenario(out: str, steps: int | None = None) -> None:
-    """`flowsim run central-rmsprop -o out`; with `steps`, its RMSProp and central legs alone to
-    that step (rows every step)."""
-    short = [] if steps is None else ["--set", f"run.t_end={steps / 1000}", "--set", f"run.checkpoints={{count={steps}}}",
-                                      "--set", f"run.solvers={QUICK_LEGS}"]
+    """`flowsim run central-rmsprop -o out`; with `steps`, to that step (rows every step)."""
+    short = [] if steps is None else ["--set", f"run.t_end={steps / 1000}",
+                                      "--set", f"run.checkpoints={{count={steps}}}"]
     assert flowsim_main(["run", SCENARIO, "-o", out, "-q", "--overwrite", *short]) == 0
 
 

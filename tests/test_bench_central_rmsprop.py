@@ -8,10 +8,13 @@ steps, step 600) is the bench's: 8.1e-6, 2.7 %, 12.8 (bench/results/central-rmsp
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_central_rmsprop as bench  # noqa: E402
+import flowsim  # noqa: E402
+from flowsim.analysis import compare_central as central  # noqa: E402
 from flowsim.run.precision import enable_x64  # noqa: E402
 
 
@@ -27,3 +30,12 @@ def test_rmsprops_central_flow_meets_the_issues_figures(tmp_path):
     assert fig["rel_theta"] <= 1e-3                      # the issue's target
     assert fig["loss_mean"] <= 0.05
     assert fig["per_step"] <= 20
+    # `flowsim compare`'s central section pairs RMSProp with its central flow, its stable flow
+    # and its twin, and reads the preconditioned sharpness as the sharpness
+    (track,) = central.archive_tracks(flowsim.open(out))
+    assert (track.gd, track.central, track.flow, track.twin) == ("rmsprop", "rmsprop-central", "rmsprop-flow",
+                                                                 "rmsprop-twin")
+    solvers = flowsim.open(out).runs["seed0"].solvers
+    assert np.array_equal(track.sharp_gd, solvers["rmsprop"]["preconditioned_sharpness"][: len(track.t)])
+    after = slice(track.onset + 100, None)
+    assert track.onset == fig["onset"] and np.all(track.d_flow[after] > track.d_central[after])

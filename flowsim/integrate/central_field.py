@@ -340,7 +340,8 @@ def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: fl
         if cold:
             # from a start unrelated to the Hessian: jax's LOBPCG converges every column (it
             # applies H to 3k vectors per iteration and once to the start)
-            _, U0, its = lobpcg_standard(jax.vmap(op, in_axes=1, out_axes=1), U0, m=iterations, tol=TRACK_TOL / (10 * n))
+            _, U0, its = lobpcg_standard(jax.vmap(op, in_axes=1, out_axes=1), U0, m=iterations,
+                                         tol=TRACK_TOL / (10 * n))
             hvps = k * (3 * its + 1)
         block = masked_block(op) if columns is not None else (lambda V, on: jax.vmap(op, in_axes=1, out_axes=1)(V))
         lam, U, spent = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations, columns, guards)
