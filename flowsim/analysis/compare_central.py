@@ -78,6 +78,8 @@ class CentralTrack:
     # the central flow's `sharpness` observable (Lanczos, as GD's and the flow's): central_eig1
     # comes from the warm-started tracking, which below the tracking threshold may lag it
     sharp_central_observed: np.ndarray | None = None
+    # the series the sharpness is read from: `preconditioned_sharpness` for RMSProp's pair
+    sharpness: str = "sharpness"
     sharp_flow: np.ndarray | None = None   # NaN where the flow has no row at a matched time
     d_central: np.ndarray | None = None    # ‖θ_GD − θ_central‖ (None: `weights` not recorded by both)
     d_flow: np.ndarray | None = None
@@ -276,6 +278,7 @@ def _track(run, g, c, flow, twin, eta: float, presets, sharpness: str = "sharpne
     rf = _rows_at(t, flow) if flow is not None else None
     rw = _rows_at(t, twin) if twin is not None else None
 
+    tr.sharpness = sharpness
     tr.sharp_gd = _at(g, sharpness, ig)
     tr.sharp_central = _at(c, "central_eig1", ic)
     tr.sharp_central_observed = _at(c, sharpness, ic)

@@ -47,7 +47,7 @@ def panel_sharpness(ax: Axes, tr: CentralTrack) -> None:
     """GD's sharpness, the central flow's (its `sharpness` observable where recorded, and its
     top tracked eigenvalue central_eig1), the flow's, and 2/η."""
     for values, colour, ls, label in ((tr.sharp_gd, GD, "-", tr.gd),
-                                      (tr.sharp_central_observed, CENTRAL, "-", f"{tr.central} (`sharpness`)"),
+                                      (tr.sharp_central_observed, CENTRAL, "-", f"{tr.central} (`{tr.sharpness}`)"),
                                       (tr.sharp_central, CENTRAL, "--", f"{tr.central} (central_eig1: tracked)"),
                                       (tr.sharp_flow, FLOW, ":", f"{tr.flow} (gradient flow)")):
         if values is not None:
@@ -55,9 +55,14 @@ def panel_sharpness(ax: Axes, tr: CentralTrack) -> None:
     ax.axhline(2 / tr.eta, color="0.35", ls=":", lw=1.2)
     ax.annotate(f"2/η = {2 / tr.eta:.4g}", (0.01, 2 / tr.eta), xycoords=("axes fraction", "data"), ha="left",
                 va="bottom", fontsize=8, color="0.35")
+    # a flow far past the edge (RMSProp's stable flow: 143 × 2/η on central-rmsprop) would
+    # flatten the held line on a linear axis
+    if tr.sharp_flow is not None and np.nanmax(tr.sharp_flow) > 10 * 2 / tr.eta:
+        ax.set_yscale("log")
     _onset(ax, tr)
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_ylabel(r"rate $\cdot\ \lambda_{\max}(\nabla^2 L)$")
+    ax.set_ylabel(r"rate $\cdot\ \lambda_{\max}(\nabla^2 L)$" if tr.sharpness == "sharpness"
+                  else r"rate $\cdot\ \lambda_{\max}(P^{-1/2}\nabla^2 L P^{-1/2})$")
 
 
 def panel_distances(ax: Axes, tr: CentralTrack) -> None:
