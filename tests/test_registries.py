@@ -197,7 +197,7 @@ def _presets():
             for method, entry in FLOW_METHODS.items():
                 if entry.filippov and kind != "flow":
                     continue     # refused: tests/test_filippov.py, tests/test_optimizers.py
-                if kind == "central-flow" and (entry.implicit or not entry.central):
+                if SOLVER_KINDS[kind].central and (entry.implicit or not entry.central):
                     continue     # refused: tests/test_central.py
                 # the Filippov integrator takes shallow ReLU nets only (the loader refuses others)
                 network = ("model.activation=relu",) if entry.filippov else ()

@@ -600,8 +600,8 @@ def test_kinds_are_read_from_the_registries():
      '"weight_change", "unit_change", "importance", "weights", "sharpness", "gn_sharpness", '
      '"preconditioned_sharpness", "hessian_top", "hessian_density", "hidden"'),
     ({"run.solvers": '[{ name = "x", kind = "flo" }]'},
-     'one of "flow", "modified-flow", "central-flow", "rmsprop-flow", "adam-flow", "gd", "momentum", "sgd", '
-     '"rmsprop", "adam"'),
+     'one of "flow", "modified-flow", "central-flow", "rmsprop-flow", "adam-flow", "rmsprop-central", "gd", '
+     '"momentum", "sgd", "rmsprop", "adam"'),
     ({"run.solvers": '[{ name = "x", kind = "flow", method = "rk4" }]'},
      'one of "tsit5", "dopri5", "dopri8", "heun", "bosh3", "ralston", "kvaerno5", "rock4", "rkc2", "auto", "filippov"'),
 ])

@@ -47,6 +47,7 @@ import numpy as np
 
 from flowsim.config.declare import from_dict
 from flowsim.config.typed import DescentPreset, FlowPreset, Preset
+from flowsim.kinds.solvers import CENTRAL_KINDS, SOLVER_KINDS
 
 from .matching import match_times, row_norms, same_eta, series_of
 
@@ -77,6 +78,8 @@ class CentralTrack:
     # the central flow's `sharpness` observable (Lanczos, as GD's and the flow's): central_eig1
     # comes from the warm-started tracking, which below the tracking threshold may lag it
     sharp_central_observed: np.ndarray | None = None
+    # the series the sharpness is read from: `preconditioned_sharpness` for RMSProp's pair
+    sharpness: str = "sharpness"
     sharp_flow: np.ndarray | None = None   # NaN where the flow has no row at a matched time
     d_central: np.ndarray | None = None    # ‖θ_GD − θ_central‖ (None: `weights` not recorded by both)
     d_flow: np.ndarray | None = None
@@ -241,25 +244,28 @@ def archive_tracks(arch) -> list[CentralTrack]:
 
 def central_tracks(run, presets: dict[str, object]) -> list[CentralTrack]:
     """Every GD / central-flow pair of the same η in `run` (an archive's RunView; `presets`:
-    its solvers' typed presets)."""
+    its solvers' typed presets); and every RMSProp / rmsprop-central pair, read alike with
+    RMSProp's stable flow as its flow and the `preconditioned_sharpness` as its sharpness."""
     solvers = run.solvers
-    centrals = [v for v in solvers.values() if isinstance(presets[v.name], FlowPreset)
-                and presets[v.name].kind == "central-flow"]
-    gds = [v for v in solvers.values() if isinstance(presets[v.name], DescentPreset) and presets[v.name].kind == "gd"]
-    flow = next((v for v in solvers.values() if isinstance(presets[v.name], FlowPreset)
-                 and presets[v.name].kind == "flow"), None)
+    kind = lambda v: presets[v.name].kind
     out = []
-    for c in centrals:
+    for c in (v for v in solvers.values() if isinstance(presets[v.name], FlowPreset) and kind(v) in CENTRAL_KINDS):
         eta = float(presets[c.name].learning_rate)
-        mine = [g for g in gds if same_eta(presets[g.name].learning_rate, eta)]
+        method = SOLVER_KINDS[kind(c)].flow_of or "gd"
+        mine = [g for g in solvers.values() if isinstance(presets[g.name], DescentPreset) and kind(g) == method
+                and same_eta(presets[g.name].learning_rate, eta)]
+        flow = next((v for v in solvers.values() if isinstance(presets[v.name], FlowPreset) and (
+            kind(v) == "flow" if method == "gd" else
+            kind(v) == f"{method}-flow" and same_eta(presets[v.name].learning_rate, eta))), None)
         twins = [g for g in mine if presets[g.name].perturbation > 0]
         for g in (g for g in mine if presets[g.name].perturbation == 0):
             twin = min(twins, key=lambda v: presets[v.name].perturbation, default=None)
-            out.append(_track(run, g, c, flow, twin, eta, presets))
+            out.append(_track(run, g, c, flow, twin, eta, presets,
+                              "sharpness" if method == "gd" else "preconditioned_sharpness"))
     return out
 
 
-def _track(run, g, c, flow, twin, eta: float, presets) -> CentralTrack:
+def _track(run, g, c, flow, twin, eta: float, presets, sharpness: str = "sharpness") -> CentralTrack:
     tg = np.asarray(g.t, float)
     steps = np.asarray(g.step) if g.step is not None else np.round(tg / eta).astype(int)
     ig, ic = match_times(tg, np.asarray(c.t, float))
@@ -272,12 +278,13 @@ def _track(run, g, c, flow, twin, eta: float, presets) -> CentralTrack:
     rf = _rows_at(t, flow) if flow is not None else None
     rw = _rows_at(t, twin) if twin is not None else None
 
-    tr.sharp_gd = _at(g, "sharpness", ig)
+    tr.sharpness = sharpness
+    tr.sharp_gd = _at(g, sharpness, ig)
     tr.sharp_central = _at(c, "central_eig1", ic)
-    tr.sharp_central_observed = _at(c, "sharpness", ic)
-    tr.sharp_flow = _at(flow, "sharpness", rf) if flow is not None else None
+    tr.sharp_central_observed = _at(c, sharpness, ic)
+    tr.sharp_flow = _at(flow, sharpness, rf) if flow is not None else None
     if tr.sharp_gd is None:
-        tr.notes.append(f"onset unknown: {g.name} has no `sharpness` (add it to run.observe)")
+        tr.notes.append(f"onset unknown: {g.name} has no `{sharpness}` (add it to run.observe)")
     else:
         over = np.flatnonzero(eta * tr.sharp_gd >= 2.0)
         tr.onset = int(over[0]) if over.size else None

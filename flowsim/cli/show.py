@@ -16,7 +16,7 @@ from ..config.schema import sweep_axes
 from ..config.sweep_grammar import sweep_key
 from ..config.spec import ABSENT, toml_value
 from ..run.integrators import checkpoint_grid
-from ..kinds.solvers import CENTRAL_READS, FLOW_METHODS, group_keys
+from ..kinds.solvers import CENTRAL_KINDS, CENTRAL_READS, FLOW_METHODS, group_keys
 
 _MIB = 2**20
 
@@ -76,7 +76,7 @@ def _unused(resolved: dict, path: tuple) -> bool:
     method = FLOW_METHODS.get(preset.get("method"))
     if method is None:
         return False
-    return path[3] not in (_CENTRAL_KEYS if preset.get("kind") == "central-flow" else method.keys())
+    return path[3] not in (_CENTRAL_KEYS if preset.get("kind") in CENTRAL_KINDS else method.keys())
 
 
 def _swept(sc: Scenario) -> dict[str, str]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, CENTRAL_METHODS, FLOW_METHODS, steps
+from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, CENTRAL_KINDS, CENTRAL_METHODS, FLOW_METHODS, steps
 from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import OBSERVABLES as _OBSERVABLE_REGISTRY
 from ..kinds import SHALLOW_KINDS
@@ -103,7 +103,7 @@ def dt_bounds(t: dict, key: str, ctx: Ctx) -> None:
 def central_fits(t: dict, key: str, ctx: Ctx) -> None:
     """A central flow is stepped by an explicit method, Runge–Kutta or rock4 (its eigenvectors
     ride in the method's state: flowsim.integrate.central_field), and has no reference flow of its own."""
-    if t["kind"] != "central-flow":
+    if t["kind"] not in CENTRAL_KINDS:
         return
     if t["method"] not in CENTRAL_METHODS:
         raise ctx.bad(join(key, "method"), t["method"], "cannot step a central flow",

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import numpy as np
 
-from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS, GIVEN_KINDS
+from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, CENTRAL_KINDS, DISCRETE_KINDS, FLOW_KINDS, GD_FLOW_KINDS, GIVEN_KINDS
 from ..kinds.solvers import FLOW_METHODS as _FLOW_METHOD_REGISTRY
 from ..kinds.solvers import SOLVER_KINDS as _SOLVER_KIND_REGISTRY
 from ..kinds import ACTIVATIONS as _ACTIVATION_REGISTRY
@@ -332,13 +332,14 @@ def _description() -> Any:
 
 def _learning_rate(kinds: tuple[str, ...] = ()) -> Any:
     return setting(positive(), "the step η (modified-flow: the GD step whose modified equation it solves; "
-                   "central-flow: the GD step whose central flow it solves; rmsprop-flow, adam-flow: the step of "
+                   "central-flow: the GD step whose central flow it solves; rmsprop-flow, adam-flow, rmsprop-central: the "
+                   "step of "
                    "the method whose stable flow it solves, in time t = kη)", kinds=kinds)
 
 
 # RMSProp's and Adam's hyper-parameters, each declared once for the discrete kind and its
 # stable flow (flowsim.integrate.optimizers, flowsim.integrate.adaptive_flows; docs/optimizers.md)
-_RMSPROP, _ADAM = ("rmsprop", "rmsprop-flow"), ("adam", "adam-flow")
+_RMSPROP, _ADAM = ("rmsprop", "rmsprop-flow", "rmsprop-central"), ("adam", "adam-flow")
 
 
 def _beta1() -> Any:
@@ -378,16 +379,18 @@ class FlowPreset:
     eps_in_sqrt: bool | None = _eps_in_sqrt()
     # central-flow: the eigen-directions tracked, and the share of the edge 2/η from which a
     # tracked direction enters the complementarity problem
-    max_eigen: int | None = setting(Int(lo=1, hi=16, default=5), "central-flow: Hessian eigen-directions "
+    max_eigen: int | None = setting(Int(lo=1, hi=16, default=5), "central-flow, rmsprop-central: Hessian "
+                                    "eigen-directions "
                                     "tracked (by warm-started LOBPCG), at most; `flowsim compare` notes where all of "
                                     "them reach track_threshold (nothing beneath them is watched then)",
-                                    kinds=("central-flow",))
+                                    kinds=CENTRAL_KINDS)
     track_threshold: float | None = setting(
-        Float(lo=0.0, hi=1.0, lo_open=True, default=0.9), "central-flow: a tracked direction whose ηλ/2 "
+        Float(lo=0.0, hi=1.0, lo_open=True, default=0.9), "central-flow, rmsprop-central: a tracked "
+        "direction whose ηλ/2 "
         "reaches this enters the complementarity problem that holds it at 2/η (third derivatives are "
         "computed for it); below, it is taken as free: a higher threshold pays fewer third-derivative products "
         "and leaves out directions that can still couple in (bench/bench_central_threshold.py)",
-        kinds=("central-flow",))
+        kinds=CENTRAL_KINDS)
     # the registry's names when the preset is read (the view, not a copy: a method registered
     # after this import, `flowsim.kinds.solvers.register_flow_method`, is allowed too)
     method: str = setting(

@@ -16,6 +16,7 @@
     rkc2.py        RKC2: the second-order Runge–Kutta–Chebyshev method (Sommeijer–Shampine–Verwer)
     auto.py        Auto: Tsit5 while accuracy holds the step, ROCK4 while stability does (the default)
     central_field.py  the central flow of GD at step η (Cohen et al. 2025): its field and solver
+    central_rmsprop.py  RMSProp's preconditioner in that field: RMSProp's central flow in (w, ν)
     sdcp.py        the small semidefinite complementarity problem the central flow solves
     central_flow.py   CentralIntegrator: the flow engine stepping the central field
     descent.py     AbstractDiscrete: the chunked step loop every discrete leg shares;

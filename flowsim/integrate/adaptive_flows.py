@@ -59,14 +59,25 @@ class RmspropFlow(StateForm):
         eps = self.eps.astype(jax.tree.leaves(y["nu"])[0].dtype)
         return jax.tree.map(lambda n: _denominator(n, eps, self.eps_in_sqrt), y["nu"])
 
-    def _nu_rate(self, dtype):
+    def denominator_slope(self, y: dict) -> Params:
+        """∂(√ν + ε)/∂ν (∂√(ν + ε)/∂ν), 0 where it is unbounded (ν = 0 with ε outside the root):
+        the central flow's preconditioner moves with ν (`flowsim.integrate.central_rmsprop`)."""
+        eps = self.eps.astype(jax.tree.leaves(y["nu"])[0].dtype)
+
+        def slope(n):
+            root = jnp.sqrt(jnp.maximum(n, 0) + (eps if self.eps_in_sqrt else 0))
+            return jnp.where(root > 0, 0.5 / jnp.where(root > 0, root, 1.0), 0.0)
+        return jax.tree.map(slope, y["nu"])
+
+    def nu_rate(self, dtype):
+        """ν's rate (1 − β₂)/(β₂η) in flowsim's time."""
         b2, eta = self.beta2.astype(dtype), self.learning_rate.astype(dtype)
         return (1 - b2) / (b2 * eta)
 
     def __call__(self, t, y: dict, problem: Problem) -> dict:
         g = _gradient(problem, y["w"])
         dtype = jax.tree.leaves(g)[0].dtype
-        c2, eps = self._nu_rate(dtype), self.eps.astype(dtype)
+        c2, eps = self.nu_rate(dtype), self.eps.astype(dtype)
         return {"w": jax.tree.map(lambda gi, n: -gi / _denominator(n, eps, self.eps_in_sqrt), g, y["nu"]),
                 "nu": jax.tree.map(lambda gi, n: c2 * (gi * gi - n), g, y["nu"])}
 
@@ -84,7 +95,7 @@ class AdamFlow(RmspropFlow):
         g = _gradient(problem, y["w"])
         dtype = jax.tree.leaves(g)[0].dtype
         b1, eta = self.beta1.astype(dtype), self.learning_rate.astype(dtype)
-        c1, c2, eps = (1 - b1) / (b1 * eta), self._nu_rate(dtype), self.eps.astype(dtype)
+        c1, c2, eps = (1 - b1) / (b1 * eta), self.nu_rate(dtype), self.eps.astype(dtype)
         return {"w": jax.tree.map(lambda m, n: -m / _denominator(n, eps, False), y["m"], y["nu"]),
                 "m": jax.tree.map(lambda gi, m: c1 * (gi - m), g, y["m"]),
                 "nu": jax.tree.map(lambda gi, n: c2 * (gi * gi - n), g, y["nu"])}

@@ -1,5 +1,9 @@
 """The central flow of GD at step η (Cohen, Damian, Talwalkar, Kolter, Lee, ICLR 2025): the
 path GD's time average follows at the edge of stability, integrated under error control.
+RMSProp's central flow is the same field and solver handed RMSProp's stable flow as `form`:
+the state is then (w, ν), the tracked matrix D^{-1/2}∇²L̃D^{-1/2} (D = √ν + ε) and the margins
+move with ν too (`flowsim.integrate.central_rmsprop` derives what changes); the rest of this
+docstring speaks of GD's.
 
 With L̃ = rate·L (GD on L moves W ← W − η·rate·∇L, i.e. GD on L̃ with step η) and flowsim's
 time t = kη,
@@ -85,7 +89,7 @@ from jax.experimental.sparse.linalg import lobpcg_standard
 from jax.flatten_util import ravel_pytree
 
 from ..nn.problem import Params, Problem
-from . import sdcp
+from . import central_rmsprop, sdcp
 from .solver import AbstractFlowSolver
 
 # A held margin relaxes onto 2/η over this many GD steps (κ = 1/(RELAX_STEPS·η)).
@@ -300,27 +304,34 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     return lam, U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0), jnp.sum(on) * (its + 1)
 
 
-def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, threshold: float,
+def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: float,
                   iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL,
-                  columns=None, guards=0, most: int | None = None) -> CentralPoint:
-    """The central flow's field at W = y and everything it is made of, eigen-tracking
+                  columns=None, guards=0, most: int | None = None, form=None) -> CentralPoint:
+    """The central flow's field at the state y and everything it is made of, eigen-tracking
     started from U0 (n, k); `cold`: U0 is not a warm start (LOBPCG first, every column
     converged: the vectors at t = 0 and any one-off eigen-decomposition); `columns` (traced):
     track U0's leading columns alone (`WarmStart.columns`: a step's inner stages), None: all k;
     `guards` (traced): the last this many of them are guards (`track`), left out of the
     complementarity problem whatever their eigenvalue (the next step's block takes in one that
     has become a candidate: the threshold beneath the edge leaves it that step); `most`: at
-    most this many candidates (the leading ones) enter it (`CentralField.capacity`)."""
-    w, unravel = ravel_pytree(y)
+    most this many candidates (the leading ones) enter it (`CentralField.capacity`).
+    `form`: None for GD's central flow (y the weights); RMSProp's stable flow
+    (`flowsim.integrate.adaptive_flows.RmspropFlow`) for RMSProp's, y = {"w", "nu"}: its
+    preconditioner enters as `flowsim.integrate.central_rmsprop` derives (the module's
+    docstring there); the tracked eigenpairs are then those of D^{-1/2}∇²L̃D^{-1/2}."""
+    w, unravel = ravel_pytree(y if form is None else form.weights(y))
     n, dtype = w.size, w.dtype
     eta = jnp.asarray(eta, dtype)
     loss = lambda v: problem.rate * problem.loss(unravel(v))
     grad = jax.grad(loss)
     hvp = lambda v: jax.jvp(grad, (w,), (v,))[1]
     g = grad(w)
+    pre = None if form is None else central_rmsprop.Preconditioned.at(form, y, g, eta)
+    # the tracked operator: ∇²L̃ (GD), D^{-1/2}∇²L̃D^{-1/2} (RMSProp)
+    op = hvp if pre is None else pre.symmetric(hvp)
 
     if n <= DENSE * k:
-        H = jax.vmap(hvp)(jnp.eye(n, dtype=dtype))
+        H = jax.vmap(op)(jnp.eye(n, dtype=dtype))
         lam, V = jnp.linalg.eigh(0.5 * (H + H.T))
         lam, U = lam[::-1][:k], V[:, ::-1][:, :k]
         hvps = jnp.asarray(n)
@@ -329,9 +340,10 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
         if cold:
             # from a start unrelated to the Hessian: jax's LOBPCG converges every column (it
             # applies H to 3k vectors per iteration and once to the start)
-            _, U0, its = lobpcg_standard(jax.vmap(hvp, in_axes=1, out_axes=1), U0, m=iterations, tol=TRACK_TOL / (10 * n))
+            _, U0, its = lobpcg_standard(jax.vmap(op, in_axes=1, out_axes=1), U0, m=iterations,
+                                         tol=TRACK_TOL / (10 * n))
             hvps = k * (3 * its + 1)
-        block = masked_block(hvp) if columns is not None else (lambda V, on: jax.vmap(hvp, in_axes=1, out_axes=1)(V))
+        block = masked_block(op) if columns is not None else (lambda V, on: jax.vmap(op, in_axes=1, out_axes=1)(V))
         lam, U, spent = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations, columns, guards)
         hvps = hvps + spent
 
@@ -339,31 +351,37 @@ def central_point(problem: Problem, y: Params, U0: jax.Array, eta, k: int, thres
     m = jnp.minimum(jnp.sum(eta * lam / 2 >= threshold), (k if columns is None else columns) - guards)
     m = m if most is None else jnp.minimum(m, most)
     ii, jj = _pairs(k)
+    # the directions Σ lives on: U (GD), D^{-1/2}U (RMSProp: D-orthonormal, Uᵀ∇²L̃U = diag λ)
+    Uw = U if pre is None else pre.directions(U)
 
     def third(p, G):
         i, j = ii[p], jj[p]
-        gij = jax.grad(lambda v: jnp.vdot(U[:, i], jax.jvp(grad, (v,), (U[:, j],))[1]))(w)
+        gij = jax.grad(lambda v: jnp.vdot(Uw[:, i], jax.jvp(grad, (v,), (Uw[:, j],))[1]))(w)
         return G.at[i, j].set(gij).at[j, i].set(gij)
 
     thirds = m * (m + 1) // 2
     G = jax.lax.fori_loop(0, thirds, third, jnp.zeros((k, k, n), dtype))
-    alpha = G @ g
     kappa = 1.0 / (RELAX_STEPS * eta)
     # a column left out (a guard, or beyond `most`) is free: its margin is held positive, as
     # it has no third derivative through which X could close it (a guard past the threshold
     # joins the candidates at the next step)
     margin = kappa * (2.0 / eta - lam)
     margin = jnp.where(jnp.arange(k) < m, margin, jnp.maximum(margin, kappa * (1.0 - threshold) * 2.0 / eta))
-    q = jnp.diag(margin) + alpha
-    X = sdcp.solve(q, sdcp.gram_operator(G))
+    if pre is None:
+        alpha, T = G @ g, sdcp.gram_operator(G)
+    else:
+        alpha, T = pre.stability(G, Uw, lam, jnp.arange(k) < m)
+    X = sdcp.solve(jnp.diag(margin) + alpha, T)
     v = -g - 0.5 * jnp.einsum("ab,abn->n", X, G)
-    return CentralPoint(velocity=unravel(v), U=U, lam=lam, X=X, held=rank(X), hvps=hvps,
+    velocity = unravel(v) if pre is None else pre.velocity(y, v, Uw, lam, X, unravel)
+    return CentralPoint(velocity=velocity, U=U, lam=lam, X=X, held=rank(X), hvps=hvps,
                         thirds=thirds.astype(hvps.dtype))
 
 
-def predicted_loss(problem: Problem, y: Params, point: CentralPoint) -> jax.Array:
-    """GD's time-averaged loss as the central flow predicts it: L + ½⟨∇²L, Σ⟩."""
-    return problem.loss(y) + 0.5 * jnp.sum(point.lam * jnp.diag(point.X)) / problem.rate
+def predicted_loss(problem: Problem, w: Params, point: CentralPoint) -> jax.Array:
+    """The method's time-averaged loss as the central flow predicts it, at the weights w:
+    L + ½⟨∇²L, Σ⟩ (Σ's directions diagonalise ∇²L̃ to λ, GD's and RMSProp's alike)."""
+    return problem.loss(w) + 0.5 * jnp.sum(point.lam * jnp.diag(point.X)) / problem.rate
 
 
 class WarmStart(eqx.Module):
@@ -423,11 +441,17 @@ class WarmStart(eqx.Module):
 class CentralField(eqx.Module):
     """The vector field; `args` is (problem, start): the warm start of the eigen-tracking
     (a `WarmStart`).
-    η is an array leaf, so central flows of different η share one compilation."""
+    η is an array leaf, so central flows of different η share one compilation.
+    `form`: None for GD's central flow (the state is the weights); RMSProp's stable flow
+    (`flowsim.integrate.adaptive_flows.RmspropFlow`) for RMSProp's, in {"w", "nu"}."""
 
     eta: jax.Array
     k: int = eqx.field(static=True)
     threshold: float = eqx.field(static=True)
+    form: object = None
+
+    def weights(self, y) -> Params:
+        return y if self.form is None else self.form.weights(y)
 
     @property
     def capacity(self) -> int:
@@ -441,7 +465,8 @@ class CentralField(eqx.Module):
     def __call__(self, t, y, args) -> Params:
         problem, start = args
         return central_point(problem, y, start.at(t), self.eta, self.capacity, self.threshold,
-                             columns=start.columns(self.eta, self.threshold, STAGE_GUARDS), most=self.k).velocity
+                             columns=start.columns(self.eta, self.threshold, STAGE_GUARDS), most=self.k,
+                             form=self.form).velocity
 
 
 def spectral_bound(point: CentralPoint, eta, threshold: float) -> jax.Array:
@@ -540,7 +565,7 @@ class CentralSolver(AbstractFlowSolver):
         return certificate(self, problem, y, state)
 
     def _start(self, y0) -> jax.Array:
-        w, _ = ravel_pytree(y0)
+        w, _ = ravel_pytree(self.field.weights(y0))
         return initial_vectors(w.size, self.field.capacity, w.dtype)
 
     def _rock4_inner(self, point: CentralPoint) -> Rock4Inner:
@@ -554,7 +579,7 @@ class CentralSolver(AbstractFlowSolver):
     def init(self, terms, t0, t1, y0, args) -> CentralState:
         f = self.field
         point = central_point(args, y0, self._start(y0), f.eta, f.capacity, f.threshold, TRACK_ITERATIONS_INIT,
-                             cold=True, most=f.k)
+                             cold=True, most=f.k, form=f.form)
         if self.stabilised:     # f(y0) is the point's: no evaluation of its own
             inner = self._rock4_inner(point)
         else:
@@ -573,11 +598,11 @@ class CentralSolver(AbstractFlowSolver):
         f = self.field
         U = state.start.U if t is None else state.start.at(t)
         if guards is None:
-            return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, most=f.k)
+            return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, most=f.k, form=f.form)
         columns = state.start.columns(f.eta, f.threshold, guards)
         spare = columns - jnp.minimum(state.start.candidates(f.eta, f.threshold), f.k)
         return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, columns=columns, guards=spare,
-                             most=f.k)
+                             most=f.k, form=f.form)
 
     def _rock4_step(self, t0, t1, y0, args, state: CentralState):
         def end(t, y):
@@ -630,11 +655,13 @@ def certificate_names(k: int) -> tuple[str, ...]:
             "central_evals", "central_hvps", "central_thirds")
 
 
-def conventions(eta: float) -> str:
-    """The conventions of a central flow of GD at step η where codes differ (from the JAX
-    central-flow package's, github alex-damian/central_flows_jax), one per line: the archive
-    writes them as the central leg's attribute `conventions`, `flowsim inspect` and
+def conventions(eta: float, rmsprop: bool = False) -> str:
+    """The conventions of a central flow of GD (`rmsprop`: RMSProp) at step η where codes differ
+    (from the JAX central-flow package's, github alex-damian/central_flows_jax), one per line:
+    the archive writes them as the central leg's attribute `conventions`, `flowsim inspect` and
     `flowsim compare` print them."""
+    if rmsprop:
+        return _rmsprop_conventions(eta)
     return "\n".join((
         f"time: t = kη after k GD steps of η = {eta:g} (the JAX central-flow package's time is k)",
         "sharpness: λ_i, the eigenvalues of ∇²(rate·L), the Hessian of the loss GD's step η applies to; "
@@ -652,6 +679,22 @@ def conventions(eta: float) -> str:
     ))
 
 
+def _rmsprop_conventions(eta: float) -> str:
+    return "\n".join((
+        f"time: t = kη after k RMSProp steps of η = {eta:g} (the JAX central-flow package's time is k)",
+        "preconditioner: D = √ν + ε, RMSProp's P = D/η; central_eig<i> are the eigenvalues of D^{-1/2}∇²(rate·L)"
+        "D^{-1/2} (the preconditioned sharpness's matrix)",
+        f"edge of stability: λ = 2/η = {2 / eta:.6g}; central_edge<i> = ηλ_i/2 is 1 there (the package's "
+        "effective eigenvalue ηλ is 2 there)",
+        "Σ: dθ/dt = −D⁻¹[∇(rate·L) + ½∇⟨∇²(rate·L), Σ⟩], Σ = U X Uᵀ with UᵀDU = I; central_sigma<i> are X's "
+        "eigenvalues; the package's X is X/η",
+        "ν: dν/dt = (1 − β₂)/(β₂η)·(g² + diag(HΣH) − ν), the gradient's covariance as the authors' PyTorch code (the "
+        "package adds diag(Σ)), X's off-diagonal entries with weight 2 (the package's √2), ν(0) = g₀²",
+        "predicted_loss: L + ½⟨∇²L, Σ⟩, the package's L + ½⟨UᵀHU, X⟩",
+        f"central_held: the held directions whose eigenvalue has arrived at the edge, |ηλ_i/2 − 1| ≤ {ARRIVAL_TOL:g}",
+    ))
+
+
 def arrived(point: CentralPoint, eta) -> jax.Array:
     """How many held directions have arrived at the edge: X's rank, at most the tracked
     eigenvalues within ARRIVAL_TOL of 2/η (`ARRIVAL_TOL` says why the rank alone is early)."""
@@ -666,6 +709,6 @@ def certificate(solver: CentralSolver, problem: Problem, y: Params, state: Centr
     sigma = jnp.linalg.eigvalsh(point.X)[::-1]
     k = solver.field.k
     lam = point.lam[:k]     # the guard beneath the k is not recorded
-    values = [*lam, *(eta * lam / 2), *sigma[:k], predicted_loss(problem, y, point),
+    values = [*lam, *(eta * lam / 2), *sigma[:k], predicted_loss(problem, solver.field.weights(y), point),
               arrived(point, eta), state.events, *state.spent]
     return {name: jnp.asarray(v, dtype) for name, v in zip(certificate_names(k), values)}

@@ -27,6 +27,8 @@ class SolverKind:
     state_width: int = 1
     # handed a Python object by `flowsim.simulate` (an optax transformation): no file names it
     given: bool = False
+    # a central flow (flowsim.integrate.central_field): it reads `CENTRAL_READS`
+    central: bool = False
 
 
 # ---------------------------------------------------------------- the settings a flow reads
@@ -147,11 +149,14 @@ SOLVER_KINDS: dict[str, SolverKind] = {k.name: k for k in (
     SolverKind("flow", discrete=False, label="flow", state_copies=0),
     SolverKind("modified-flow", discrete=False, label="modified flow", state_copies=0, of_gd=True),
     # GD's central flow at the edge of stability (flowsim.integrate.central_field)
-    SolverKind("central-flow", discrete=False, label="central flow", state_copies=0, of_gd=True),
+    SolverKind("central-flow", discrete=False, label="central flow", state_copies=0, of_gd=True, central=True),
     # RMSProp's and Adam's stable flows (flowsim.integrate.adaptive_flows) in (w, ν) and (w, m, ν)
     SolverKind("rmsprop-flow", discrete=False, label="RMSProp flow", state_copies=0, flow_of="rmsprop",
                state_width=2),
     SolverKind("adam-flow", discrete=False, label="Adam flow", state_copies=0, flow_of="adam", state_width=3),
+    # RMSProp's central flow in (w, ν) (flowsim.integrate.central_rmsprop)
+    SolverKind("rmsprop-central", discrete=False, label="RMSProp central flow", state_copies=0, flow_of="rmsprop",
+               state_width=2, central=True),
     SolverKind("gd", discrete=True, label="GD", state_copies=4),
     SolverKind("momentum", discrete=True, label="momentum", state_copies=5),
     SolverKind("sgd", discrete=True, label="SGD", state_copies=4),
@@ -218,6 +223,7 @@ CENTRAL_METHODS = tuple(m for m, s in FLOW_METHODS.items() if s.central and not 
 DISCRETE_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.discrete and not v.given)
 FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if not v.discrete)
 GD_FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.of_gd)
+CENTRAL_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.central)
 ADAPTIVE_FLOW_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.flow_of)
 GIVEN_KINDS = tuple(k for k, v in SOLVER_KINDS.items() if v.given)
 

@@ -22,6 +22,11 @@ def _onset(ax: Axes, tr: CentralTrack) -> None:
         ax.axvline(tr.t[tr.onset], color="0.5", ls=":", lw=1.0)
 
 
+def _flow_kind(tr: CentralTrack) -> str:
+    """What the pair's flow is: GD's gradient flow, or an adaptive method's stable flow."""
+    return "gradient flow" if tr.sharpness == "sharpness" else "stable flow"
+
+
 def panel_loss(ax: Axes, tr: CentralTrack) -> None:
     """GD's loss at its checkpoints and smoothed, the central flow's predicted loss, the flow's."""
     drawn = []
@@ -33,7 +38,7 @@ def panel_loss(ax: Axes, tr: CentralTrack) -> None:
         drawn.append(ax.plot(tr.t, tr.predicted, color=CENTRAL, lw=1.6, ls="--",
                              label=f"{tr.central}: predicted loss L + ½⟨∇²L, Σ⟩"))
     if tr.loss_flow is not None:
-        drawn.append(ax.plot(tr.t, tr.loss_flow, color=FLOW, lw=1.4, ls=":", label=f"{tr.flow} (gradient flow)"))
+        drawn.append(ax.plot(tr.t, tr.loss_flow, color=FLOW, lw=1.4, ls=":", label=f"{tr.flow} ({_flow_kind(tr)})"))
     _onset(ax, tr)
     if drawn:
         values = np.concatenate([a for a in (tr.loss_gd, tr.predicted, tr.loss_flow) if a is not None])
@@ -47,17 +52,22 @@ def panel_sharpness(ax: Axes, tr: CentralTrack) -> None:
     """GD's sharpness, the central flow's (its `sharpness` observable where recorded, and its
     top tracked eigenvalue central_eig1), the flow's, and 2/η."""
     for values, colour, ls, label in ((tr.sharp_gd, GD, "-", tr.gd),
-                                      (tr.sharp_central_observed, CENTRAL, "-", f"{tr.central} (`sharpness`)"),
+                                      (tr.sharp_central_observed, CENTRAL, "-", f"{tr.central} (`{tr.sharpness}`)"),
                                       (tr.sharp_central, CENTRAL, "--", f"{tr.central} (central_eig1: tracked)"),
-                                      (tr.sharp_flow, FLOW, ":", f"{tr.flow} (gradient flow)")):
+                                      (tr.sharp_flow, FLOW, ":", f"{tr.flow} ({_flow_kind(tr)})")):
         if values is not None:
             ax.plot(tr.t, values, color=colour, ls=ls, lw=1.4, label=label)
     ax.axhline(2 / tr.eta, color="0.35", ls=":", lw=1.2)
     ax.annotate(f"2/η = {2 / tr.eta:.4g}", (0.01, 2 / tr.eta), xycoords=("axes fraction", "data"), ha="left",
                 va="bottom", fontsize=8, color="0.35")
+    # a flow far past the edge (RMSProp's stable flow: 143 × 2/η on central-rmsprop) would
+    # flatten the held line on a linear axis
+    if tr.sharp_flow is not None and np.nanmax(tr.sharp_flow) > 10 * 2 / tr.eta:
+        ax.set_yscale("log")
     _onset(ax, tr)
     ax.legend(fontsize=8, loc="upper left")
-    ax.set_ylabel(r"rate $\cdot\ \lambda_{\max}(\nabla^2 L)$")
+    ax.set_ylabel(r"rate $\cdot\ \lambda_{\max}(\nabla^2 L)$" if tr.sharpness == "sharpness"
+                  else r"rate $\cdot\ \lambda_{\max}(P^{-1/2}\nabla^2 L P^{-1/2})$")
 
 
 def panel_distances(ax: Axes, tr: CentralTrack) -> None:
@@ -67,7 +77,7 @@ def panel_distances(ax: Axes, tr: CentralTrack) -> None:
     later = tr.t > 0
     drawn = False
     for values, colour, ls, label in ((tr.d_central, CENTRAL, "-", f"‖{tr.gd} − {tr.central}‖"),
-                                      (tr.d_flow, FLOW, ":", f"‖{tr.gd} − {tr.flow}‖ (gradient flow)"),
+                                      (tr.d_flow, FLOW, ":", f"‖{tr.gd} − {tr.flow}‖ ({_flow_kind(tr)})"),
                                       (tr.floor, "0.6", "-", f"‖{tr.gd} − {tr.twin}‖ (noise floor)")):
         if values is not None:
             ax.plot(tr.t[later], values[later], color=colour, ls=ls, lw=1.4, label=label)

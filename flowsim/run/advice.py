@@ -16,7 +16,7 @@ after each chunk, and `inspect` can ask of an archive. Two patterns:
   round-off ceiling: the log-spaced quadratic, a smooth field, once rejected 34 % of rock4's
   steps there), and those are counted apart (`stiff_rejections`): only the others count here.
 Never the preset already running. Each piece of advice names the figures it read. A central
-flow (kind "central-flow") gets none: its field changes where an eigenvalue reaches 2/η and
+flow (kinds "central-flow", "rmsprop-central") gets none: its field changes where an eigenvalue reaches 2/η and
 joins the held set, and its steps are cut back to those events (`central_field`), so its
 rejections say nothing of kinks (central-scale's tanh network: 35 of 139 steps of its leg at
 η = 0.04 by t = 19), and the presets either pattern advises integrate gradient flows.
@@ -25,7 +25,7 @@ Pure Python (no JAX), so that reading an archive does not import the engine.
 
 from collections.abc import Mapping
 
-from ..kinds.solvers import FLOW_METHODS
+from ..kinds.solvers import CENTRAL_KINDS, FLOW_METHODS
 
 # Accepted steps before the advisor speaks: the first steps (the initial transient, the step
 # size search) say little of either pattern.
@@ -43,7 +43,7 @@ def advise(method: str, stats: Mapping[str, int], preset: str = "", kind: str = 
     """One line of advice for a flow of `kind` integrated by `method` (its preset named
     `preset`) with `stats` (summed over the seeds of a batch, or one member's), or None."""
     flow = FLOW_METHODS.get(method)
-    if flow is None or kind == "central-flow":
+    if flow is None or kind in CENTRAL_KINDS:
         return None
     steps, accepted, rejected, held, at_limit = (int(stats.get(k, 0)) for k in STAT_KEYS)
     explicit = not (flow.implicit or flow.filippov or flow.stabilised or flow.switching)

@@ -18,7 +18,8 @@ from ..integrate.central_flow import make_central_integrator
 from ..integrate.descent import DescentIntegrator, make_descent_integrator
 from ..integrate.optimizers import OptaxIntegrator, make_optax_integrator
 from ..integrate.reference_pair import ReferencePair
-from ..kinds.solvers import ADAPTIVE_FLOW_KINDS, CENTRAL_READS, FLOW_METHODS, FlowMethod, settings_of, steps
+from ..kinds.solvers import (ADAPTIVE_FLOW_KINDS, CENTRAL_KINDS, CENTRAL_READS, FLOW_METHODS, SOLVER_KINDS,
+                             FlowMethod, settings_of, steps)
 
 
 def factory(spec: FlowMethod):
@@ -37,17 +38,25 @@ def flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIn
                          learning_rate=preset.learning_rate if preset.kind == "modified-flow" else None)
 
 
+def _adaptive_form(preset: FlowPreset):
+    """The stable flow of the adaptive method a `rmsprop-flow`, `adam-flow` or `rmsprop-central`
+    preset follows."""
+    return adaptive_form(SOLVER_KINDS[preset.kind].flow_of + "-flow", learning_rate=preset.learning_rate,
+                         beta1=preset.beta1, beta2=preset.beta2, eps=preset.eps, eps_in_sqrt=bool(preset.eps_in_sqrt))
+
+
 def adaptive_flow_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
     """The integrator of a `rmsprop-flow` or `adam-flow` preset: its method's, integrating the
     method's stable flow in the weights and its moments."""
-    form = adaptive_form(preset.kind, learning_rate=preset.learning_rate, beta1=preset.beta1, beta2=preset.beta2,
-                         eps=preset.eps, eps_in_sqrt=bool(preset.eps_in_sqrt))
-    return adaptive_flow(flow_integrator(preset, stop_loss=stop_loss), form)
+    return adaptive_flow(flow_integrator(preset, stop_loss=stop_loss), _adaptive_form(preset))
 
 
 def central_integrator(preset: FlowPreset, *, stop_loss: float = 0.0) -> AbstractIntegrator:
-    """The integrator of a `central-flow` preset."""
-    return make_central_integrator(preset.method, **settings_of(preset, CENTRAL_READS), stop_loss=stop_loss)
+    """The integrator of a `central-flow` preset, or of a `rmsprop-central` one (in RMSProp's
+    (w, ν))."""
+    form = _adaptive_form(preset) if SOLVER_KINDS[preset.kind].flow_of else None
+    return make_central_integrator(preset.method, **settings_of(preset, CENTRAL_READS), stop_loss=stop_loss,
+                                   form=form)
 
 
 def descent_integrator(preset: DescentPreset) -> DescentIntegrator | OptaxIntegrator:
@@ -75,7 +84,7 @@ def make_integrator(preset: Preset, run: Run) -> AbstractIntegrator:
     or a flow beside its `reference` flow."""
     if isinstance(preset, DescentPreset):
         return descent_integrator(preset)
-    if preset.kind == "central-flow":     # (no reference: the loader refuses one)
+    if preset.kind in CENTRAL_KINDS:     # (no reference: the loader refuses one)
         return central_integrator(preset, stop_loss=run.stop_loss)
     if preset.kind in ADAPTIVE_FLOW_KINDS:    # (nor here)
         return adaptive_flow_integrator(preset, stop_loss=run.stop_loss)
