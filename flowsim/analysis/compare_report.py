@@ -77,8 +77,8 @@ def central_text(rep: Report) -> list[str]:
     """The section on GD beside its central flow (`flowsim.analysis.compare_central`): per run and
     pair, the onset, the means after it, the distances at a few times beside the noise
     floor, the sharpness at the end and the costs."""
-    lines = [f"GD beside its central flow at the same η, at matched times (GD's loss smoothed by a Gaussian "
-             f"of σ = {SMOOTH_STEPS:g} GD steps in time over its checkpoint rows, cut at {TRUNCATE:g}σ, "
+    lines = [f"Each discrete leg (GD, RMSProp) beside its central flow at the same η, at matched times (its loss smoothed by a Gaussian "
+             f"of σ = {SMOOTH_STEPS:g} steps in time over its checkpoint rows, cut at {TRUNCATE:g}σ, "
              "renormalised over the rows inside the run at its ends)"]
     for tr in rep.central:
         lines += ["  " + x for x in _track_text(tr)]

@@ -113,5 +113,5 @@ def figure_central(tracks: list[CentralTrack], name: str) -> Figure | None:
             ax.set_xlabel("flow time t = kη")
             ax.grid(True, which="major", alpha=0.3)
     more = f"   ({len(tracks) - len(shown)} more pair(s) not drawn)" if len(tracks) > len(shown) else ""
-    fig.suptitle(f"{name}: GD beside its central flow; dotted vertical: the onset{more}", fontsize=13)
+    fig.suptitle(f"{name}: each discrete leg beside its central flow; dotted vertical: the onset{more}", fontsize=13)
     return fig
