@@ -258,13 +258,50 @@ def test_checkpoints_inside_steps_cost_no_step_and_read_the_dense_output(method,
     assert worst <= bound, worst
 
 
-def test_the_finiteness_check_finds_inf_and_nan_in_any_leaf():
-    # one fused sum of x·0 (NaN where x is not finite): compiled, as the engine runs it
-    from flowsim.integrate.flow import _finite
-    finite = jax.jit(_finite)
+def _pid(rtol=1e-6, atol=1e-9):
+    import diffrax as dfx
+    from flowsim.integrate.flow import ProposingPID
+    pid = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol), pcoeff=0.0, icoeff=1.0)
+    return ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
+
+
+def test_the_error_pass_is_diffrax_pids_norm_and_finds_inf_and_nan_in_any_leaf():
+    # one fused pass gives the PID's scaled RMS error and the finiteness of y1 and the error:
+    # compiled, as the engine runs it
+    controller = _pid()
+    error = eqx.filter_jit(controller.error)
+    rng = np.random.default_rng(0)
+    y0, y1, e = ({"a": jnp.asarray(rng.normal(size=3)), "b": jnp.asarray(rng.normal(size=(2, 2)))}
+                 for _ in range(3))
+    # the oracle: Diffrax's scaling and Optimistix's RMS norm, in numpy
+    scaled = [np.asarray(e[k]) / (1e-9 + np.maximum(np.abs(y0[k]), np.abs(y1[k])) * 1e-6) for k in ("a", "b")]
+    want = np.sqrt(sum(np.sum(q**2) for q in scaled) / 7)
+    norm, finite = error(y0, y1, e)
+    assert bool(finite) and abs(float(norm) - want) <= 1e-14 * want
     for bad in (jnp.inf, -jnp.inf, jnp.nan):
-        assert not bool(finite({"a": jnp.ones(3), "b": jnp.asarray([[1.0, bad]])}))
-    assert bool(finite({"a": jnp.ones(3), "b": jnp.asarray([[1e308, -1e308]])}))
+        for leaf in (y1, e):       # a non-finite entry in the step's end or its error estimate
+            broken = dict(leaf, b=leaf["b"].at[1, 0].set(bad))
+            norm, finite = error(y0, *((broken, e) if leaf is y1 else (y1, broken)))
+            assert not bool(finite) and float(norm) == np.inf
+    # an error whose square overflows is huge, not a blowup: rejected (inf), finite
+    norm, finite = error(y0, y1, dict(e, a=e["a"].at[0].set(1e300)))
+    assert bool(finite) and float(norm) == np.inf
+
+
+def test_the_pid_judges_the_error_as_diffraxs_pid_does():
+    # `judge` on the fused pass's error = Diffrax's PID on the tree (same decision, step, state)
+    controller = _pid()
+    rng = np.random.default_rng(1)
+    y0 = {"W": jnp.asarray(rng.normal(size=(4, 3)))}
+    state = (jax.tree.map(jnp.asarray, (1.0, 1.0, False)), jnp.asarray(0.5))
+    for size in (1e-9, 1e-5):       # accepted, rejected
+        e = {"W": jnp.asarray(size * rng.normal(size=(4, 3)))}
+        y1 = jax.tree.map(lambda y, d: y + d, y0, e)
+        ours = controller.adapt_step_size(0.0, 0.5, y0, y1, None, e, 5, state)
+        theirs = controller.pid.adapt_step_size(0.0, 0.5, y0, y1, None, e, 5, state[0])
+        assert bool(ours[0]) == bool(theirs[0]) == (size < 1e-7)
+        for a, b in zip(jax.tree.leaves((ours[1:3], ours[4][0])), jax.tree.leaves((theirs[1:3], theirs[4]))):
+            assert abs(float(a) - float(b)) <= 1e-14 * abs(float(b))
 
 
 def test_a_flow_from_a_non_finite_state_ends_nonfinite_where_it_is():

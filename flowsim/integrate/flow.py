@@ -20,6 +20,7 @@ The initial state is built once, outside the advance function, so every stretch 
 same pytree structure and the advance function compiles once.
 """
 
+import math
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -77,10 +78,32 @@ class ProposingPID(dfx.AbstractAdaptiveStepSizeController):
         # checkpoint layout) from the first segment on.
         return tnext, (jax.tree.map(jnp.asarray, inner), tnext - t0)
 
+    def error(self, y0, y1, y_error) -> tuple[jax.Array, jax.Array]:
+        """The try's error in the PID's units, rms(y_error / (atol + rtol·max(|y0|, |y1|))) as
+        Diffrax's PID forms it (inf where it is not finite), and whether y1 and y_error are
+        finite: one fused pass over the three. The sum of squares carries 0·y1 + 0·y_error,
+        NaN where either is not finite (a square that overflows is inf, not NaN: an error too
+        large, not a blowup); a separate finiteness sum, NaN guard and Diffrax's own scaling
+        and norm were four passes (6.8 % of the Fig. 1 flow's time: bench_flow_overhead --trace)."""
+        def leaf(a, b, e):
+            q = e / (self.atol + jnp.maximum(jnp.abs(a), jnp.abs(b)) * self.rtol)
+            return jnp.sum(q * q + (b * 0 + e * 0))
+        total = sum(jax.tree.leaves(jax.tree.map(leaf, y0, y1, y_error)))
+        size = sum(x.size for x in jax.tree.leaves(y0))
+        finite = ~jnp.isnan(total)
+        return jnp.where(finite, jnp.sqrt(total) / math.sqrt(size), jnp.inf), finite
+
     def adapt_step_size(self, t0, t1, y0, y1_candidate, args, y_error, error_order, controller_state):
+        return self.judge(t0, t1, self.error(y0, y1_candidate, y_error)[0], error_order, controller_state)
+
+    def judge(self, t0, t1, error, error_order, controller_state):
+        """`adapt_step_size` given the try's error as `error` computes it: Diffrax's PID on that
+        scalar, which its scaling (made atol 1, rtol 0) and norm leave as it is."""
         inner, proposed = controller_state
-        keep, next_t0, next_t1, jump, inner, result = self.pid.adapt_step_size(
-            t0, t1, y0, y1_candidate, args, y_error, error_order, inner)
+        unit = eqx.tree_at(lambda p: (p.rtol, p.atol), self.pid, (jnp.zeros_like(error), jnp.ones_like(error)))
+        zero = jnp.zeros_like(error)
+        keep, next_t0, next_t1, jump, inner, result = unit.adapt_step_size(
+            t0, t1, zero, zero, None, error, error_order, inner)
         # A step shorter than the one proposed was clipped to end on a time. Its small error
         # would let PID grow the next step by up to `factormax` from the clipped length; in a
         # stability-limited tail that oversized first step of the next segment is rejected
@@ -113,12 +136,6 @@ class FlowState(eqx.Module):
     solver_state: object
     controller_state: object
     ahead: Ahead
-
-
-def _finite(tree) -> jax.Array:
-    """True when every entry of every leaf is finite: one fused sum over them all of x·0, which
-    is NaN where x is not finite, 0 elsewhere (a pass fewer than `isfinite` and its reduction)."""
-    return jnp.isfinite(sum(jnp.sum(v * 0) for v in jax.tree.leaves(tree)))
 
 
 def _stages(dense: dict) -> dict:
@@ -243,10 +260,9 @@ class FlowIntegrator(AbstractIntegrator):
         # as Diffrax: a step that would end within an ulp of `clip` ends on it
         t1 = jnp.where(t + proposal > jnp.nextafter(clip, -jnp.inf), clip, t + proposal)
         y1, y_err, dense, sstate, solver_result = self.solver.step(self.term, t, t1, y, problem, solver_state, False)
-        blowup = ~_finite((y1, y_err))
-        y_err = jax.tree.map(lambda x: jnp.where(jnp.isnan(x), jnp.inf, x), y_err)
-        keep, _, _, _, cstate, result = self.controller.adapt_step_size(
-            t, t1, y, y1, problem, y_err, order, controller_state)
+        error, finite = self.controller.error(y, y1, y_err)
+        keep, _, _, _, cstate, result = self.controller.judge(t, t1, error, order, controller_state)
+        blowup = ~finite
         # a rejected step's solver failure only makes the next try smaller (as in Diffrax)
         result = dfx.RESULTS.where(keep & (solver_result != dfx.RESULTS.successful), solver_result, result)
         held = self.solver.held(dense)
@@ -260,17 +276,13 @@ class FlowIntegrator(AbstractIntegrator):
         t_next = jnp.asarray(t_next, state.t.dtype)
         clip = t_next if horizon is None else jnp.maximum(jnp.asarray(horizon, t_next.dtype), t_next)
 
-        def commit(s: FlowState, take, t1, y1, sstate, cstate, held, stats, code):
+        def counted(take, y1, sstate, held, stats, code):
+            """The statistics and status once the step to y1 is committed (where `take`)."""
             evals, hvps, stabilised = self.solver.cost(sstate)
-            # a cond, not a select (as the step held ahead): vmapped, a select again
-            t, y, sstate, cstate = jax.lax.cond(take, lambda: (t1, y1, sstate, cstate),
-                                                lambda: (s.t, s.y, s.solver_state, s.controller_state))
-            s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
             stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held, stabilised, 0]).astype(stats.dtype)
             if self.stop_loss > 0:
-                code = jnp.where(take & (problem.loss(self.form.weights(s.y)) <= self.stop_loss), Status.STOPPED,
-                                 code)
-            return s, stats, code
+                code = jnp.where(take & (problem.loss(self.form.weights(y1)) <= self.stop_loss), Status.STOPPED, code)
+            return stats, code
 
         def cond(c):
             s, stats, code, streak, tries = c
@@ -283,21 +295,27 @@ class FlowIntegrator(AbstractIntegrator):
                 problem, s.t, s.y, s.solver_state, s.controller_state, clip)
             hold = keep & (t1 > t_next)
             a = s.ahead     # not valid here (the loop runs only without a step held)
-            # a cond, not a select: a step is held ahead once per checkpoint at most, and a
-            # select would copy its stages on every try (9 % of the Fig. 1 flow's time); vmapped,
-            # the cond is a select again
-            ahead = jax.lax.cond(hold, lambda: Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate,
-                                                     controller_state=cstate, stages=stages, held=held, at=a.at,
-                                                     y_at=a.y_at), lambda: a)
-            # a rejected try updates the committed controller (its next proposal); a step held
-            # ahead leaves it as it was, so that the step is proposed again after a restore.
-            # ROCK4 also keeps what the rejected try learnt of ρ, the central flow its cost.
-            sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
-            s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
-                          controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
+            # What the try leaves, in one switch of three branches, not selects: a select would
+            # copy a step's stages on every try to hold one ahead once per checkpoint (9 % of
+            # the Fig. 1 flow's time), and two conds (hold, commit) that each could take the
+            # try's end copied it and its last stage on every step (2.6 %); vmapped, the switch
+            # is a select again.
+            # - rejected: the committed controller takes the try's (its next proposal); ROCK4
+            #   also keeps what the try learnt of ρ, the central flow its cost;
+            # - committed: the try's end, its solver and controller states;
+            # - held ahead: the committed state as it was (its controller too, so that the step
+            #   is proposed again after a restore), the step in `ahead`.
+            branches = (
+                lambda: FlowState(t=s.t, y=s.y, solver_state=self.solver.rejected(s.solver_state, sstate),
+                                  controller_state=cstate, ahead=a),
+                lambda: FlowState(t=t1, y=y1, solver_state=sstate, controller_state=cstate, ahead=a),
+                lambda: eqx.tree_at(lambda s: s.ahead, s, Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate,
+                                                               controller_state=cstate, stages=stages, held=held,
+                                                               at=a.at, y_at=a.y_at)))
+            s = jax.lax.switch(jnp.where(hold, 2, keep.astype(jnp.int32)), branches)
             evals, hvps, _ = self.solver.cost(sstate)
             stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0, 0, limited]).astype(stats.dtype)
-            s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
+            stats, code = counted(keep & ~hold, y1, sstate, held, stats, code)
             code = jnp.where(result != dfx.RESULTS.successful, Status.FAILED, code)
             return s, stats, code, jnp.where(blowup & ~keep, streak + 1, 0), tries + 1
 
@@ -305,9 +323,12 @@ class FlowIntegrator(AbstractIntegrator):
         # a member held where it is (advanced to the time it is at) reads nothing again
         again = a.valid & (a.at == t_next)
         # the step held ahead is committed once the new checkpoint is past its end
-        s, stats, code = commit(state, a.valid & (a.t1 <= t_next), a.t1, a.y1, a.solver_state,
-                                a.controller_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64),
-                                jnp.asarray(Status.RUNNING))
+        take = a.valid & (a.t1 <= t_next)
+        # a cond, not a select (as in the loop): vmapped, a select again
+        s = jax.lax.cond(take, lambda: FlowState(t=a.t1, y=a.y1, solver_state=a.solver_state,
+                                                 controller_state=a.controller_state, ahead=a), lambda: state)
+        stats, code = counted(take, a.y1, a.solver_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64),
+                              jnp.asarray(Status.RUNNING))
         s = eqx.tree_at(lambda s: s.ahead.valid, s, a.valid & (a.t1 > t_next))
         s, stats, code, streak, _ = jax.lax.while_loop(
             cond, body, (s, stats, code, jnp.asarray(0), jnp.asarray(0)))
