@@ -276,13 +276,17 @@ class FlowIntegrator(AbstractIntegrator):
         t_next = jnp.asarray(t_next, state.t.dtype)
         clip = t_next if horizon is None else jnp.maximum(jnp.asarray(horizon, t_next.dtype), t_next)
 
-        def counted(take, y1, sstate, held, stats, code):
-            """The statistics and status once the step to y1 is committed (where `take`)."""
+        def commit(s: FlowState, take, t1, y1, sstate, cstate, held, stats, code):
             evals, hvps, stabilised = self.solver.cost(sstate)
+            # a cond, not a select (as the step held ahead): vmapped, a select again
+            t, y, sstate, cstate = jax.lax.cond(take, lambda: (t1, y1, sstate, cstate),
+                                                lambda: (s.t, s.y, s.solver_state, s.controller_state))
+            s = FlowState(t=t, y=y, solver_state=sstate, controller_state=cstate, ahead=s.ahead)
             stats = stats + take * jnp.stack([1, 1, 0, evals, hvps, held, stabilised, 0]).astype(stats.dtype)
             if self.stop_loss > 0:
-                code = jnp.where(take & (problem.loss(self.form.weights(y1)) <= self.stop_loss), Status.STOPPED, code)
-            return stats, code
+                code = jnp.where(take & (problem.loss(self.form.weights(s.y)) <= self.stop_loss), Status.STOPPED,
+                                 code)
+            return s, stats, code
 
         def cond(c):
             s, stats, code, streak, tries = c
@@ -295,27 +299,21 @@ class FlowIntegrator(AbstractIntegrator):
                 problem, s.t, s.y, s.solver_state, s.controller_state, clip)
             hold = keep & (t1 > t_next)
             a = s.ahead     # not valid here (the loop runs only without a step held)
-            # What the try leaves, in one switch of three branches, not selects: a select would
-            # copy a step's stages on every try to hold one ahead once per checkpoint (9 % of
-            # the Fig. 1 flow's time), and two conds (hold, commit) that each could take the
-            # try's end copied it and its last stage on every step (2.6 %); vmapped, the switch
-            # is a select again.
-            # - rejected: the committed controller takes the try's (its next proposal); ROCK4
-            #   also keeps what the try learnt of ρ, the central flow its cost;
-            # - committed: the try's end, its solver and controller states;
-            # - held ahead: the committed state as it was (its controller too, so that the step
-            #   is proposed again after a restore), the step in `ahead`.
-            branches = (
-                lambda: FlowState(t=s.t, y=s.y, solver_state=self.solver.rejected(s.solver_state, sstate),
-                                  controller_state=cstate, ahead=a),
-                lambda: FlowState(t=t1, y=y1, solver_state=sstate, controller_state=cstate, ahead=a),
-                lambda: eqx.tree_at(lambda s: s.ahead, s, Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate,
-                                                               controller_state=cstate, stages=stages, held=held,
-                                                               at=a.at, y_at=a.y_at)))
-            s = jax.lax.switch(jnp.where(hold, 2, keep.astype(jnp.int32)), branches)
+            # a cond, not a select: a step is held ahead once per checkpoint at most, and a
+            # select would copy its stages on every try (9 % of the Fig. 1 flow's time); vmapped,
+            # the cond is a select again
+            ahead = jax.lax.cond(hold, lambda: Ahead(valid=hold, t1=t1, y1=y1, solver_state=sstate,
+                                                     controller_state=cstate, stages=stages, held=held, at=a.at,
+                                                     y_at=a.y_at), lambda: a)
+            # a rejected try updates the committed controller (its next proposal); a step held
+            # ahead leaves it as it was, so that the step is proposed again after a restore.
+            # ROCK4 also keeps what the rejected try learnt of ρ, the central flow its cost.
+            sstate_kept = _where(keep, s.solver_state, self.solver.rejected(s.solver_state, sstate))
+            s = FlowState(t=s.t, y=s.y, solver_state=sstate_kept,
+                          controller_state=_where(hold, s.controller_state, cstate), ahead=ahead)
             evals, hvps, _ = self.solver.cost(sstate)
             stats = stats + ~keep * jnp.stack([1, 0, 1, evals, hvps, 0, 0, limited]).astype(stats.dtype)
-            stats, code = counted(keep & ~hold, y1, sstate, held, stats, code)
+            s, stats, code = commit(s, keep & ~hold, t1, y1, sstate, cstate, held, stats, code)
             code = jnp.where(result != dfx.RESULTS.successful, Status.FAILED, code)
             return s, stats, code, jnp.where(blowup & ~keep, streak + 1, 0), tries + 1
 
@@ -323,12 +321,9 @@ class FlowIntegrator(AbstractIntegrator):
         # a member held where it is (advanced to the time it is at) reads nothing again
         again = a.valid & (a.at == t_next)
         # the step held ahead is committed once the new checkpoint is past its end
-        take = a.valid & (a.t1 <= t_next)
-        # a cond, not a select (as in the loop): vmapped, a select again
-        s = jax.lax.cond(take, lambda: FlowState(t=a.t1, y=a.y1, solver_state=a.solver_state,
-                                                 controller_state=a.controller_state, ahead=a), lambda: state)
-        stats, code = counted(take, a.y1, a.solver_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64),
-                              jnp.asarray(Status.RUNNING))
+        s, stats, code = commit(state, a.valid & (a.t1 <= t_next), a.t1, a.y1, a.solver_state,
+                                a.controller_state, a.held, jnp.zeros(len(FLOW_STAT_KEYS), jnp.int64),
+                                jnp.asarray(Status.RUNNING))
         s = eqx.tree_at(lambda s: s.ahead.valid, s, a.valid & (a.t1 > t_next))
         s, stats, code, streak, _ = jax.lax.while_loop(
             cond, body, (s, stats, code, jnp.asarray(0), jnp.asarray(0)))
