@@ -3,7 +3,7 @@ Caron et al. Fig. 1 problem; writes bench/results/flow_overhead.md.
 
     python bench/bench_flow_overhead.py [--quick] [--rounds R] [--trace]
 
-Problem: the scenario below (sphere-sine data n = 100, d = 50, noise 1.0; swish network of
+Problem: `bench_core.fig1_scenario` (sphere-sine data n = 100, d = 50, noise 1.0; swish network of
 width m = 2000, asymmetric γ = α = 0.5; ½Σ loss; float64), one seed, t_end = 20 000, 60
 log-spaced checkpoints: tsit5 takes 348 steps there (11 rejected), 2 091 field evaluations.
 Built once by `session.prepare`, as `flowsim run` builds it, and timed in one process:
@@ -18,19 +18,21 @@ Built once by `session.prepare`, as `flowsim run` builds it, and timed in one pr
   (e′) the same stepped by Diffrax's Tsit5, as the engine was before flowsim.integrate.tsit5
       (and how far (e)'s weights end from (e′)'s);
   (f) the driver end to end (`session.drive`: chunks, observation, the archive) with tsit5
-      alone, per evaluation (its vf_evals, the initial step search included).
+      alone, per evaluation (its vf_evals, the initial step search included);
+  (g) the issue's own measure, once: one run of the scenario with tsit5 and GD (η = 1), each
+      leg's integration time from its per-leg statistics (wall_time − observe_time, as `flowsim
+      inspect` reads them) per field evaluation or gradient, tsit5's ÷ GD's (`legs`).
 
 Each is printed as a ratio to (a) and to (b), in wall and in CPU time (the process's, all
 threads: the work, which waiting for a busy core does not inflate). Every component is
 compiled by a first call, then timed in R interleaved rounds (one call of each per round, so
 that load from elsewhere hits all alike); the tables give the medians of the rounds
-(`bench_core.ready/timed`). The target (issue 52): (e) and (f) ≤ 1.15 × (b). `--trace` adds
+(`bench_core.ready/timed`). The target (issue 52): (g) ≤ 1.15; (e) and (f) ≤ 1.15 × (b). `--trace` adds
 where one `advance` call spends its time, op by op of the compiled program.
 
-Measured on 2 shared cores (two runs, load 3 and 8–9; docs/benchmarks.md): (e) 1.18–1.19 × (b)
-in CPU time (1.16–1.22 in wall), where Diffrax's step gave 1.42–1.54 (e′); the engine's step
-alone (c′) 1.07–1.14, Diffrax's (c) 1.32–1.36; `_attempt` (d) adds 0.02–0.09 to (c′), the
-loop 0.02–0.03; (f) 1.31–1.49 (1.22–1.43 in wall).
+Measured on 2 shared cores at load 6–9 (docs/benchmarks.md), e4f119c → this code, CPU time
+÷ (b): (e) 1.18 → 1.09; (f) 1.28 → 1.19; `_attempt` (d) 1.20 → 1.11; the step alone (c′)
+1.09 → 1.00; and (g), wall only, 1.10 → 0.994.
 """
 
 from __future__ import annotations
