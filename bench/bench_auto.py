@@ -16,11 +16,10 @@ closed form and the advisor's word, and the exponent of the cost's growth. Targe
 
 from __future__ import annotations
 
-import argparse
 
 import numpy as np
 
-from bench_core import ROOT, Table, flow_run, fmt, preset, publish
+from bench_core import ROOT, Table, arguments, flow_run, fmt, preset, report
 from bench_stiff import flat, log_spaced_quadratic
 from flowsim.config import load_scenario
 from flowsim.run.advice import advise
@@ -86,13 +85,12 @@ def case_log_quadratic(rtol, pi, lams) -> tuple[Table, float]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--scenarios", nargs="*", default=None, help="case [1]'s scenarios (none: skip it)")
-    ap.add_argument("--no-quadratic", action="store_true", help="skip case [2]")
-    ap.add_argument("--rtol", type=float, default=1e-6)
-    ap.add_argument("--pi", action="store_true", help="PI 0.3/0.3 step control (default: integral, as the preset)")
-    args = ap.parse_args(argv)
+    def options(ap):
+        ap.add_argument("--scenarios", nargs="*", default=None, help="case [1]'s scenarios (none: skip it)")
+        ap.add_argument("--no-quadratic", action="store_true", help="skip case [2]")
+        ap.add_argument("--rtol", type=float, default=1e-6)
+        ap.add_argument("--pi", action="store_true", help="PI 0.3/0.3 step control (default: integral, as the preset)")
+    args = arguments(__doc__, argv, options=options)
     enable_x64()
     tables = []
     names = args.scenarios if args.scenarios is not None else (
@@ -102,10 +100,8 @@ def main(argv=None) -> int:
     if not args.no_quadratic:
         t, slope = case_log_quadratic(args.rtol, args.pi, [1e2, 1e3] if args.quick else [1e2, 1e3, 1e4])
         tables.append(t.markdown() + f"\nExponent of evals + HVPs against λ_max: {slope:.3f} (target ≤ 0.6)\n")
-    head = (f"## bench_auto — the auto flow against tsit5 and rock4\n\n{'--quick run. ' if args.quick else ''}"
-            f"Evaluation counts (machine-independent): python bench/bench_auto.py"
-            f"{' --quick' if args.quick else ''} --rtol {args.rtol:g}{' --pi' if args.pi else ''}\n")
-    publish(head + "\n" + "\n".join(tables), "auto", args.quick)
+    report("auto", "the auto flow against tsit5 and rock4", args, *tables,
+           context=f"Evaluation counts (machine-independent), at --rtol {args.rtol:g}{' --pi' if args.pi else ''}.")
     return 0
 
 

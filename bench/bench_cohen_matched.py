@@ -15,14 +15,13 @@ bench_scale_flow's small student to T = 2.
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 import numpy as np
 
 from bench_auto import variant
-from bench_core import Table, fmt, publish
+from bench_core import Table, arguments, fmt, report
 from bench_scale_flow import (FULL, GD_ETA, QUICK, cached_reference, checkpoints, relative_errors, run_cohen,
                               run_preset, scale_problem)
 from bench_stiff import flat
@@ -31,11 +30,10 @@ from flowsim.run.precision import enable_x64
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rtols", type=float, nargs="+", default=[1e-6, 1e-5, 3e-5])
-    ap.add_argument("--cache", type=Path, default=Path("/tmp/flowsim-bench"))
-    args = ap.parse_args(argv)
+    def options(ap):
+        ap.add_argument("--rtols", type=float, nargs="+", default=[1e-6, 1e-5, 3e-5])
+        ap.add_argument("--cache", type=Path, default=Path("/tmp/flowsim-bench"))
+    args = arguments(__doc__, argv, options=options)
     enable_x64()
     cfg = QUICK if args.quick else FULL
     problem, p0 = scale_problem(cfg["sets"])
@@ -61,11 +59,9 @@ def main(argv=None) -> int:
               f"{err.max():.2e}", f"{err[-1]:.2e}", fmt(cohen.cost[-1] / tr.cost[-1]),
               "yes" if err.max() <= cohen_err.max() else "no (smaller error by Cohen et al.)")
         print(t.markdown().splitlines()[-1], flush=True)
-    head = ("## bench_cohen_matched — Cohen et al.'s scheme against `auto` at equal or worse error\n\n"
-            "Evaluation counts (machine-independent): python bench/bench_cohen_matched.py "
-            + ("--quick " if args.quick else "") + "--rtols "
-            + " ".join(f"{r:g}" for r in args.rtols) + "\n")
-    publish(head + "\n" + t.markdown(), "cohen_matched", args.quick)
+    report("cohen_matched", "Cohen et al.'s scheme against `auto` at equal or worse error", args, t,
+           context="Evaluation counts (machine-independent), at --rtols " + " ".join(f"{r:g}" for r in args.rtols)
+           + ".")
     return 0
 
 

@@ -26,6 +26,7 @@ import os
 import math
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import equinox as eqx
@@ -62,6 +63,35 @@ def build(n: int, d: int, m: int, dtype=jnp.float64, seed: int = 0) -> tuple[Pro
     problem = Problem(net=net, X=arr(ds.X_train), y=arr(ds.y_train), X_test=arr(ds.X_test),
                       y_test=arr(ds.y_test), rate=scale.rate, loss_kind="half-sse", ntg_points=n)
     return problem, p0
+
+
+def fig1_scenario(bench: str, width: int, t_end: float, *, noise: float = 1.0, init_std: float = 1.0,
+                  loss: str = "half-sse", solvers: str = '["tsit5"]') -> str:
+    """A scenario file's text for the Caron et al. Fig. 1 problem with one seed (sphere-sine
+    data n = 100, d = 50; swish network of width `width`, asymmetric γ = α = 0.5), 60
+    log-spaced checkpoints to `t_end`, the loss observed; `bench`: the script that runs it."""
+    return f"""name = "fig1-{bench}"
+description = "Caron et al. Fig. 1 problem, one seed (bench/bench_{bench}.py)"
+seeds = {{ count = 1 }}
+[data]
+kind = "sphere-sine"
+n = 100
+d = 50
+noise = {noise!r}
+n_test = 100
+[model]
+width = {width}
+activation = "swish"
+init_std = {init_std!r}
+scaling = {{ kind = "asymmetric", gamma = 0.5, alpha = 0.5 }}
+[loss]
+kind = "{loss}"
+[run]
+t_end = {float(t_end)!r}
+checkpoints = {{ count = 60, spacing = "log" }}
+solvers = {solvers}
+observe = ["loss"]
+"""
 
 
 def preset(spec: str | dict) -> Preset:
@@ -123,6 +153,35 @@ class Table:
 
 
 # ----------------------------------------------------------------------------- 1. flow vs GD
+
+def arguments(doc: str, argv=None, *, quick: str = "small sizes: a smoke test, never published",
+              options: Callable[[argparse.ArgumentParser], None] = lambda ap: None) -> argparse.Namespace:
+    """A bench script's arguments: `--quick` (`quick`: what it does there) and the script's own
+    (`options` adds them), described by the first line of its docstring `doc`; `started`
+    holds the time they were read, which `report` counts the script's time from."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=quick)
+    options(ap)
+    args = ap.parse_args(argv)
+    args.started = time.perf_counter()
+    return args
+
+
+def report(name: str, title: str, args: argparse.Namespace, *parts: "Table | str", context: str = "",
+           result: str | None = None) -> None:
+    """Publish a bench script's tables (`parts`: Tables or markdown) under the run header every
+    bench writes: `## bench_<name> — <title>`, then whether it was a --quick run, JAX and its
+    device, the script's time (from `arguments`) and the machine's load at its end, the command
+    that runs it again, and `context` (what the tables assume). `result`: the file's name in
+    results/ (default: `name`)."""
+    command = f"python bench/bench_{name}.py" + (" --quick" if args.quick else "")
+    head = (f"## bench_{name} — {title}\n\n{'--quick run. ' if args.quick else ''}JAX {jax.__version__}, "
+            f"{jax.devices()[0].platform}; script took {time.perf_counter() - args.started:.0f} s, load average "
+            f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at its end. `{command}`."
+            + (f" {context}" if context else "") + "\n")
+    body = "\n".join(p.markdown() if isinstance(p, Table) else p for p in parts)
+    publish(head + "\n" + body, result or name, args.quick)
+
 
 def publish(text: str, name: str, quick: bool) -> None:
     """Print a script's tables and write them to results/<name>.md (results/gpu/ for
@@ -425,9 +484,7 @@ def case_flops(cfg, tables, summary):
 # ----------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="small sizes, finishes in under a minute (smoke test)")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv, quick="small sizes, finishes in under a minute (smoke test)")
     if args.quick:
         cfg = dict(n=100, d=50, m=500, t_end=2000.0, segments=10, reps=2, preset_budget_s=8.0,
                    chunk_steps={"dopri8-tight": 100, "kvaerno5": 5}, ntg_rounds=3, flop_steps=200,
@@ -436,7 +493,6 @@ def main(argv=None) -> int:
         cfg = dict(n=100, d=50, m=2000, t_end=50_000.0, segments=10, reps=2, preset_budget_s=60.0,
                    chunk_steps={"dopri5-fast": 500, "dopri8-tight": 200, "kvaerno5": 10}, ntg_rounds=5,
                    flop_steps=1000, flop_rounds=5, sq=1024)
-    t_start = time.perf_counter()
     summary = Table("Core ratios" + (" (--quick: reduced sizes, not the targets' setting)" if args.quick else ""),
                     ["what", "measured", "target", "met?"])
     tables: list[Table] = []
@@ -444,13 +500,10 @@ def main(argv=None) -> int:
     case_ntg(cfg, problem, w_end, tables, summary)
     case_flops(cfg, tables, summary)
 
-    head = (f"## bench_core — Caron Fig. 1 problem (n = {cfg['n']}, d = {cfg['d']}, m = {cfg['m']}, swish, "
-            f"asymmetric γ = 0.5, α = 0.5, ½Σ loss)\n\n"
-            f"{'--quick run. ' if args.quick else ''}JAX {jax.__version__}, {jax.devices()[0].platform}, "
-            f"{jax.device_count()} device(s); ratios measured in one process, best of repeats, compile excluded; "
-            f"script took {time.perf_counter() - t_start:.0f} s.\n")
-    text = head + "\n" + "\n".join(tb.markdown() for tb in [summary, *tables])
-    publish(text, "core", args.quick)
+    report("core", f"Caron Fig. 1 problem (n = {cfg['n']}, d = {cfg['d']}, m = {cfg['m']}, swish, asymmetric "
+           "γ = 0.5, α = 0.5, ½Σ loss)", args, summary, *tables,
+           context=f"{jax.device_count()} device(s); ratios measured in one process, best of repeats, compile "
+           "excluded.")
     return 0
 
 

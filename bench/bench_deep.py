@@ -26,7 +26,6 @@ accuracy.
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import equinox as eqx
@@ -34,7 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import ROOT, Table, fmt, interleaved_best, publish, ready  # noqa: E402
+from bench_core import ROOT, Table, arguments, fmt, interleaved_best, ready, report  # noqa: E402
 from flowsim.status import Status
 from flowsim.run.build import build_run
 from flowsim.config import load_scenario, solver_preset
@@ -115,22 +114,16 @@ def case_eos(cfg, tables, summary):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     enable_x64()
-    t0 = time.perf_counter()
     cfg = ({"n": 20, "d": 16, "width": 64, "rounds": 2, "t_end": 198.0} if args.quick else
            {"n": 100, "d": 64, "width": 512, "rounds": 5, "t_end": 1980.0})
     tables: list[Table] = []
     summary = Table("Deep-network ratios", ["quantity", "measured", "target", "met"])
     case_ntg(cfg, tables, summary)
     case_eos(cfg, tables, summary)
-    head = (f"## bench_deep — generic NTG of an MLP, and the exact flow against GD at the edge of stability\n\n"
-            f"{'--quick run. ' if args.quick else ''}One process on this machine; script took "
-            f"{time.perf_counter() - t0:.0f} s.\n")
-    text = head + "\n" + "\n".join(t.markdown() for t in [summary, *tables])
-    publish(text, "deep", args.quick)
+    report("deep", "generic NTG of an MLP, and the exact flow against GD at the edge of stability", args, summary,
+           *tables, context="One process.")
     return 0
 
 

@@ -27,7 +27,6 @@ On a GPU (`bench/run --device gpu`), two runs of the papers' scale, compilation 
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -36,30 +35,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import ROOT, Table, fmt, publish  # noqa: E402
-
-SCENARIO = """name = "fig1-e2e"
-description = "Caron et al. Fig. 1 problem, one seed (bench/bench_e2e.py)"
-seeds = {{ count = 1 }}
-[data]
-kind = "sphere-sine"
-n = 100
-d = 50
-noise = 0.1
-n_test = 100
-[model]
-width = {width}
-activation = "swish"
-init_std = 1.4142135623730951
-scaling = {{ kind = "asymmetric", gamma = 0.5, alpha = 0.5 }}
-[loss]
-kind = "mse"
-[run]
-t_end = {t_end}
-checkpoints = {{ count = 60, spacing = "log" }}
-solvers = ["tsit5"]
-observe = ["loss"]
-"""
+from bench_core import ROOT, Table, arguments, fig1_scenario, fmt, report  # noqa: E402
 
 # Timestamps of one run's phases, printed by a child process.
 PHASES = """
@@ -202,16 +178,13 @@ def cohen_scale_table(path: Path, wall: float, summary: Table) -> Table:
     return tb
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+def main(argv=None) -> None:
+    args = arguments(__doc__, argv)
     width, t_end, rounds = (500, 2000.0, 2) if args.quick else (2000, 20000.0, 3)
-    tic0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         scenario = tmp / "fig1.toml"
-        scenario.write_text(SCENARIO.format(width=width, t_end=t_end))
+        scenario.write_text(fig1_scenario("e2e", width, t_end, noise=0.1, init_std=2 ** 0.5, loss="mse"))
         solvers = {"flow (tsit5)": "tsit5", "GD (η = 1)": "gd-lr1"}
         for s in solvers.values():          # fill the compile cache
             flowsim_run(scenario, s, tmp / f"{s}.h5")
@@ -280,11 +253,8 @@ def main() -> None:
     tables = [summary, e2e, phases, cost]
     if device == "gpu" and not args.quick:
         tables += [paper_scale(summary), cohen_scale(summary)]
-    text = (f"## bench_e2e — `flowsim run` end to end ({device})\n\nJAX {jax.__version__}, "
-            f"{jax.default_backend()}, {len(jax.devices())} device(s); ratios measured in one run; "
-            f"script took {time.perf_counter() - tic0:.0f} s.\n\n"
-            + "\n".join(t.markdown() for t in tables))
-    publish(text, "e2e", args.quick)
+    report("e2e", f"`flowsim run` end to end ({device})", args, *tables,
+           context=f"{len(jax.devices())} device(s); ratios measured in one run.")
 
 
 if __name__ == "__main__":

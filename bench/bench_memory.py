@@ -14,7 +14,6 @@ its duration does). Three runs show what is kept:
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ import h5py
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_core import Table, publish  # noqa: E402
+from bench_core import Table, arguments, report  # noqa: E402
 
 
 def run(sets: list[str], out: Path) -> tuple[float, float]:
@@ -56,14 +55,11 @@ def weights_rows(path: Path) -> tuple[int, int, bool]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     t_end = 50.0 if args.quick else 500.0
     base = [f"run.t_end={t_end}"] + (["seeds=[0]", "model.width=500"] if args.quick else [])
     obs = '["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change"]'
     obs_w = '["loss", "test_loss", "ntg_eig", "ntg_change", "weight_change", "weights"]'
-    t0 = time.perf_counter()
     tb = Table(f"flowsim run caron-fig1 (n = 100, d = 50, m = {500 if args.quick else 2000}, "
                f"{1 if args.quick else 5} seed(s) × 4 scalings, tsit5 + GD η = 1), t_end = {t_end:g}",
                ["variant", "peak RSS", "archive size", "weight rows stored", "wall"])
@@ -89,11 +85,8 @@ def main(argv=None) -> int:
     summary.add("weights stored", "none unless observed; then one row per checkpoint row" if ok else
                 f"groups {g60}/{g10}/{gw}, one row per checkpoint: {exact}", "only at requested checkpoints",
                 "yes" if ok else "**no**")
-    head = (f"## bench_memory — archive size and peak RSS at paper scale\n\n"
-            f"{'--quick run. ' if args.quick else ''}Horizon shortened to t_end = {t_end:g} (memory does not depend "
-            f"on it); script took {time.perf_counter() - t0:.0f} s.\n")
-    text = head + "\n" + summary.markdown() + "\n" + tb.markdown()
-    publish(text, "memory", args.quick)
+    report("memory", "archive size and peak RSS at paper scale", args, summary, tb,
+           context=f"Horizon shortened to t_end = {t_end:g} (memory does not depend on it).")
     return 0
 
 

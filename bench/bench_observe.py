@@ -28,7 +28,6 @@ algebra (docs/benchmarks.md says what was tried).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
@@ -38,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from bench_core import ROOT, Table, fmt, gd_preset, publish, ready
+from bench_core import ROOT, Table, arguments, fmt, gd_preset, ready, report
 from flowsim.config import load_scenario
 from flowsim.observe.observables import memory, observe_carried
 from flowsim.observe.stability import sharpness
@@ -59,11 +58,8 @@ def _timed(fn, *args):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     enable_x64()
-    t0 = time.perf_counter()
     sc = load_scenario(ROOT / "scenarios" / "cohen-scale-quick.toml")
     b = build_run(sc.runs[0].settings, sc.runs[0].seed)
     problem, p0 = b.problem, b.params
@@ -119,10 +115,7 @@ def main(argv=None) -> int:
     summary.add("sharpness: tracker's CPU / cold Lanczos's", fmt(cpus[("sharpness",)] / cpus["old"]), "")
     summary.add("sharpness (k = 1) CPU / the rows' GD CPU", fmt(cpus[("sharpness",)] / gd_cpu), "≤ 0.3")
     summary.add("hessian_top (k = 5) CPU / the rows' GD CPU", fmt(cpus[("hessian_top",)] / gd_cpu), "≤ 1")
-    head = (f"## bench_observe — the Hessian observables' cost per checkpoint row\n\n"
-            f"{'--quick run. ' if args.quick else ''}On this machine ({jax.default_backend()}); "
-            f"script took {time.perf_counter() - t0:.0f} s. `python bench/bench_observe.py`.\n")
-    publish(head + "\n" + summary.markdown() + "\n" + tb.markdown(), "observe", args.quick)
+    report("observe", "the Hessian observables' cost per checkpoint row", args, summary, tb)
     return 0
 
 

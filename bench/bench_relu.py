@@ -17,15 +17,13 @@ point is run again with twice as many.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
-import time
 
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import ROOT, Table, flow_run, fmt, gd_run, preset, publish  # noqa: E402
+from bench_core import ROOT, Table, arguments, flow_run, fmt, gd_run, preset, report  # noqa: E402
 from flowsim.run.build import build_run
 from flowsim.config import load_scenario
 
@@ -91,11 +89,8 @@ def _bench(name: str, quick: bool, worst: dict) -> Table:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--scenario", nargs="+", default=["caron-fig1-relu-quick", "chen-exp2-quick"])
-    args = ap.parse_args(argv)
-    t0 = time.perf_counter()
+    args = arguments(__doc__, argv, options=lambda ap: ap.add_argument(
+        "--scenario", nargs="+", default=["caron-fig1-relu-quick", "chen-exp2-quick"]))
     worst = {"err": {}, "ratio": {}, "failed": []}
     tables = [_bench(name, args.quick, worst) for name in args.scenario]
     summary = Table("ReLU ratios" + (" (--quick)" if args.quick else ""), ["what", "measured", "target", "met?"])
@@ -109,9 +104,7 @@ def main(argv=None) -> int:
                     "yes" if ratio <= 3 else ("land" if ratio <= 10 else "**no**"))
     for where in worst["failed"]:
         summary.add(f"{where}: filippov reaches t_end", "no (see its table)", "yes", "**no**")
-    head = (f"## bench_relu — the exact flow through ReLU kinks\n\n{'--quick run. ' if args.quick else ''}"
-            f"Script took {time.perf_counter() - t0:.0f} s.\n")
-    publish(head + "\n" + summary.markdown() + "\n" + "\n".join(tb.markdown() for tb in tables), "relu", args.quick)
+    report("relu", "the exact flow through ReLU kinks", args, summary, *tables)
     return 0
 
 

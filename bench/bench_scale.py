@@ -9,17 +9,15 @@ at horizons shortened so that the whole suite fits a 2-core machine (see each ta
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
-import time
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import Table, build, fmt, gd_preset, interleaved_best, pct, preset, ready, timed, publish  # noqa: E402
+from bench_core import Table, arguments, build, fmt, gd_preset, interleaved_best, pct, preset, ready, report, timed  # noqa: E402,E501
 from flowsim.run import batch
 from flowsim.run.integrators import descent_integrator, flow_integrator
 from flowsim.status import Status
@@ -214,27 +212,20 @@ def case_seeds(cfg, tables, summary):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     if args.quick:
         cfg = dict(reps=1, dtype_t_end=200.0, dtype_gd_chunk=100.0, obs_t_end=2000.0, obs_m=500, width_t_end=200.0, widths=[250, 500, 1000],
                    ns=[50, 100], n_m=500, seed_m=300, seed_t_end=500.0)
     else:
         cfg = dict(reps=2, dtype_t_end=50_000.0, dtype_gd_chunk=5000.0, obs_t_end=50_000.0, obs_m=2000, width_t_end=2000.0,
                    widths=[500, 2000, 8000, 32000], ns=[100, 200, 400, 800], n_m=2000, seed_m=1000, seed_t_end=5000.0)
-    t0 = time.perf_counter()
     summary = Table("Scale ratios" + (" (--quick)" if args.quick else ""), ["what", "measured", "target", "met?"])
     tables: list[Table] = []
     for case in (case_dtype, case_observe, case_width, case_seeds):
         print(f"-- {case.__name__}", flush=True)
         case(cfg, tables, summary)
-    head = (f"## bench_scale — dtype, observation cost, width/n scaling, seeds\n\n"
-            f"{'--quick run. ' if args.quick else ''}JAX {jax.__version__}, {jax.devices()[0].platform}, "
-            f"{jax.device_count()} device(s); best of {cfg['reps']}, compile excluded; script took "
-            f"{time.perf_counter() - t0:.0f} s.\n")
-    text = head + "\n" + "\n".join(tb.markdown() for tb in [summary, *tables])
-    publish(text, "scale", args.quick)
+    report("scale", "dtype, observation cost, width/n scaling, seeds", args, summary, *tables,
+           context=f"{jax.device_count()} device(s); best of {cfg['reps']}, compile excluded.")
     return 0
 
 

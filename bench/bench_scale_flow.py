@@ -37,7 +37,6 @@ CPython ≥ 3.12 only (7.6–7.9: cp312-abi3, cp314t, cp315t; no sdist), this pr
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -54,7 +53,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 from scipy.sparse.linalg import LinearOperator, eigsh
 
-from bench_core import ROOT, Table, flow_run, fmt, gd_preset, preset, publish, ready, timed  # noqa: E402
+from bench_core import ROOT, Table, arguments, flow_run, fmt, gd_preset, preset, ready, report, timed  # noqa: E402
 from bench_stiff import flat, reference  # noqa: E402
 from flowsim.cli.lifecycle import compilation_cache
 from flowsim.config import ScenarioError, list_solvers, load_scenario
@@ -420,7 +419,8 @@ def measure(cfg: dict) -> dict:
             "runs": runs, "cohen": cohen, "ref": ref}
 
 
-def report(m: dict, cfg: dict, quick: bool, took: float) -> str:
+def results(m: dict, cfg: dict, quick: bool) -> tuple[str, str, list[Table]]:
+    """The published section's title, what its tables assume, and its tables."""
     times, theta0, gd, runs, cohen, ref = (m[k] for k in ("times", "theta0", "gd", "runs", "cohen", "ref"))
     ks = {T: int(np.argmin(np.abs(times - T))) for T in cfg["horizons"]}
     by_name = {tr.label: tr for tr in runs}
@@ -428,29 +428,23 @@ def report(m: dict, cfg: dict, quick: bool, took: float) -> str:
     tables += [horizon_table(T, k, runs, gd, ref, theta0, times) for T, k in ks.items()]
     tables.append(error_table([gd, *(r for r in runs if r is not ref)], ref, theta0, times))
     skipped = "".join(f"\n- `{name}` skipped: {why}" for name, why in m["refused"])
-    head = (f"## bench_scale_flow — flows at the papers' scale: cohen-scale-quick to T = "
-            f"{' and '.join(f'{T:g}' for T in cfg['horizons'])}\n\n"
-            f"{'--quick run (a small student: ' + ', '.join(cfg['sets']) + '). ' if quick else ''}"
-            f"{m['n']} images, {theta0.size} parameters; one process on this machine "
-            f"({jax.devices()[0].platform}); script took {took:.0f} s. Counts are "
-            f"machine-independent; walls are of this run. Each flow solves in calls of at most {CHUNK_STEPS} steps "
+    title = f"flows at the papers' scale: cohen-scale-quick to T = {' and '.join(f'{T:g}' for T in cfg['horizons'])}"
+    context = (f"{'A small student: ' + ', '.join(cfg['sets']) + '. ' if quick else ''}"
+               f"{m['n']} images, {theta0.size} parameters; one process. Counts are machine-independent; walls are of this run. Each flow solves in calls of at most {CHUNK_STEPS} steps "
             f"and stops (\"capped\") past {COST_CAP:g}× GD's gradients to the time it reached, or past "
             f"{cfg['budget_s']:g} s of solving ({cfg['implicit_budget_s']:g} s for an implicit method, whose cost "
             f"is not counted; {cfg['cohen_budget_s']:g} s for Cohen et al.'s scheme). Cohen et al.'s scheme: "
             f"{cohen.note}. Reference: {ref.total_wall:.0f} s when computed. SUNDIALS' LSRKStep: not measured "
             f"(`sundials4py` needs CPython ≥ 3.12; this project runs 3.11; Debian 12's SUNDIALS 6.4 has no "
-            f"LSRKStep).{skipped}\n")
-    return head + "\n" + "\n".join(x.markdown() for x in tables)
+               f"LSRKStep).{skipped}")
+    return title, context, tables
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a small student to T = 4 (about a minute)")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv, quick="a small student to T = 4 (about a minute)")
     cfg = QUICK if args.quick else FULL
-    t0 = time.perf_counter()
-    m = measure(cfg)
-    publish(report(m, cfg, args.quick, time.perf_counter() - t0), "scale_flow", args.quick)
+    title, context, tables = results(measure(cfg), cfg, args.quick)
+    report("scale_flow", title, args, *tables, context=context)
     return 0
 
 

@@ -15,15 +15,13 @@ leg: on central-scale that is 100 × 7 of them. --quick: two points, fewer round
 
 from __future__ import annotations
 
-import argparse
 import sys
-import time
 
 import jax
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from bench_core import ROOT, Table, fmt, gd_run, interleaved_best, publish
+from bench_core import ROOT, Table, arguments, fmt, gd_run, interleaved_best, report
 from flowsim.config import load_scenario
 from flowsim.observe.stability import LANCZOS_RTOL, LANCZOS_STEPS, sharpness
 from flowsim.run.build import build_run
@@ -57,11 +55,8 @@ def measure(problem, p0, points, rounds: int) -> tuple[Table, list[int], list[fl
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     enable_x64()
-    t0 = time.perf_counter()
     sc = load_scenario(ROOT / "scenarios" / "central-scale.toml")
     b = build_run(sc.runs[0].settings, sc.runs[0].seed)
     tb, steps_all, walls = measure(b.problem, b.params, QUICK_POINTS if args.quick else POINTS, 2 if args.quick else 5)
@@ -69,10 +64,7 @@ def main(argv=None) -> int:
     summary.add(f"Lanczos steps per observation, stopped at residual ≤ {LANCZOS_RTOL:g} · θ (mean of the points)",
                 f"{np.mean(steps_all):.1f} of {LANCZOS_STEPS}")
     summary.add("wall of one observation / 32 fixed steps (mean of the points)", fmt(float(np.mean(walls))))
-    head = (f"## bench_sharpness — the sharpness observable's Lanczos, stopped at its tolerance\n\n"
-            f"{'--quick run. ' if args.quick else ''}On this machine ({jax.default_backend()}); "
-            f"script took {time.perf_counter() - t0:.0f} s. `python bench/bench_sharpness.py`.\n")
-    publish(head + "\n" + summary.markdown() + "\n" + tb.markdown(), "sharpness", args.quick)
+    report("sharpness", "the sharpness observable's Lanczos, stopped at its tolerance", args, summary, tb)
     return 0
 
 

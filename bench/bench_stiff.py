@@ -30,16 +30,13 @@ best of three each.
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
-import time
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import ROOT, Table, flow_run, fmt, gd_preset, gd_run, interleaved_best, preset, publish, ready, timed  # noqa: E402,E501
+from bench_core import ROOT, Table, arguments, flow_run, fmt, gd_preset, gd_run, interleaved_best, preset, ready, report, timed  # noqa: E402,E501
 from flowsim.run.integrators import descent_integrator, flow_integrator
 from flowsim.run.build import build_run
 from flowsim.config import load_scenario
@@ -274,12 +271,9 @@ def case_stiff_scenario(quick, tables, summary):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--log-quadratic", action="store_true", help="case [5] alone (printed, not published)")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv, options=lambda ap: ap.add_argument(
+        "--log-quadratic", action="store_true", help="case [5] alone (printed, not published)"))
     enable_x64()
-    t0 = time.perf_counter()
     tables: list[Table] = []
     summary = Table("Stiff ratios", ["quantity", "measured", "target", "met"])
     if args.log_quadratic:
@@ -291,11 +285,8 @@ def main(argv=None) -> int:
     case_quadratic(args.quick, tables, summary)
     case_log_quadratic(tables, summary)
     case_stiff_scenario(args.quick, tables, summary)
-    head = (f"## bench_stiff — stiff flows at equal accuracy: tsit5, rock4, kvaerno5 and GD\n\n"
-            f"{'--quick run. ' if args.quick else ''}One process on this machine "
-            f"({jax.devices()[0].platform}); script took {time.perf_counter() - t0:.0f} s. Evaluations are "
-            f"machine-independent; wall ratios are of one run.\n")
-    publish(head + "\n" + "\n".join(x.markdown() for x in [summary, *tables]), "stiff", args.quick)
+    report("stiff", "stiff flows at equal accuracy: tsit5, rock4, kvaerno5 and GD", args, summary, *tables,
+           context="One process; evaluations are machine-independent, wall ratios are of one run.")
     return 0
 
 

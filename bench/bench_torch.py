@@ -16,7 +16,6 @@ extrapolated from its measured cost per step.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -25,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from bench_core import Table, build, gd_preset, preset, ready, publish  # noqa: E402
+from bench_core import Table, arguments, build, gd_preset, preset, ready, report  # noqa: E402
 from flowsim.run import batch
 from flowsim.run.integrators import descent_integrator, flow_integrator
 
@@ -66,9 +65,7 @@ def torch_run(X, y, W0, coef, t_end, ckpts, threads):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args(argv)
+    args = arguments(__doc__, argv)
     try:
         import torch
     except ImportError:
@@ -76,7 +73,6 @@ def main(argv=None) -> int:
         return 0
     n, d, m = 100, 50, (500 if args.quick else 2000)
     t_end, t_long, K, reps = (200.0, 2000.0, 5, 1) if args.quick else (1000.0, 50_000.0, 10, 2)
-    t0 = time.perf_counter()
     problem, p0 = build(n, d, m)
     grid = lambda t: np.unique(np.round(np.geomspace(1, t, K)).astype(int))  # noqa: E731
     ckpts = grid(t_end)
@@ -158,13 +154,10 @@ def main(argv=None) -> int:
              f"{t_end / 10:g}")
     long.add("flowsim flow (tsit5, rtol 1e-8)", f"{flow_long:.2f} s", f"{s_long:.1f}×",
              f"measured; final loss {float(problem.loss(jax.tree.map(lambda x: x[0], flow_state.y))):.2e}")
-    head = (f"## bench_torch — flowsim vs a plain PyTorch GD loop\n\n"
-            f"{'--quick run. ' if args.quick else ''}Best of {reps} interleaved rounds, compile excluded; all three "
-            f"measured to t = {t_end:g}, and the flow measured to t = {t_long:g} against PyTorch extrapolated there "
-            f"(its cost per step does not depend on the iterate; the flow's ratio grows with the horizon); "
-            f"script took {time.perf_counter() - t0:.0f} s.\n")
-    text = head + "\n" + summary.markdown() + "\n" + tb.markdown() + "\n" + long.markdown()
-    publish(text, "torch", args.quick)
+    report("torch", "flowsim vs a plain PyTorch GD loop", args, summary, tb, long,
+           context=f"Best of {reps} interleaved rounds, compile excluded; all three measured to t = {t_end:g}, and "
+           f"the flow measured to t = {t_long:g} against PyTorch extrapolated there (its cost per step does not "
+           "depend on the iterate; the flow's ratio grows with the horizon).")
     return 0
 
 

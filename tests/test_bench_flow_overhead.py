@@ -15,7 +15,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import bench_flow_overhead as bench  # noqa: E402
-from bench_core import preset  # noqa: E402
+from bench_core import fig1_scenario, preset  # noqa: E402
 from flowsim.run.integrators import flow_integrator  # noqa: E402
 
 
@@ -23,7 +23,7 @@ from flowsim.run.integrators import flow_integrator  # noqa: E402
 def test_the_components_time_the_same_steps():
     cfg = dict(width=50, t_end=200.0, steps=3, gd_steps=20, grad_calls=2)
     scenario = Path(tempfile.mkdtemp()) / "fig1-overhead.toml"
-    scenario.write_text(bench.SCENARIO.format(width=cfg["width"], t_end=cfg["t_end"]))
+    scenario.write_text(fig1_scenario("flow_overhead", cfg["width"], cfg["t_end"]))
     fns, deviation = bench.components(scenario, cfg)
     diffrax, bare, attempts = fns["c"]()[0], fns["w"]()[0], fns["d"]()[0]
     assert np.array_equal(np.asarray(bare[1]["W"]), np.asarray(attempts[1]["W"]))    # y after 3 steps
@@ -35,3 +35,6 @@ def test_the_components_time_the_same_steps():
     assert evals["f"] == evals["e"] + flow_integrator(preset("tsit5")).init_evals
     assert evals["b"] == cfg["gd_steps"] + 1 and evals["c"] == evals["w"] == evals["d"] == 6 * cfg["steps"]
     assert all(math.isfinite(v) and v > 0 for v in (*per.values(), *cpu.values()))
+    # the measure: both legs of one run, per evaluation (each leg's integration time)
+    flow, gd = bench.legs(scenario.parent, cfg)
+    assert all(math.isfinite(v) and v >= 0 for v in (flow, gd))     # (a small leg is mostly observing)

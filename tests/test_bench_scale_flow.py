@@ -65,8 +65,10 @@ def test_the_reference_and_a_preset_s_errors_against_the_closed_form(tmp_path, m
     cohen = bench.Trace("cohen", capped_at=1.0, capped_by="wall", total_wall=5.0)
     cohen.add(10 * tr.cost[0], 1, 0, 0.0, tr.theta[0])
     cfg = {"horizons": (1.0, 2.0), "sets": (), "budget_s": 1.0, "implicit_budget_s": 1.0, "cohen_budget_s": 1.0}
-    text = bench.report({"times": TIMES, "theta0": theta0, "n": 40, "refused": [("x", "why")], "gd": gd,
-                         "runs": [tr, capped, ref, cohen], "cohen": cohen, "ref": ref}, cfg, True, 0.0)
+    _, context, tables = bench.results({"times": TIMES, "theta0": theta0, "n": 40, "refused": [("x", "why")],
+                                        "gd": gd, "runs": [tr, capped, ref, cohen], "cohen": cohen, "ref": ref},
+                                       cfg, True)
+    text = context + "\n".join(t.markdown() for t in tables)
     assert f"| tsit5-loose | 1e-05 | {tr.steps[1]} ({tr.rejected[1]}" in text
     assert f"capped at t = 1.5 past {bench.COST_CAP:g}× GD's gradients; at t = 1: " in text
     assert "| cohen | — | capped at t = 1 after 5 s of solving; at t = 1: " in text

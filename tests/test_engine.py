@@ -239,32 +239,80 @@ def test_checkpoints_inside_steps_cost_no_step_and_read_the_dense_output(method,
     inside steps and 1.2e-8 at their ends (the cubic Hermite interpolant it read before: 1.5e-8);
     rkc2 at rtol 1e-6, 3.7e-7 (the interpolant: 3.7e-7: rkc2's steps are short); auto (Tsit5
     throughout on this flow, which is not stiff: its switch is tests/test_auto.py's) as tsit5."""
-    problem, p0 = make_problem(activation="identity", scaling="ntk", n=30, d=8, m=40)
     integ = make_flow_integrator({"kind": "flow", "method": method, "rtol": rtol, "atol": rtol * 1e-2})
-    advance = eqx.filter_jit(integ.advance)
-    horizon = jnp.asarray(40.0)
-    alone, stats = advance(problem, integ.init(problem, p0), horizon, horizon)
-    state, steps, inside, worst = integ.init(problem, p0), 0, 0, 0.0
-    for t in np.geomspace(0.05, 40.0, 40):
-        state, seg = advance(problem, state, jnp.asarray(t), horizon)
-        assert int(seg["status"]) == Status.DONE and float(integ.time(state)) == t
-        steps += int(seg["steps"])
-        inside += float(state.t) < t
-        W, _ = linear_closed_form(problem, p0, t=t)
-        disp = np.linalg.norm(W - np.asarray(p0["W"]))
-        worst = max(worst, np.linalg.norm(np.asarray(integ.params(state)["W"]) - W) / disp)
+    alone, stats, state, steps, _, inside, worst = rows_along_the_linear_flow(integ, np.geomspace(0.05, 40.0, 40))
     assert inside >= most_inside and steps == int(stats["steps"])
     assert np.array_equal(np.asarray(state.y["W"]), np.asarray(alone.y["W"])) and float(state.t) == 40.0
     assert worst <= bound, worst
 
 
-def test_the_finiteness_check_finds_inf_and_nan_in_any_leaf():
-    # one fused sum of x·0 (NaN where x is not finite): compiled, as the engine runs it
-    from flowsim.integrate.flow import _finite
-    finite = jax.jit(_finite)
+def rows_along_the_linear_flow(integ, times):
+    """The linear flow (an identity network) advanced by `integ` through the checkpoint `times`
+    to the last, as the driver advances it (the horizon given), beside the flow advanced to the
+    horizon at once: (that flow's state and statistics, the state after the rows, the steps and
+    field evaluations the rows took, how many rows lay inside a step, and the rows' worst
+    distance from the closed form, relative to the displacement)."""
+    problem, p0 = make_problem(activation="identity", scaling="ntk", n=30, d=8, m=40)
+    advance = eqx.filter_jit(integ.advance)
+    horizon = jnp.asarray(times[-1])
+    alone, stats = advance(problem, integ.init(problem, p0), horizon, horizon)
+    state, steps, evals, inside, worst = integ.init(problem, p0), 0, 0, 0, 0.0
+    for t in times:
+        state, seg = advance(problem, state, jnp.asarray(t), horizon)
+        assert int(seg["status"]) == Status.DONE and float(integ.time(state)) == t
+        steps += int(seg["steps"])
+        evals += int(seg["vf_evals"])
+        inside += float(state.t) < t
+        W, _ = linear_closed_form(problem, p0, t=t)
+        disp = np.linalg.norm(W - np.asarray(p0["W"]))
+        worst = max(worst, np.linalg.norm(np.asarray(integ.params(state)["W"]) - W) / disp)
+    return alone, stats, state, steps, evals, inside, worst
+
+
+def _pid(rtol=1e-6, atol=1e-9):
+    import diffrax as dfx
+    from flowsim.integrate.flow import ProposingPID
+    pid = dfx.PIDController(rtol=jnp.asarray(rtol), atol=jnp.asarray(atol), pcoeff=0.0, icoeff=1.0)
+    return ProposingPID(pid=pid, rtol=pid.rtol, atol=pid.atol)
+
+
+def test_the_error_pass_is_diffrax_pids_norm_and_finds_inf_and_nan_in_any_leaf():
+    # one fused pass gives the PID's scaled RMS error and the finiteness of y1 and the error:
+    # compiled, as the engine runs it
+    controller = _pid()
+    error = eqx.filter_jit(controller.error)
+    rng = np.random.default_rng(0)
+    y0, y1, e = ({"a": jnp.asarray(rng.normal(size=3)), "b": jnp.asarray(rng.normal(size=(2, 2)))}
+                 for _ in range(3))
+    # the oracle: Diffrax's scaling and Optimistix's RMS norm, in numpy
+    scaled = [np.asarray(e[k]) / (1e-9 + np.maximum(np.abs(y0[k]), np.abs(y1[k])) * 1e-6) for k in ("a", "b")]
+    want = np.sqrt(sum(np.sum(q**2) for q in scaled) / 7)
+    norm, finite = error(y0, y1, e)
+    assert bool(finite) and abs(float(norm) - want) <= 1e-14 * want
     for bad in (jnp.inf, -jnp.inf, jnp.nan):
-        assert not bool(finite({"a": jnp.ones(3), "b": jnp.asarray([[1.0, bad]])}))
-    assert bool(finite({"a": jnp.ones(3), "b": jnp.asarray([[1e308, -1e308]])}))
+        for leaf in (y1, e):       # a non-finite entry in the step's end or its error estimate
+            broken = dict(leaf, b=leaf["b"].at[1, 0].set(bad))
+            norm, finite = error(y0, *((broken, e) if leaf is y1 else (y1, broken)))
+            assert not bool(finite) and float(norm) == np.inf
+    # an error whose square overflows is huge, not a blowup: rejected (inf), finite
+    norm, finite = error(y0, y1, dict(e, a=e["a"].at[0].set(1e300)))
+    assert bool(finite) and float(norm) == np.inf
+
+
+def test_the_pid_judges_the_error_as_diffraxs_pid_does():
+    # `judge` on the fused pass's error = Diffrax's PID on the tree (same decision, step, state)
+    controller = _pid()
+    rng = np.random.default_rng(1)
+    y0 = {"W": jnp.asarray(rng.normal(size=(4, 3)))}
+    state = (jax.tree.map(jnp.asarray, (1.0, 1.0, False)), jnp.asarray(0.5))
+    for size in (1e-9, 1e-5):       # accepted, rejected
+        e = {"W": jnp.asarray(size * rng.normal(size=(4, 3)))}
+        y1 = jax.tree.map(lambda y, d: y + d, y0, e)
+        ours = controller.adapt_step_size(0.0, 0.5, y0, y1, None, e, 5, state)
+        theirs = controller.pid.adapt_step_size(0.0, 0.5, y0, y1, None, e, 5, state[0])
+        assert bool(ours[0]) == bool(theirs[0]) == (size < 1e-7)
+        for a, b in zip(jax.tree.leaves((ours[1:3], ours[4][0])), jax.tree.leaves((theirs[1:3], theirs[4]))):
+            assert abs(float(a) - float(b)) <= 1e-14 * abs(float(b))
 
 
 def test_a_flow_from_a_non_finite_state_ends_nonfinite_where_it_is():

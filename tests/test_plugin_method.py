@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import make_problem, rel_err, resumed_beside_uninterrupted
-from test_engine import linear_closed_form, typed
+from test_engine import rows_along_the_linear_flow, typed
 
 import flowsim
 from flowsim.config import FlowPreset, ScenarioError
@@ -107,22 +107,10 @@ def test_rows_inside_steps_read_the_dense_output_and_match_the_closed_form(toy):
     at the horizon, bit for bit, and each row (most inside a step) is within 3 × rtol of the
     closed form relative to the displacement (measured: 4.8e-6 at rtol 1e-5 to t = 20, in 679
     steps, 29 of the 30 rows inside one)."""
-    problem, p0 = make_problem(activation="identity", scaling="ntk", n=30, d=8, m=40)
     integ = integrator(1e-5)
     assert isinstance(integ.solver, HeunEuler)
-    advance = eqx.filter_jit(integ.advance)
-    horizon = jnp.asarray(20.0)
-    alone, stats = advance(problem, integ.init(problem, p0), horizon, horizon)
-    state, steps, inside, worst = integ.init(problem, p0), 0, 0, 0.0
-    for t in np.geomspace(0.05, 20.0, 30):
-        state, seg = advance(problem, state, jnp.asarray(t), horizon)
-        assert int(seg["status"]) == Status.DONE and float(integ.time(state)) == t
-        assert int(seg["vf_evals"]) == 2 * int(seg["steps"])     # its `cost`, per try
-        steps += int(seg["steps"])
-        inside += float(state.t) < t
-        W, _ = linear_closed_form(problem, p0, t=t)
-        disp = np.linalg.norm(W - np.asarray(p0["W"]))
-        worst = max(worst, np.linalg.norm(np.asarray(integ.params(state)["W"]) - W) / disp)
+    alone, stats, state, steps, evals, inside, worst = rows_along_the_linear_flow(integ, np.geomspace(0.05, 20.0, 30))
+    assert evals == 2 * steps     # its `cost`: two a try
     assert inside >= 20 and steps == int(stats["steps"]) > 20
     assert np.array_equal(np.asarray(state.y["W"]), np.asarray(alone.y["W"])) and float(state.t) == 20.0
     assert worst <= 3e-5, worst

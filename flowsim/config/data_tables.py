@@ -4,37 +4,24 @@ read them are `flowsim.data`'s."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Union
+from typing import ClassVar, Literal, Union
 
-from .declare import file_setting, fraction, setting, table, table_spec
+from .declare import alike, file_setting, fraction, setting, table, table_spec
 from .rules import MNIST_IMAGES, SEED, SEED_MAX, low_below_high, mnist_fits, split_sums_to_one
 from .spec import ABSENT, REQUIRED, Float, Int, ListOf, OneOf, Str
 
 UCI_NAMES = ("concrete", "energy", "airfoil", "plant")
 
 
-def _n(default: int) -> Any:
-    return setting(Int(lo=1, default=default), "training points (digits: the first n of the shipped training "
-                   "file; absent = all)")
-
-
-def _d(default: int, lo: int = 1) -> Any:
-    return setting(Int(lo=lo, default=default), "input dimension")
-
-
-def _n_test(default: int) -> Any:
-    return setting(Int(lo=0, default=default), "test points, drawn like the training points (digits: absent "
-                   "= all)")
-
-
-def _noise(default: float) -> Any:
-    return setting(Float(lo=0, default=default), "standard deviation of the Gaussian noise added to the "
-                   "targets")
-
-
-def _standardize() -> Any:
-    return setting(True, "standardise X and y with the training set's mean and deviation (kept in the "
-                   "archive's /data attributes)")
+_n = alike(lambda default: Int(lo=1, default=default),
+           "training points (digits: the first n of the shipped training file; absent = all)")
+_d = alike(lambda default, lo=1: Int(lo=lo, default=default), "input dimension")
+_n_test = alike(lambda default: Int(lo=0, default=default),
+                "test points, drawn like the training points (digits: absent = all)")
+_noise = alike(lambda default: Float(lo=0, default=default),
+               "standard deviation of the Gaussian noise added to the targets")
+_standardize = alike(lambda: True, "standardise X and y with the training set's mean and deviation (kept in the "
+                     "archive's /data attributes)")
 
 
 @table
@@ -138,9 +125,9 @@ class NpzData(_DataBase):
 
 # Images preprocessed as Cohen et al. (2021) do in their cifar.py: pixels / 255, flattened, then
 # centred and standardised per pixel; one-hot targets (flowsim/data/images.py).
-def _cohen_standardize() -> Any:
-    return setting(True, "centre and standardise every pixel by its training mean and deviation, as Cohen et "
-                   "al. do (a pixel constant over the training images is centred only); false: pixels / 255")
+_cohen_standardize = alike(lambda: True, "centre and standardise every pixel by its training mean and deviation, "
+                           "as Cohen et al. do (a pixel constant over the training images is centred only); false: "
+                           "pixels / 255")
 
 
 @table

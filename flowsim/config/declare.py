@@ -20,7 +20,7 @@ import dataclasses
 import functools
 import types
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import MISSING, dataclass
 from typing import Any, Literal, Union
 
@@ -288,6 +288,12 @@ def to_dict(obj: Any) -> Any:
 
 
 # Settings several tables declare alike.
+
+def alike(spec: Callable[..., Any], meaning: str) -> Callable[..., Any]:
+    """A setting several tables declare, each with its own default (or bound): `alike(spec,
+    meaning)(*args)` is `setting(spec(*args), meaning)`, its meaning written once."""
+    return lambda *args, **kwargs: setting(spec(*args, **kwargs), meaning)
+
 
 def positive(default: Any = REQUIRED) -> Float:
     return Float(lo=0.0, lo_open=True, default=default)

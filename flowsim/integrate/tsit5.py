@@ -10,9 +10,10 @@ with the buffer. On the Fig. 1 problem (m = 2 000) that was 22 % of the flow's t
 (bench/bench_flow_overhead.py). Here each stage's point is one fused sum over the stages
 written so far, y0 + Σ_j (a_ij·h)·f_j; the step's end is the last stage's point (the tableau is
 first-same-as-last: its last row is b), the error is one fused sum Σ_j (e_j·h)·f_j, and the
-dense output keeps the stage fields f_j as they are: Diffrax's increments k_j = h·f_j,
-stacked, are formed only where a time inside the step is read, and the stiffness probe reads
-the fields (its ratio does not depend on h). Same method, other rounding: a step agrees with
+dense output keeps the stage fields f_j as they are: a time inside the step is read as one
+fused sum y0 + Σ_j (b_j(θ)·h)·f_j with Diffrax's interpolant's weights (`_Interpolation`:
+Diffrax's increments k_j = h·f_j are never stacked), and the stiffness probe reads the fields
+(its ratio does not depend on h). Same method, other rounding: a step agrees with
 Diffrax's to round-off, a flow to 1e-10 (tests/test_tsit5.py).
 """
 
@@ -57,11 +58,33 @@ def increments(t0, t1, f) -> Params:
     return jax.tree.map(lambda *x: h * jnp.stack(x), *f)
 
 
-def _interpolation(*, t0, t1, y0, y1, f):
-    """The step's dense output: Diffrax's Tsit5 interpolant of its stage increments, formed
-    here, where a time inside the step is read (the step itself neither scales nor stacks
-    them: h = t1 − t0 is the step's own, bit for bit)."""
-    return dfx.Tsit5.interpolation_cls(t0=t0, t1=t1, y0=y0, y1=y1, k=increments(t0, t1, f))
+class _Interpolation(dfx.AbstractLocalInterpolation):
+    """The step's dense output: Diffrax's Tsit5 interpolant y0 + Σ_j b_j(θ)·k_j of the stage
+    increments k_j = h·f_j, formed where a time inside the step is read as one fused sum
+    y0 + Σ_j (b_j(θ)·h)·f_j. The weights b_j(θ) are Diffrax's, read off its interpolant of the
+    unit increments (k = I, y0 = 0: its sum is then b itself, exactly); the increments and their
+    stack, which Diffrax's sum would need, are not formed (per row read on the Fig. 1 problem
+    that was 2 % of the driver's time: bench_flow_overhead.py). h = t1 − t0 is the step's own,
+    bit for bit."""
+
+    t0: jax.Array
+    t1: jax.Array
+    y0: Params
+    f: tuple
+
+    def __init__(self, *, t0, t1, y0, y1, f):
+        del y1     # (Diffrax's interpolants take it)
+        self.t0, self.t1, self.y0, self.f = t0, t1, y0, f
+
+    def evaluate(self, t0, t1=None, left: bool = True) -> Params:
+        del left
+        if t1 is not None:
+            return jax.tree.map(jnp.subtract, self.evaluate(t1), self.evaluate(t0))
+        h, stages = self.t1 - self.t0, len(self.f)
+        unit = dfx.Tsit5.interpolation_cls(t0=self.t0, t1=self.t1, y0=jnp.zeros(stages, h.dtype), y1=None,
+                                           k=jnp.eye(stages, dtype=h.dtype))
+        b = unit.evaluate(t0)
+        return _combine(self.y0, [b[j] * h for j in range(stages)], self.f)
 
 
 def _scaled(row, h):
@@ -73,7 +96,7 @@ class Tsit5(AbstractFlowSolver):
     """Tsit5 (see the module's docstring); its state is f(y0), the last step's last stage."""
 
     term_structure: ClassVar = dfx.AbstractTerm
-    interpolation_cls: ClassVar = staticmethod(_interpolation)
+    interpolation_cls: ClassVar = _Interpolation
     tableau: ClassVar[dfx.ButcherTableau] = TABLEAU
 
     def order(self, terms):
@@ -98,8 +121,8 @@ class Tsit5(AbstractFlowSolver):
 
     def step(self, terms, t0, t1, y0, args, f0: Params, made_jump):
         """One step from (t0, y0), f0 = f(y0): y1, the error estimate, the dense output (y0, y1
-        and the stage fields f_j, a tuple: Diffrax's increments k_j = h·f_j are formed only
-        where a time inside the step is read, `increments`; a step held ahead keeps the fields,
+        and the stage fields f_j, a tuple, which `_Interpolation` reads with Diffrax's weights
+        where a time inside the step is read; a step held ahead keeps the fields,
         every other try only reads them), f(y1) and Diffrax's result. The flow has no jumps
         (`made_jump` is always False: f0 is always f(y0))."""
         del made_jump
