@@ -34,7 +34,6 @@ import time
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from bench_core import ROOT, Table, arguments, fmt, gd_preset, ready, report
