@@ -170,9 +170,18 @@ def any_process(flag: bool) -> bool:
 class SharedWriter:
     """The archive writer as every process of a multi-process run sees it: process 0 holds
     the file and writes; the others write nothing, and each question the driver asks of
-    the archive (what a resume finds there) gets process 0's answer."""
+    the archive (what a resume finds there) gets process 0's answer.
 
-    QUESTIONS = frozenset({"has_run", "n_checkpoints", "read_checkpoint", "horizons"})
+    Every method of the writer is named below as a question or a write. A question that
+    answered None off process 0 (as `solver_stats` once did, unlisted) sent the processes
+    down different paths: one raised, the other waited in a collective until the
+    coordination service aborted both, minutes later. A method named in neither list
+    raises on every process alike; tests/test_scale.py checks the lists against the
+    writer's methods."""
+
+    QUESTIONS = frozenset({"has_run", "n_checkpoints", "read_checkpoint", "solver_stats", "horizons"})
+    WRITES = frozenset({"write_data", "create_run", "create_solver", "append", "commit", "write_analysis",
+                        "extend_horizon", "set_status", "close"})
 
     def __init__(self, writer):
         self._writer = writer      # None off process 0
@@ -180,6 +189,9 @@ class SharedWriter:
     def __getattr__(self, name):
         if name in self.QUESTIONS:
             return lambda *a, **k: shared(lambda: getattr(self._writer, name)(*a, **k))
+        if name not in self.WRITES:
+            raise AttributeError(f"SharedWriter: {name!r} is neither one of its QUESTIONS (answered by process 0 "
+                                 "on every process) nor one of its WRITES (process 0 only): add it to one")
         if self._writer is None:
             return lambda *a, **k: None
         return getattr(self._writer, name)
