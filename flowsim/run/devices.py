@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import pickle
+import sys
 
 import equinox as eqx
 import jax
@@ -46,10 +47,24 @@ def initialize() -> None:
         raise DistributedError(
             f"--distributed: jax.distributed could not start ({str(err).strip().splitlines()[0]}); "
             f"outside a cluster JAX detects, set {', '.join(ENVIRONMENT)} in every process") from None
+    if jax.process_count() > 1:
+        sys.excepthook = _leave_at_once
     if jax.process_count() > 1 and is_primary() and jax.devices()[0].platform == "cpu":
         import warnings
 
         warnings.warn(CPU_PROCESSES, stacklevel=2)
+
+
+def _leave_at_once(kind, value, traceback) -> None:
+    """A process of a multi-process run that fails (an error the others do not share) says
+    why and leaves without the interpreter's teardown: that teardown waits in JAX's shutdown
+    barrier for the others, up to 300 s, while they wait in a collective for it, and then
+    aborts them all (exit -6) with the reason far up the log. Gone, its connections close,
+    and the others' collectives fail within seconds."""
+    sys.__excepthook__(kind, value, traceback)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 # Measured (docs/scale.md): a batched solver loop whose seeds span processes ends every

@@ -286,8 +286,11 @@ class Driver:
         state, init_compile, init_wall = self._run_compiled(
             kernels.init, integ, problems, params0, shard(kernels.stack([b.key for b in built_runs])))
         # the observables' carried values are stored in the checkpoint beside the state, so
-        # that a resumed run warm-starts as the uninterrupted one did
-        carried = kernels.memory(problems, params0, names)
+        # that a resumed run warm-starts as the uninterrupted one did. They are constants, which
+        # jit hands back on one device of each process: spread like the batch, or `to_host`
+        # takes each process's whole copy for its part (8 members of 4: a --distributed resume
+        # observing `sharpness` failed)
+        carried = shard(kernels.memory(problems, params0, names))
         members, (state, carried) = self._members(runs, name, integ, (state, carried))
         # where each member starts (0, or its checkpoint's time), once per batch: from then on
         # each chunk brings it with its rows
