@@ -381,13 +381,15 @@ def test_a_stop_reaching_one_process_stops_both(tmp_path):
 def test_an_error_of_one_process_ends_both_at_once(tmp_path):
     """Process 1 alone raises as its first batch ends (`_FAILING`): it prints its traceback
     and leaves, and process 0's next collective fails for the lost peer, so both exit 1,
-    where before both waited (one in JAX's shutdown barrier, one in a collective) until
-    the barrier timed out after 300 s and aborted them (-6); the archive holds the rows
-    committed before."""
+    process 0 saying how to resume (before, both waited, one in JAX's shutdown barrier and
+    one in a collective, until the barrier timed out after 300 s and aborted them: -6); the
+    archive holds the rows committed before."""
     sets = ["seeds=[0, 1]", "run.checkpoints={count=3}", 'run.solvers=["gd-lr1"]']
     failed = _distributed(tmp_path, TINY, "-o", tmp_path / "x.h5", *set_args(sets), before={1: _FAILING})
     assert [c for c, _ in failed] == [1, 1], _told(failed)
     assert "RuntimeError: an error of process 1 alone" in failed[1][1], _told(failed)
+    assert "another process stopped first" in failed[0][1] and "--resume --distributed`" in failed[0][1], \
+        _told(failed)
     assert committed(tmp_path / "x.h5") == 2 * 4
 
 
