@@ -91,6 +91,12 @@ def test_without_a_terminal_a_line_comes_at_most_every_30_seconds():
     long.update(8.0, [90], ["running"])
     assert stream.getvalue().splitlines()[-1].endswith("1 running; about 3.4 h left at its pace so far")
     long.close(None)
+    compiled_ahead = progress.batch("p0", "rk", ["p0-seed0"], 0.0, 10.0)
+    for clock.now in (400, 435):     # the driver's compilation ahead waits with no target: since 400 s
+        compiled_ahead.waiting(None)
+    assert stream.getvalue().splitlines()[-2:] == ["flowsim: p0 · rk: t = 0 of 10 (0 %), compiling",
+                                                   "flowsim: p0 · rk: t = 0 of 10 (0 %), compiling (for 35 s)"]
+    compiled_ahead.close(None)
 
 
 @pytest.mark.parametrize("show", [False, True])

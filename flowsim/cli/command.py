@@ -17,7 +17,8 @@ from pathlib import Path
 
 from ..engine_env import set_engine_defaults
 from .lifecycle import (EXIT_DIFFERENT, EXIT_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_NOTHING, EXIT_OK,
-                        StopRequest, compilation_cache, leave, load_engine, quiet_hdf5_unraisable, write_failure)
+                        StopRequest, collective_failure, compilation_cache, leave, load_engine,
+                        quiet_hdf5_unraisable, write_failure)
 from ..run.session import InputError
 
 
@@ -130,13 +131,15 @@ def cmd_run(args) -> int:
             leave(EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except (OSError, RuntimeError) as err:   # h5py reports failed writes as either
-        msg = write_failure(out, err, resume_cmd)
+        msg = write_failure(out, err, resume_cmd) or (collective_failure(out, err, resume_cmd)
+                                                      if args.distributed else None)
         if msg is None:
             raise
         _err(msg)
         if _COMMAND_LINE:
             # HDF5 still holds the file it could not flush and retries at interpreter exit,
-            # which can crash (SIGSEGV); every commit is on disk, so leave at once.
+            # which can crash (SIGSEGV); JAX's exit waits for processes that are gone (300 s,
+            # then aborts); every commit is on disk, so leave at once.
             leave(EXIT_INTERNAL)
         return EXIT_INTERNAL
     finally:

@@ -87,6 +87,18 @@ def write_failure(out: Path, err: OSError, resume_cmd: str) -> str | None:
             f"{out}`); free space, then continue with `{resume_cmd}`")
 
 
+def collective_failure(out: Path, err: RuntimeError, resume_cmd: str) -> str | None:
+    """The message for a --distributed run's computation that failed in JAX (None: another
+    error), most often a collective whose peer process has gone (`Connection reset by peer`)."""
+    import jax
+
+    if not isinstance(err, jax.errors.JaxRuntimeError):
+        return None
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    return (f"a computation of this --distributed run failed: {first}. Where another process stopped first, its "
+            f"own log says why. {out} keeps every checkpoint committed before; continue with `{resume_cmd}`")
+
+
 def quiet_hdf5_unraisable(unraisable) -> None:
     """After a failed write, h5py reports every object it cannot release as an ignored
     exception with a traceback; the run reports the failure once, in words."""

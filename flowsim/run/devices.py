@@ -11,6 +11,7 @@ import contextlib
 import math
 import os
 import pickle
+import sys
 
 import equinox as eqx
 import jax
@@ -46,10 +47,24 @@ def initialize() -> None:
         raise DistributedError(
             f"--distributed: jax.distributed could not start ({str(err).strip().splitlines()[0]}); "
             f"outside a cluster JAX detects, set {', '.join(ENVIRONMENT)} in every process") from None
+    if jax.process_count() > 1:
+        sys.excepthook = _leave_at_once
     if jax.process_count() > 1 and is_primary() and jax.devices()[0].platform == "cpu":
         import warnings
 
         warnings.warn(CPU_PROCESSES, stacklevel=2)
+
+
+def _leave_at_once(kind, value, traceback) -> None:
+    """A process of a multi-process run that fails (an error the others do not share) says
+    why and leaves without the interpreter's teardown: that teardown waits in JAX's shutdown
+    barrier for the others, up to 300 s, while they wait in a collective for it, and then
+    aborts them all (exit -6) with the reason far up the log. Gone, its connections close,
+    and the others' collectives fail within seconds."""
+    sys.__excepthook__(kind, value, traceback)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1)
 
 
 # Measured (docs/scale.md): a batched solver loop whose seeds span processes ends every
@@ -170,9 +185,18 @@ def any_process(flag: bool) -> bool:
 class SharedWriter:
     """The archive writer as every process of a multi-process run sees it: process 0 holds
     the file and writes; the others write nothing, and each question the driver asks of
-    the archive (what a resume finds there) gets process 0's answer."""
+    the archive (what a resume finds there) gets process 0's answer.
 
-    QUESTIONS = frozenset({"has_run", "n_checkpoints", "read_checkpoint", "horizons"})
+    Every method of the writer is named below as a question or a write. A question that
+    answered None off process 0 (as `solver_stats` once did, unlisted) sent the processes
+    down different paths: one raised, the other waited in a collective until the
+    coordination service aborted both, minutes later. A method named in neither list
+    raises on every process alike; tests/test_scale.py checks the lists against the
+    writer's methods."""
+
+    QUESTIONS = frozenset({"has_run", "n_checkpoints", "read_checkpoint", "solver_stats", "horizons"})
+    WRITES = frozenset({"write_data", "create_run", "create_solver", "append", "commit", "write_analysis",
+                        "extend_horizon", "set_status", "close"})
 
     def __init__(self, writer):
         self._writer = writer      # None off process 0
@@ -180,6 +204,9 @@ class SharedWriter:
     def __getattr__(self, name):
         if name in self.QUESTIONS:
             return lambda *a, **k: shared(lambda: getattr(self._writer, name)(*a, **k))
+        if name not in self.WRITES:
+            raise AttributeError(f"SharedWriter: {name!r} is neither one of its QUESTIONS (answered by process 0 "
+                                 "on every process) nor one of its WRITES (process 0 only): add it to one")
         if self._writer is None:
             return lambda *a, **k: None
         return getattr(self._writer, name)

@@ -287,7 +287,7 @@ class Driver:
             kernels.init, integ, problems, params0, shard(kernels.stack([b.key for b in built_runs])))
         # the observables' carried values are stored in the checkpoint beside the state, so
         # that a resumed run warm-starts as the uninterrupted one did
-        carried = kernels.memory(problems, params0, names)
+        carried = _cold_memory(problems, params0, names)
         members, (state, carried) = self._members(runs, name, integ, (state, carried))
         # where each member starts (0, or its checkpoint's time), once per batch: from then on
         # each chunk brings it with its rows
@@ -467,7 +467,7 @@ class Driver:
         values are discarded."""
         here = batch.here
         still = np.zeros((batch.most, here.size), bool)
-        cold = kernels.memory(batch.problems, batch.integ.params(state), batch.names)
+        cold = _cold_memory(batch.problems, batch.integ.params(state), batch.names)
 
         def call(rows: int):
             tic = time.perf_counter()
@@ -547,6 +547,14 @@ class Driver:
         self.report(f"{batch.label} · {batch.name}: {states} ({steps} steps over {seeds}, {wall:.1f} s, "
                     f"of which observing ≈ {observing:.1f} s; compiling {compiling:.1f} s{since})"
                     + (f"\n  advice: {advice}" if advice else ""))
+
+
+def _cold_memory(problems, params, names: tuple[str, ...]):
+    """The observables' carried values at a cold start, spread over the devices like the
+    batch. They are constants, which jit hands back on one device of each process; left
+    there, `to_host` would take each process's whole copy for its part (8 members of 4: a
+    --distributed resume observing `sharpness` failed)."""
+    return shard(kernels.memory(problems, params, names))
 
 
 def _compile(fn, *args) -> float:

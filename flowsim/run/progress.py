@@ -63,7 +63,7 @@ class BatchProgress:
     def __init__(self, owner: Progress, label: str, solver: str, runs: list[str], t_start: float, t_end: float):
         self.owner, self.label, self.solver, self.runs = owner, label, solver, runs
         self.t, self.t_end = t_start, t_end
-        self._waiting_for, self._waiting_since = None, 0.0     # the segment `waiting` was last called for
+        self._waiting_for, self._waiting_since = None, None    # the segment `waiting` was last called for
         # (t, clock) of the first row (compiled by then) and of the last: the pace between them
         self._first: tuple[float, float] | None = None
         self._last: tuple[float, float] | None = None
@@ -116,7 +116,7 @@ class BatchProgress:
         if not (self.owner.lines and self.owner._due()):
             return
         now = self.owner.clock()
-        if self._waiting_for != target:
+        if self._waiting_since is None or self._waiting_for != target:   # None: a compilation
             self._waiting_for, self._waiting_since = target, now
         what = "compiling" if target is None or target <= self.t else f"computing the segment to t = {target:.6g}"
         since = now - self._waiting_since
