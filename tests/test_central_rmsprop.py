@@ -18,6 +18,10 @@ from flowsim.integrate.central_field import RELAX_STEPS, central_point, initial_
 from flowsim.run.integrators import central_integrator
 
 BETA2, EPS = 0.99, 1e-8
+# ε inside the root (`eps_in_sqrt`): D = √(ν + ε), ε of the order of the smallest ν (the floor
+# 1e-6 of `_state`'s), so that D and ∂D/∂ν differ from the default's where ν is small
+EPS_IN_SQRT = 1e-6
+VARIANTS = pytest.mark.parametrize("in_sqrt", [False, True], ids=["eps-outside", "eps-in-sqrt"])
 
 
 def _state(seed=0):
@@ -30,43 +34,52 @@ def _state(seed=0):
     return problem, p0, unravel, w, g * g * spread + 1e-6
 
 
-def _dense(problem, unravel, w, nu):
-    """H of L̃ = rate·L, D = √ν + ε, and the eigenpairs of D^{-1/2}HD^{-1/2} (descending)."""
+def _denominator(nu, in_sqrt=False):
+    """RMSProp's D: √ν + ε, or √(ν + ε) with ε inside the root."""
+    return jnp.sqrt(nu + EPS_IN_SQRT) if in_sqrt else jnp.sqrt(nu) + EPS
+
+
+def _dense(problem, unravel, w, nu, in_sqrt=False):
+    """H of L̃ = rate·L, D (`_denominator`), and the eigenpairs of D^{-1/2}HD^{-1/2} (descending)."""
     loss = lambda v: problem.rate * problem.loss(unravel(v))
     H = jax.hessian(loss)(w)
-    D = jnp.sqrt(nu) + EPS
+    D = _denominator(nu, in_sqrt)
     lam, V = jnp.linalg.eigh(H / jnp.sqrt(D[:, None] * D[None, :]))
     return loss, H, D, lam[::-1], V[:, ::-1]
 
 
-def _point(problem, unravel, w, nu, eta, k=2):
-    form = adaptive_form("rmsprop-flow", learning_rate=eta, beta2=BETA2, eps=EPS)
+def _point(problem, unravel, w, nu, eta, k=2, in_sqrt=False):
+    form = adaptive_form("rmsprop-flow", learning_rate=eta, beta2=BETA2, eps=EPS_IN_SQRT if in_sqrt else EPS,
+                         eps_in_sqrt=in_sqrt)
     y = {"w": unravel(w), "nu": unravel(nu)}
     point = jax.jit(lambda y: central_point(problem, y, initial_vectors(w.size, k, w.dtype), eta, k, 0.9,
                                             iterations=500, cold=True, tol=1e-12, form=form))(y)
     return form, y, point
 
 
-def test_the_tracked_eigenvalues_are_those_of_the_preconditioned_hessian():
+@VARIANTS
+def test_the_tracked_eigenvalues_are_those_of_the_preconditioned_hessian(in_sqrt):
     problem, _, unravel, w, nu = _state()
-    _, _, _, lam, _ = _dense(problem, unravel, w, nu)
-    _, _, point = _point(problem, unravel, w, nu, eta=1.0 / float(lam[0]))
+    _, _, _, lam, _ = _dense(problem, unravel, w, nu, in_sqrt)
+    _, _, point = _point(problem, unravel, w, nu, eta=1.0 / float(lam[0]), in_sqrt=in_sqrt)
     np.testing.assert_allclose(np.asarray(point.lam), np.asarray(lam[:2]), rtol=1e-9)
 
 
-def test_at_the_edge_the_field_is_its_definition():
+@VARIANTS
+def test_at_the_edge_the_field_is_its_definition(in_sqrt):
     """η puts the top effective eigenvalue ηλ₁ at 3, past the edge (the second beneath the threshold 0.9·2):
     one direction is held (X > 0, rank 1), and
     - dν/dt = (1 − β₂)/(β₂η)·(g² + diag(HΣH) − ν) with H dense, Σ = U X Uᵀ, U = D^{-1/2}V (to 1e-9);
     - dw/dt = −D⁻¹(g + ½∇_w⟨H(w), Σ⟩), the gradient of the dense Hessian's trace against Σ (1e-9);
     - the held margin A = u₀ᵀ(2D/η − H)u₀ (u₀ = D^{-1/2}v₁ fixed) moves at −κA, κ = 1/η, along the
       field (a central difference in (w, ν) of step 1e-5: 1e-5 relative), i.e. the stability
-      condition 2P − H ⪰ 0 is what X holds, P moving with ν."""
+      condition 2P − H ⪰ 0 is what X holds, P moving with ν.
+    With ε inside the root (D = √(ν + ε)) the same, ∂D/∂ν = 1/(2√(ν + ε)) in P's motion."""
     problem, _, unravel, w, nu = _state()
-    loss, H, D, lam, V = _dense(problem, unravel, w, nu)
+    loss, H, D, lam, V = _dense(problem, unravel, w, nu, in_sqrt)
     assert float(lam[1] / lam[0]) < 0.6       # only the top direction is a candidate
     eta = 3.0 / float(lam[0])
-    _, y, point = _point(problem, unravel, w, nu, eta)
+    _, y, point = _point(problem, unravel, w, nu, eta, in_sqrt=in_sqrt)
     X = np.asarray(point.X)
     assert int(point.held) == 1 and X[0, 0] > 0 and np.abs(X[1:, :]).max() == 0 and np.abs(X[:, 1:]).max() == 0
 
@@ -83,7 +96,7 @@ def test_at_the_edge_the_field_is_its_definition():
                                rtol=1e-9, atol=1e-9 * float(jnp.abs(w_dot).max()))
 
     u0 = V[:, 0] / jnp.sqrt(D)
-    margin = lambda w, nu: u0 @ (2 * (jnp.sqrt(nu) + EPS) / eta * u0) - u0 @ jax.hessian(loss)(w) @ u0
+    margin = lambda w, nu: u0 @ (2 * _denominator(nu, in_sqrt) / eta * u0) - u0 @ jax.hessian(loss)(w) @ u0
     h = 1e-5
     rate = (margin(w + h * w_dot, nu + h * nu_dot) - margin(w - h * w_dot, nu - h * nu_dot)) / (2 * h)
     kappa = 1 / (RELAX_STEPS * eta)
