@@ -183,7 +183,7 @@ class PlainMultiples(LogFormatterSciNotation):
         lo, hi = sorted(self.axis.get_view_interval()) if self.axis is not None else (0.0, 0.0)
         narrow = lo > 0 and hi / lo < 100
         if label and ("times" in label or narrow) and 1e-3 <= abs(x) < 1e4:
-            return rf"$\mathdefault{{{x:.3g}}}$"
+            return rf"$\mathdefault{{{x:.4g}}}$"
         return label
 
 
