@@ -485,7 +485,7 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
             twins = [d.name for d in disc if getattr(presets[d.name], "perturbation", 0.0)]
             if twins and flows:
                 notes.append((run.name, f"{', '.join(twins)}: perturbed twin(s), the noise floor of the central-"
-                                        "flow section; not paired with the flows (each would repeat its GD's row)"))
+                                        "flow section; not paired with the flows (each would repeat its unperturbed leg's row)"))
             for d in (d for d in disc if d.name not in twins):
                 dp = presets[d.name]
                 stab.append(_stability(run, d, dp))

@@ -99,36 +99,39 @@ def _track_text(tr: CentralTrack) -> list[str]:
     if tr.onset is not None:
         after = int(tr.after.sum())
         out.append(f"  onset: t = {tr.t[tr.onset]:.4g} (step {int(tr.step[tr.onset])}), the first matched time where "
-                   f"{tr.gd}'s sharpness ≥ {limit}; {after} matched times from it on")
+                   f"{tr.gd}'s {tr.sharpness} ≥ {limit}; {after} matched times from it on")
         ratios = (f"their ratio {_g(tr.ratio_of_means)}, the median of the per-row ratios {_g(tr.median_ratio)}"
                   if tr.ratio is not None else "no ratio")
-        out.append(f"  from the onset on: mean ‖GD − central‖ {_mean(tr, tr.d_central)}, mean ‖GD − flow‖ "
-                   f"{_mean(tr, tr.d_flow)}, {ratios}; beside them the noise floor, mean ‖GD − twin‖ "
-                   f"{_mean(tr, tr.floor)}; predicted loss vs GD's smoothed loss: mean relative error "
+        m = tr.method
+        out.append(f"  from the onset on: mean ‖{m} − central‖ {_mean(tr, tr.d_central)}, mean ‖{m} − flow‖ "
+                   f"{_mean(tr, tr.d_flow)}, {ratios}; beside them the noise floor, mean ‖{m} − twin‖ "
+                   f"{_mean(tr, tr.floor)}; predicted loss vs {m}'s smoothed loss: mean relative error "
                    f"{_pct(tr.mean_after(tr.loss_error))}")
     elif tr.sharp_gd is not None:
-        out.append(f"  onset: never: {tr.gd}'s sharpness stays below {limit} at its {tr.t.size} matched times "
+        out.append(f"  onset: never: {tr.gd}'s {tr.sharpness} stays below {limit} at its {tr.t.size} matched times "
                    f"(max {_g(np.nanmax(tr.sharp_gd)) if tr.t.size else '—'}); no means after it")
     if tr.d_central is not None:
-        out.append(f"  {'t':>10}{'step':>8}{'‖GD − central‖':>16}{'‖GD − flow‖':>13}{'ratio':>8}"
-                   f"{'floor ‖GD − twin‖':>19}{'pred. loss rel. err.':>22}")
+        m = tr.method
+        w = len(m) - 2      # the columns widen with the method's name ("GD" the narrowest)
+        out.append(f"  {'t':>10}{'step':>8}{f'‖{m} − central‖':>{16 + w}}{f'‖{m} − flow‖':>{13 + w}}{'ratio':>8}"
+                   f"{f'floor ‖{m} − twin‖':>{19 + w}}{'pred. loss rel. err.':>22}")
         ratio, err = tr.ratio, tr.loss_error
         for i in tr.rows():
             cell = lambda a: _g(a[i]) if a is not None else "—"  # noqa: E731
-            out.append(f"  {tr.t[i]:>10.4g}{int(tr.step[i]):>8}{cell(tr.d_central):>16}{cell(tr.d_flow):>13}"
-                       f"{cell(ratio):>8}{cell(tr.floor):>19}"
+            out.append(f"  {tr.t[i]:>10.4g}{int(tr.step[i]):>8}{cell(tr.d_central):>{16 + w}}{cell(tr.d_flow):>{13 + w}}"
+                       f"{cell(ratio):>8}{cell(tr.floor):>{19 + w}}"
                        f"{(_pct(err[i]) if err is not None else '—'):>22}"
                        + ("   (onset)" if i == tr.onset else ""))
     if tr.t.size:
         end = tr.t.size - 1
         sharp = lambda a: _g(a[end]) if a is not None else "—"  # noqa: E731
-        observed = f"; its `sharpness` {sharp(tr.sharp_central_observed)}" if tr.sharp_central_observed is not None \
+        observed = f"; its `{tr.sharpness}` {sharp(tr.sharp_central_observed)}" if tr.sharp_central_observed is not None \
             else ""
-        out.append(f"  sharpness at t = {tr.t[end]:.4g}: GD {sharp(tr.sharp_gd)}, central {sharp(tr.sharp_central)} "
+        out.append(f"  {tr.sharpness} at t = {tr.t[end]:.4g}: {tr.method} {sharp(tr.sharp_gd)}, central {sharp(tr.sharp_central)} "
                    f"(central_eig1{observed}), flow {sharp(tr.sharp_flow)}; {limit}")
     costs = ", ".join(f"{leg} {_g(v)}" for leg, v in tr.cost.items())
-    out.append(f"  cost per GD step in gradient-equivalents: {costs} (central: evaluations + Hessian-vector + "
-               "third-derivative products; flow: evaluations + Hessian-vector products; GD: one gradient)")
+    out.append(f"  cost per {tr.method} step in gradient-equivalents: {costs} (central: evaluations + Hessian-vector + "
+               f"third-derivative products; flow: evaluations + Hessian-vector products; {tr.method}: one gradient)")
     out += [f"  note: {n}" for n in tr.notes]
     return out
 
