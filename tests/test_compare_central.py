@@ -401,3 +401,6 @@ def test_rmsprops_pair_is_named_rmsprop_where_a_user_compares(tmp_path, capsys, 
     # the central flow's line is told apart from the stable flow's (both were solid)
     styles = {h.get_label(): h.get_linestyle() for h in gaps.get_legend().legend_handles}
     assert styles["vs RMSProp central flow (same η)"] != styles["vs RMSProp flow (same η)"]
+    assert main(["plot", str(out), "-o", str(tmp_path / "plots")]) == 0
+    times = {ax.get_xlabel() for ax in figures["central-rmsprop-fig1.png"].axes if ax.get_xlabel()}
+    assert times == {"t (flow time; a discrete step × η)"}, times    # was "GD step × η"
