@@ -365,13 +365,15 @@ def test_rmsprops_pair_is_named_rmsprop_where_a_user_compares(tmp_path, capsys, 
             'run.solvers=[{name="rmsprop", kind="rmsprop", learning_rate=0.001, beta2=0.99, nu0="grad-squared"}, '
             '{name="twin", kind="rmsprop", learning_rate=0.001, beta2=0.99, nu0="grad-squared", perturbation=1e-12}, '
             '{name="flow", kind="rmsprop-flow", learning_rate=0.001, beta2=0.99, method="auto"}, '
-            '{name="central", kind="rmsprop-central", learning_rate=0.001, beta2=0.99, max_eigen=5, method="rock4", '
+            '{name="rmsprop-central", kind="rmsprop-central", learning_rate=0.001, beta2=0.99, max_eigen=5, method="rock4", '
             'rtol=1e-6, atol=1e-8, pcoeff=0.3, icoeff=0.3}]']
     assert main(["run", str(ROOT / "scenarios" / "central-rmsprop.toml"), "-o", str(out), "-q",
                  *[a for s in sets for a in ("--set", s)]]) == 0
     capsys.readouterr()
     assert main(["compare", str(out)]) == 0
     text = capsys.readouterr().out
+    # the pair table's name column widens to the leg's name (it ran into η: "rmsprop-central  0.001")
+    assert re.search(r"\n  rmsprop {5}rmsprop-central {4}0\.001 {4}20 ", text), text
     section = text[text.index("beside its central flow at the same η"):]
     section = section[:section.index("\nnotes:")]
     assert "rmsprop's preconditioned_sharpness ≥ 2/η = 2000" in section

@@ -34,7 +34,10 @@ def format_report(rep: Report) -> str:
              f"(certificate: a gap ≤ {rep.factor:g} × the flow's error estimate is unresolved)"]
     # a column per gap some pair reports (what none can report is said in the notes)
     shown = [g for g in SUMMARY_GAPS if any(p.gaps.get(g) is not None for p in rep.pairs)]
-    head = (f"  {'discrete':<12}{'flow':<14}{'η':>7}{'times':>6}"
+    # the name columns widen to the longest name, with two spaces after it ("rmsprop-central" ran into η)
+    dw = max([12] + [len(p.discrete) + 2 for p in rep.pairs])
+    fw = max([14] + [len(p.flow) + 2 for p in rep.pairs])
+    head = (f"  {'discrete':<{dw}}{'flow':<{fw}}{'η':>7}{'times':>6}"
             + "".join(f"  {SUMMARY_GAPS[g] + ' max/final':>20}" for g in shown) + f"  {'unresolved':>10}")
     for run, label in rep.runs.items():
         ps = [p for p in rep.pairs if p.run == run]
@@ -45,7 +48,7 @@ def format_report(rep: Report) -> str:
             cols = "".join(f"  {' / '.join(_max_final(p.gaps.get(g))):>20}" for g in shown)
             unres = "no cert." if p.unresolved is None else f"{int(p.unresolved.sum())}/{p.unresolved.size}"
             st = "" if p.status == "done" else f"  [{p.status}]"
-            lines.append(f"  {p.discrete:<12}{p.flow:<14}{p.eta:>7.4g}{p.t.size:>6}{cols}  {unres:>10}{st}")
+            lines.append(f"  {p.discrete:<{dw}}{p.flow:<{fw}}{p.eta:>7.4g}{p.t.size:>6}{cols}  {unres:>10}{st}")
         for lad in (x for x in rep.ladders if x.run == run):
             lines.append("  " + ladder_text(lad))
         for s in (x for x in rep.stability if x.run == run and x.verdict != "unknown"):   # (in the notes)
