@@ -393,7 +393,10 @@ def test_rmsprops_pair_is_named_rmsprop_where_a_user_compares(tmp_path, capsys, 
     figures, real = {}, Figure.savefig
     monkeypatch.setattr(Figure, "savefig", lambda fig, f, *a, **k: (figures.__setitem__(Path(f).name, fig),
                                                                     real(fig, f, *a, **k))[1])
-    assert main(["compare", str(out), "-o", str(tmp_path / "figs")]) == 0
+    assert main(["compare", str(out), "-o", str(tmp_path / "figs"), "--csv", str(tmp_path / "gaps.csv")]) == 0
+    rows = list(csv.DictReader((tmp_path / "gaps-central.csv").open()))
+    assert {(r["gd"], r["method"], r["sharpness_series"]) for r in rows} == {
+        ("rmsprop", "RMSProp", "preconditioned_sharpness")}
     distances = figures["central-rmsprop-compare-central.png"].axes[2].get_ylabel()
     assert "RMSProp" in distances and "GD" not in distances
     seed = figures["central-rmsprop-compare-seed0.png"]

@@ -186,7 +186,7 @@ def write_csv(rep: Report, path) -> Path:
 CENTRAL_CSV_COLUMNS = ("run", "label", "seed", "gd", "central", "flow", "twin", "eta", "t", "step", "after_onset",
                        "d_central", "d_flow", "floor", "ratio", "loss_gd", "loss_smoothed", "predicted_loss",
                        "loss_rel_error", "sharpness_gd", "sharpness_central", "sharpness_flow",
-                       "ratio_of_means", "median_ratio")
+                       "ratio_of_means", "median_ratio", "method", "sharpness_series")
 
 
 def central_csv_path(path) -> Path:
@@ -198,8 +198,10 @@ def central_csv_path(path) -> Path:
 def write_central_csv(rep: Report, path) -> Path:
     """One row per GD / central-flow pair and matched time (`flowsim.analysis.compare_central`'s
     numbers) into `central_csv_path(path)`; empty cells where a series is not recorded. The
-    last two columns are the pair's headline, from the onset on (the same on each of its rows):
-    the ratio of the mean distances and the median of the per-row ratios."""
+    pair's headline, from the onset on, is on each of its rows (`ratio_of_means`, the ratio of
+    the mean distances, and `median_ratio`, the median of the per-row ratios), then what the
+    `_gd` columns are of: the discrete leg's `method` (GD, RMSProp) and the `sharpness_series`
+    its sharpness columns hold (`preconditioned_sharpness` for RMSProp's pair)."""
     target = central_csv_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="") as fh:
@@ -213,5 +215,6 @@ def write_central_csv(rep: Report, path) -> Path:
             for i in range(tr.t.size):
                 w.writerow([tr.run, tr.label, tr.seed, tr.gd, tr.central, tr.flow, tr.twin, repr(tr.eta),
                             repr(float(tr.t[i])), int(tr.step[i]), int(after[i]),
-                            *("" if a is None else repr(float(a[i])) for a in columns), *headline])
+                            *("" if a is None else repr(float(a[i])) for a in columns), *headline,
+                            tr.method, tr.sharpness])
     return target
