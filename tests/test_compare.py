@@ -464,3 +464,26 @@ def test_a_gd_that_crosses_at_its_last_checkpoint_is_named_neither_way():
                                "end, how it goes on is not recorded, judged at its 11 recorded checkpoints: "
                                "max η·sharpness = 2, final 2"), s.text()
     assert "stayed" not in s.text() and "catapult" not in s.text()
+
+
+
+@pytest.mark.slow
+def test_an_rmsprop_flow_at_another_step_says_why_nothing_pairs(tmp_path):
+    """RMSProp at η = 0.001 beside its stable flow at η = 0.002 (no partner of its step, as an
+    rmsprop-central leg would be): `flowsim compare` exits 1 naming each leg's method and η,
+    where it said no pair had 'a checkpoint at a common time' (each flow records every
+    discrete leg's times)."""
+    from helpers import call_cli
+
+    (tmp_path / "apart.toml").write_text(
+        'name = "apart"\n[data]\nkind = "random-labels"\nn = 16\nd = 4\n[model]\nkind = "mlp"\nwidths = [8]\n'
+        '[loss]\nkind = "mse"\n[run]\nt_end = 0.004\nobserve = ["loss"]\nsolvers = [\n'
+        '  { name = "rmsprop", kind = "rmsprop", learning_rate = 0.001 },\n'
+        '  { name = "sf", kind = "rmsprop-flow", learning_rate = 0.002 },\n]\n')
+    out = tmp_path / "apart.h5"
+    assert main(["run", str(tmp_path / "apart.toml"), "-o", str(out), "-q"]) == 0
+    rc, text, err = call_cli("compare", out)
+    assert rc == 1 and text == ""
+    assert (f"{out}: nothing to compare: no flow is of a discrete leg's method and step (a flow of GD's or of an "
+            "adaptive method's pairs with that method at its own learning_rate): discrete rmsprop (RMSProp, "
+            "η = 0.001); flow sf (RMSProp flow, η = 0.002)") in err

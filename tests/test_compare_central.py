@@ -353,3 +353,59 @@ def test_a_central_leg_whose_every_tracked_direction_is_a_candidate_is_named():
                            "track_threshold 0.9, at 5 of 11 rows, 0.9500 at t = 10)")
     assert "larger max_eigen" in note
     assert notes(np.full(t.size, 0.8)) == []
+
+
+@pytest.mark.slow
+def test_rmsprops_pair_is_named_rmsprop_where_a_user_compares(tmp_path, capsys, monkeypatch):
+    """central-rmsprop to step 200 (its onset at step 170): the text and the figures name RMSProp
+    and its preconditioned sharpness, never GD; read without its stable flow, the text says
+    which flow leg to add."""
+    out = tmp_path / "rms.h5"
+    sets = ["run.t_end=0.2", "run.checkpoints={count=20}",
+            'run.solvers=[{name="rmsprop", kind="rmsprop", learning_rate=0.001, beta2=0.99, nu0="grad-squared"}, '
+            '{name="twin", kind="rmsprop", learning_rate=0.001, beta2=0.99, nu0="grad-squared", perturbation=1e-12}, '
+            '{name="flow", kind="rmsprop-flow", learning_rate=0.001, beta2=0.99, method="auto"}, '
+            '{name="rmsprop-central", kind="rmsprop-central", learning_rate=0.001, beta2=0.99, max_eigen=5, method="rock4", '
+            'rtol=1e-6, atol=1e-8, pcoeff=0.3, icoeff=0.3}]']
+    assert main(["run", str(ROOT / "scenarios" / "central-rmsprop.toml"), "-o", str(out), "-q",
+                 *[a for s in sets for a in ("--set", s)]]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(out)]) == 0
+    text = capsys.readouterr().out
+    # the pair table's name column widens to the leg's name (it ran into η: "rmsprop-central  0.001")
+    assert re.search(r"\n  rmsprop {5}rmsprop-central {4}0\.001 {4}20 ", text), text
+    section = text[text.index("beside its central flow at the same η"):]
+    section = section[:section.index("\nnotes:")]
+    assert "rmsprop's preconditioned_sharpness ≥ 2/η = 2000" in section
+    assert "mean ‖RMSProp − central‖" in section and "predicted loss vs RMSProp's smoothed loss" in section
+    assert "preconditioned_sharpness at t = 0.2: RMSProp " in section
+    assert "its `preconditioned_sharpness`" in section and "cost per RMSProp step" in section
+    assert not re.search(r"\bGD\b", section.replace("(GD, RMSProp)", "")), section
+    with archive.open(out) as a:
+        r = a.runs["seed0"]
+        solvers = {n: v for n, v in r.solvers.items() if n != "flow"}
+        presets = {n: from_dict(Preset, v.preset) for n, v in solvers.items()}
+        (tr,) = central.central_tracks(types.SimpleNamespace(name=r.name, label=r.label, seed=r.seed,
+                                                             solvers=solvers), presets)
+    assert "no stable flow: add a `rmsprop-flow` leg at η = 0.001 to run.solvers" in tr.notes
+    # the figures `compare -o` saves: the pair's figure and the run's
+    from matplotlib.figure import Figure
+    figures, real = {}, Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, f, *a, **k: (figures.__setitem__(Path(f).name, fig),
+                                                                    real(fig, f, *a, **k))[1])
+    assert main(["compare", str(out), "-o", str(tmp_path / "figs"), "--csv", str(tmp_path / "gaps.csv")]) == 0
+    rows = list(csv.DictReader((tmp_path / "gaps-central.csv").open()))
+    assert {(r["gd"], r["method"], r["sharpness_series"]) for r in rows} == {
+        ("rmsprop", "RMSProp", "preconditioned_sharpness")}
+    distances = figures["central-rmsprop-compare-central.png"].axes[2].get_ylabel()
+    assert "RMSProp" in distances and "GD" not in distances
+    seed = figures["central-rmsprop-compare-seed0.png"]
+    assert "RMSProp vs flow at t = kη" in seed.get_suptitle()
+    gaps = seed.axes[0]
+    assert "W_RMSProp" in gaps.get_ylabel()
+    # the central flow's line is told apart from the stable flow's (both were solid)
+    styles = {h.get_label(): h.get_linestyle() for h in gaps.get_legend().legend_handles}
+    assert styles["vs RMSProp central flow (same η)"] != styles["vs RMSProp flow (same η)"]
+    assert main(["plot", str(out), "-o", str(tmp_path / "plots")]) == 0
+    times = {ax.get_xlabel() for ax in figures["central-rmsprop-fig1.png"].axes if ax.get_xlabel()}
+    assert times == {"t (flow time; a discrete step × η)"}, times    # was "GD step × η"

@@ -83,3 +83,56 @@ def test_the_python_api_and_archive_blocks_run_on_the_quick_start(tmp_path):
         proc = subprocess.run([sys.executable, "-c", body], cwd=cwd, env=env, capture_output=True, text=True)
         assert proc.returncode == 0, f"{body}\n{proc.stderr[-3000:]}"
         assert proc.stdout or "xr.open_dataset" in body
+
+
+# docs/optimizers.md's blocks are [run] tables: each is given this small network to run on
+NETWORK = ('name = "doc"\n[data]\nkind = "random-labels"\nn = 16\nd = 4\nn_test = 8\n'
+           '[model]\nkind = "mlp"\nwidths = [8]\n[loss]\nkind = "mse"\n')
+
+
+def _optimizer_blocks(lang: str) -> list[str]:
+    return [b for lg, b in page_blocks(ROOT / "docs" / "optimizers.md") if lg == lang]
+
+
+def test_the_optimizers_pages_run_tables_load(tmp_path):
+    from tests.helpers import call_cli
+
+    tables = _optimizer_blocks("toml")
+    assert len(tables) == 3
+    for i, body in enumerate(tables):
+        (tmp_path / f"block{i}.toml").write_text(NETWORK + body)
+        rc, out, err = call_cli("show", tmp_path / f"block{i}.toml")
+        assert rc == 0 and "runs: 1" in out, err
+
+
+@pytest.mark.slow
+def test_the_optimizers_pages_blocks_run(tmp_path):
+    """Each [run] table of docs/optimizers.md on a small network, to t = 0.02 (2 steps of its
+    η = 0.01 legs, 20 of η = 0.001), and its Python block's optax leg through `simulate`:
+    every leg done, its loss finite."""
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    import flowsim
+    from tests.helpers import call_cli
+
+    for i, body in enumerate(_optimizer_blocks("toml")):
+        (tmp_path / f"block{i}.toml").write_text(NETWORK + body)
+        rc, _, err = call_cli("run", tmp_path / f"block{i}.toml", "-o", tmp_path / f"block{i}.h5", "-q",
+                              "--set", "run.t_end=0.02")
+        assert rc == 0, err[-3000:]
+        with flowsim.open(tmp_path / f"block{i}.h5") as a:
+            legs = a.runs["seed0"].solvers
+            assert len(legs) == body.count("name =")
+            assert all(v.status == "done" and np.isfinite(np.asarray(v["loss"])).all() for v in legs.values())
+    (python,) = _optimizer_blocks("python")
+    scope: dict = {}
+    exec(python, scope)
+    rng = np.random.default_rng(0)
+    data = (rng.normal(size=(16, 4)), rng.normal(size=(16, 1)))
+    model = eqx.nn.MLP(4, 1, 8, 1, key=jax.random.PRNGKey(0))
+    with flowsim.simulate(model, data, solvers=scope["solvers"], t_end=0.02, observe=("loss",),
+                          output=tmp_path / "optax.h5", progress=False, report=lambda s: None) as a:
+        legs = a.runs["seed0"].solvers
+        assert set(legs) == {"auto", "clipped-adam"} and all(v.status == "done" for v in legs.values())

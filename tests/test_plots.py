@@ -523,3 +523,19 @@ def test_the_spectrum_shows_what_is_recorded(tmp_path, saved, series, panels):
         fig = saved[name]
         assert [ax.get_title(loc="left") for ax in fig.axes if ax.get_label() != "<colorbar>"] == panels
         assert len(fig.axes) == len(panels) + ("hessian_density" in series)      # one colour bar
+
+
+def test_a_log_axis_in_the_thousands_reads_as_plain_numbers():
+    """A preconditioned sharpness from 1 000 to 4 000 (central-rmsprop to step 250): its ticks
+    read 1000 … 4000, not `1e+03` … `4e+03` (a 3-digit `g` format wrote them in exponents)."""
+    from flowsim.plots.style import plain_multiples
+
+    fig = Figure()
+    ax = fig.subplots()
+    ax.plot([0.01, 0.25], [1000.0, 4000.0])
+    ax.set_yscale("log")
+    plain_multiples(fig)
+    _renderer(fig)
+    texts = [_plain(t.get_text()) for t, _ in _tick_labels(ax, "y")]
+    assert texts and all("e" not in t for t in texts), texts
+    assert {"1000", "2000", "3000", "4000"} <= set(texts), texts

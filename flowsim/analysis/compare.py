@@ -440,6 +440,17 @@ def _scenario_name(arch, path) -> str:
     return Path(os.fspath(path)).stem
 
 
+def _pairs_with(dp, fp) -> bool:
+    """Whether the flow preset `fp` is compared with the discrete `dp`: the gradient flow with
+    every discrete leg; GD's own flows (modified, central) with GD at their η; an adaptive
+    method's flows (stable, central) with that method at their η."""
+    if fp.kind in GD_FLOW_KINDS:
+        return dp.kind == "gd" and same_eta(fp.learning_rate, dp.learning_rate)
+    if SOLVER_KINDS[fp.kind].flow_of:
+        return dp.kind == SOLVER_KINDS[fp.kind].flow_of and same_eta(fp.learning_rate, dp.learning_rate)
+    return True
+
+
 def _why_empty(arch, path) -> str:
     """Why an archive gives no discrete/flow pair: what its scenario lacks, or what has not
     started yet (an interrupted run)."""
@@ -456,6 +467,13 @@ def _why_empty(arch, path) -> str:
         if len({p.name for _, p in members}) == len(waiting):
             return (f"{path}: nothing to compare yet: the {leg} solver(s) {', '.join(waiting)} have not "
                     "started (the run was interrupted before them; resume it with `flowsim run … --resume`)")
+    if not any(_pairs_with(d, f) for _, d in legs["discrete"] for _, f in legs["flow"]):
+        leg = lambda p: f"{p.name} ({SOLVER_KINDS[p.kind].label}" + (  # noqa: E731
+            f", η = {p.learning_rate:g})" if getattr(p, "learning_rate", None) is not None else ")")
+        return (f"{path}: nothing to compare: no flow is of a discrete leg's method and step (a flow of GD's or "
+                f"of an adaptive method's pairs with that method at its own learning_rate): discrete "
+                f"{', '.join(dict.fromkeys(leg(p) for _, p in legs['discrete']))}; flow "
+                f"{', '.join(dict.fromkeys(leg(p) for _, p in legs['flow']))}")
     return f"{path}: nothing to compare: no discrete/flow pair of any run has a checkpoint at a common time"
 
 
@@ -485,20 +503,14 @@ def compare_archive(path, factor: float = CERTIFICATE_FACTOR) -> Report:
             twins = [d.name for d in disc if getattr(presets[d.name], "perturbation", 0.0)]
             if twins and flows:
                 notes.append((run.name, f"{', '.join(twins)}: perturbed twin(s), the noise floor of the central-"
-                                        "flow section; not paired with the flows (each would repeat its GD's row)"))
+                                        "flow section; not paired with the flows (each would repeat its unperturbed leg's row)"))
             for d in (d for d in disc if d.name not in twins):
                 dp = presets[d.name]
                 stab.append(_stability(run, d, dp))
                 if stab[-1].verdict == "unknown":
                     unknown.append(d.name)
-                for f in flows:
+                for f in (f for f in flows if _pairs_with(dp, presets[f.name])):
                     fp = presets[f.name]
-                    if fp.kind in GD_FLOW_KINDS and not (
-                            dp.kind == "gd" and same_eta(fp.learning_rate, dp.learning_rate)):
-                        continue
-                    if SOLVER_KINDS[fp.kind].flow_of and not (   # an adaptive method's flow: its own method's
-                            dp.kind == SOLVER_KINDS[fp.kind].flow_of and same_eta(fp.learning_rate, dp.learning_rate)):
-                        continue
                     p = compare_pair(run, d, f, dp, fp, factor)
                     pairs.append(p)
                     if p.unmatched:

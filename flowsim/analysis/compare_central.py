@@ -93,6 +93,8 @@ class CentralTrack:
     # the central leg's `conventions` attribute (Σ and the package's X, the edge, where the
     # sharpness is taken: flowsim.integrate.central.conventions); "" in an older archive
     conventions: str = ""
+    # the discrete method's label ("GD", "RMSProp"): the text and figures name the leg's own method
+    method: str = "GD"
 
     @property
     def after(self) -> np.ndarray:
@@ -272,7 +274,7 @@ def _track(run, g, c, flow, twin, eta: float, presets, sharpness: str = "sharpne
     t = tg[ig]
     tr = CentralTrack(run=run.name, label=run.label, seed=run.seed, gd=g.name, central=c.name, eta=eta, t=t,
                       step=steps[ig], flow=flow.name if flow is not None else "", twin=twin.name if twin is not None else "",
-                      conventions=c.conventions)
+                      conventions=c.conventions, method=SOLVER_KINDS[presets[g.name].kind].label)
     if twin is not None:
         tr.twin_perturbation = float(presets[twin.name].perturbation)
     rf = _rows_at(t, flow) if flow is not None else None
@@ -291,7 +293,7 @@ def _track(run, g, c, flow, twin, eta: float, presets, sharpness: str = "sharpne
 
     Wg = _at(g, "weights", ig)
     if Wg is None or "weights" not in c:
-        tr.notes.append("no distances: record `weights` (run.observe) for GD and its models")
+        tr.notes.append(f"no distances: record `weights` (run.observe) for {tr.method} and its models")
     else:
         tr.d_central = row_norms(Wg - _at(c, "weights", ic))
         if flow is not None and "weights" in flow:
@@ -302,7 +304,8 @@ def _track(run, g, c, flow, twin, eta: float, presets, sharpness: str = "sharpne
     if full is not None:
         tr.notes.append(full)
     if flow is None:
-        tr.notes.append("no gradient flow: add a `flow`-kind leg (e.g. \"tsit5\") to run.solvers")
+        tr.notes.append("no gradient flow: add a `flow`-kind leg (e.g. \"tsit5\") to run.solvers" if tr.method == "GD" else
+                        f"no stable flow: add a `{presets[g.name].kind}-flow` leg at η = {eta:g} to run.solvers")
     if twin is None:
         tr.notes.append(twin_advice(g.name, eta))
 
@@ -312,7 +315,7 @@ def _track(run, g, c, flow, twin, eta: float, presets, sharpness: str = "sharpne
         # 3.5 % from every step (the same run); GD's loss oscillates from step to step.
         every = np.median(np.diff(steps)) if steps.size > 1 else 1
         if every > 1:
-            tr.notes.append(f"GD's loss is smoothed from its checkpoint rows, every {every:g} GD steps here, not "
+            tr.notes.append(f"{tr.method}'s loss is smoothed from its checkpoint rows, every {every:g} {tr.method} steps here, not "
                             "from every iterate: sampling an oscillating loss biases the smoothed loss; "
                             f"checkpoints every step (run.checkpoints = {{ every = {eta:g} }}) smooth every iterate")
         tr.loss_gd = Lg[ig]

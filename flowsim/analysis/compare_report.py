@@ -34,7 +34,10 @@ def format_report(rep: Report) -> str:
              f"(certificate: a gap ≤ {rep.factor:g} × the flow's error estimate is unresolved)"]
     # a column per gap some pair reports (what none can report is said in the notes)
     shown = [g for g in SUMMARY_GAPS if any(p.gaps.get(g) is not None for p in rep.pairs)]
-    head = (f"  {'discrete':<12}{'flow':<14}{'η':>7}{'times':>6}"
+    # the name columns widen to the longest name, with two spaces after it ("rmsprop-central" ran into η)
+    dw = max([12] + [len(p.discrete) + 2 for p in rep.pairs])
+    fw = max([14] + [len(p.flow) + 2 for p in rep.pairs])
+    head = (f"  {'discrete':<{dw}}{'flow':<{fw}}{'η':>7}{'times':>6}"
             + "".join(f"  {SUMMARY_GAPS[g] + ' max/final':>20}" for g in shown) + f"  {'unresolved':>10}")
     for run, label in rep.runs.items():
         ps = [p for p in rep.pairs if p.run == run]
@@ -45,7 +48,7 @@ def format_report(rep: Report) -> str:
             cols = "".join(f"  {' / '.join(_max_final(p.gaps.get(g))):>20}" for g in shown)
             unres = "no cert." if p.unresolved is None else f"{int(p.unresolved.sum())}/{p.unresolved.size}"
             st = "" if p.status == "done" else f"  [{p.status}]"
-            lines.append(f"  {p.discrete:<12}{p.flow:<14}{p.eta:>7.4g}{p.t.size:>6}{cols}  {unres:>10}{st}")
+            lines.append(f"  {p.discrete:<{dw}}{p.flow:<{fw}}{p.eta:>7.4g}{p.t.size:>6}{cols}  {unres:>10}{st}")
         for lad in (x for x in rep.ladders if x.run == run):
             lines.append("  " + ladder_text(lad))
         for s in (x for x in rep.stability if x.run == run and x.verdict != "unknown"):   # (in the notes)
@@ -99,36 +102,39 @@ def _track_text(tr: CentralTrack) -> list[str]:
     if tr.onset is not None:
         after = int(tr.after.sum())
         out.append(f"  onset: t = {tr.t[tr.onset]:.4g} (step {int(tr.step[tr.onset])}), the first matched time where "
-                   f"{tr.gd}'s sharpness ≥ {limit}; {after} matched times from it on")
+                   f"{tr.gd}'s {tr.sharpness} ≥ {limit}; {after} matched times from it on")
         ratios = (f"their ratio {_g(tr.ratio_of_means)}, the median of the per-row ratios {_g(tr.median_ratio)}"
                   if tr.ratio is not None else "no ratio")
-        out.append(f"  from the onset on: mean ‖GD − central‖ {_mean(tr, tr.d_central)}, mean ‖GD − flow‖ "
-                   f"{_mean(tr, tr.d_flow)}, {ratios}; beside them the noise floor, mean ‖GD − twin‖ "
-                   f"{_mean(tr, tr.floor)}; predicted loss vs GD's smoothed loss: mean relative error "
+        m = tr.method
+        out.append(f"  from the onset on: mean ‖{m} − central‖ {_mean(tr, tr.d_central)}, mean ‖{m} − flow‖ "
+                   f"{_mean(tr, tr.d_flow)}, {ratios}; beside them the noise floor, mean ‖{m} − twin‖ "
+                   f"{_mean(tr, tr.floor)}; predicted loss vs {m}'s smoothed loss: mean relative error "
                    f"{_pct(tr.mean_after(tr.loss_error))}")
     elif tr.sharp_gd is not None:
-        out.append(f"  onset: never: {tr.gd}'s sharpness stays below {limit} at its {tr.t.size} matched times "
+        out.append(f"  onset: never: {tr.gd}'s {tr.sharpness} stays below {limit} at its {tr.t.size} matched times "
                    f"(max {_g(np.nanmax(tr.sharp_gd)) if tr.t.size else '—'}); no means after it")
     if tr.d_central is not None:
-        out.append(f"  {'t':>10}{'step':>8}{'‖GD − central‖':>16}{'‖GD − flow‖':>13}{'ratio':>8}"
-                   f"{'floor ‖GD − twin‖':>19}{'pred. loss rel. err.':>22}")
+        m = tr.method
+        w = len(m) - 2      # the columns widen with the method's name ("GD" the narrowest)
+        out.append(f"  {'t':>10}{'step':>8}{f'‖{m} − central‖':>{16 + w}}{f'‖{m} − flow‖':>{13 + w}}{'ratio':>8}"
+                   f"{f'floor ‖{m} − twin‖':>{19 + w}}{'pred. loss rel. err.':>22}")
         ratio, err = tr.ratio, tr.loss_error
         for i in tr.rows():
             cell = lambda a: _g(a[i]) if a is not None else "—"  # noqa: E731
-            out.append(f"  {tr.t[i]:>10.4g}{int(tr.step[i]):>8}{cell(tr.d_central):>16}{cell(tr.d_flow):>13}"
-                       f"{cell(ratio):>8}{cell(tr.floor):>19}"
+            out.append(f"  {tr.t[i]:>10.4g}{int(tr.step[i]):>8}{cell(tr.d_central):>{16 + w}}{cell(tr.d_flow):>{13 + w}}"
+                       f"{cell(ratio):>8}{cell(tr.floor):>{19 + w}}"
                        f"{(_pct(err[i]) if err is not None else '—'):>22}"
                        + ("   (onset)" if i == tr.onset else ""))
     if tr.t.size:
         end = tr.t.size - 1
         sharp = lambda a: _g(a[end]) if a is not None else "—"  # noqa: E731
-        observed = f"; its `sharpness` {sharp(tr.sharp_central_observed)}" if tr.sharp_central_observed is not None \
+        observed = f"; its `{tr.sharpness}` {sharp(tr.sharp_central_observed)}" if tr.sharp_central_observed is not None \
             else ""
-        out.append(f"  sharpness at t = {tr.t[end]:.4g}: GD {sharp(tr.sharp_gd)}, central {sharp(tr.sharp_central)} "
+        out.append(f"  {tr.sharpness} at t = {tr.t[end]:.4g}: {tr.method} {sharp(tr.sharp_gd)}, central {sharp(tr.sharp_central)} "
                    f"(central_eig1{observed}), flow {sharp(tr.sharp_flow)}; {limit}")
     costs = ", ".join(f"{leg} {_g(v)}" for leg, v in tr.cost.items())
-    out.append(f"  cost per GD step in gradient-equivalents: {costs} (central: evaluations + Hessian-vector + "
-               "third-derivative products; flow: evaluations + Hessian-vector products; GD: one gradient)")
+    out.append(f"  cost per {tr.method} step in gradient-equivalents: {costs} (central: evaluations + Hessian-vector + "
+               f"third-derivative products; flow: evaluations + Hessian-vector products; {tr.method}: one gradient)")
     out += [f"  note: {n}" for n in tr.notes]
     return out
 
@@ -180,7 +186,7 @@ def write_csv(rep: Report, path) -> Path:
 CENTRAL_CSV_COLUMNS = ("run", "label", "seed", "gd", "central", "flow", "twin", "eta", "t", "step", "after_onset",
                        "d_central", "d_flow", "floor", "ratio", "loss_gd", "loss_smoothed", "predicted_loss",
                        "loss_rel_error", "sharpness_gd", "sharpness_central", "sharpness_flow",
-                       "ratio_of_means", "median_ratio")
+                       "ratio_of_means", "median_ratio", "method", "sharpness_series")
 
 
 def central_csv_path(path) -> Path:
@@ -192,8 +198,10 @@ def central_csv_path(path) -> Path:
 def write_central_csv(rep: Report, path) -> Path:
     """One row per GD / central-flow pair and matched time (`flowsim.analysis.compare_central`'s
     numbers) into `central_csv_path(path)`; empty cells where a series is not recorded. The
-    last two columns are the pair's headline, from the onset on (the same on each of its rows):
-    the ratio of the mean distances and the median of the per-row ratios."""
+    pair's headline, from the onset on, is on each of its rows (`ratio_of_means`, the ratio of
+    the mean distances, and `median_ratio`, the median of the per-row ratios), then what the
+    `_gd` columns are of: the discrete leg's `method` (GD, RMSProp) and the `sharpness_series`
+    its sharpness columns hold (`preconditioned_sharpness` for RMSProp's pair)."""
     target = central_csv_path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("w", newline="") as fh:
@@ -207,5 +215,6 @@ def write_central_csv(rep: Report, path) -> Path:
             for i in range(tr.t.size):
                 w.writerow([tr.run, tr.label, tr.seed, tr.gd, tr.central, tr.flow, tr.twin, repr(tr.eta),
                             repr(float(tr.t[i])), int(tr.step[i]), int(after[i]),
-                            *("" if a is None else repr(float(a[i])) for a in columns), *headline])
+                            *("" if a is None else repr(float(a[i])) for a in columns), *headline,
+                            tr.method, tr.sharpness])
     return target

@@ -90,7 +90,7 @@ def panel_distances(ax: Axes, tr: CentralTrack) -> None:
             ax.plot([], [], " ", label=f"from the onset on: ratio of the means {tr.ratio_of_means:.3g}, "
                                        f"median ratio {tr.median_ratio:.3g}")
         ax.legend(fontsize=8, loc="lower right")
-    ax.set_ylabel(r"$\|\theta_{GD} - \theta\|$")
+    ax.set_ylabel(rf"$\|\theta_{{\mathrm{{{tr.method}}}}} - \theta\|$")
 
 
 def figure_central(tracks: list[CentralTrack], name: str) -> Figure | None:

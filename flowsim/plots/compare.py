@@ -58,8 +58,19 @@ _GAP_PANELS = {
     "ntg_gap_rel": (None, "‖Θ̂_GD − Θ̂_flow‖ / ‖Θ̂_flow‖ (spectral)", "NTG gap"),
     "weight_change_gap": (None, "max |‖w_GD − w₀‖ − ‖w_flow − w₀‖|", "weight-change gap"),
 }
-# the line style of a gap against each kind of flow
-_FLOW_STYLE = {"flow": "-", "modified-flow": (0, (1.5, 1.5)), "central-flow": (0, (6, 2, 1, 2))}
+# the line style of a gap against each kind of flow: a central flow's (GD's or RMSProp's) dash-dot,
+# GD's modified flow dotted, a gradient or stable flow solid
+_CENTRAL_STYLE, _MODIFIED_STYLE = (0, (6, 2, 1, 2)), (0, (1.5, 1.5))
+
+
+def _flow_style(kind: str):
+    return _CENTRAL_STYLE if SOLVER_KINDS[kind].central else _MODIFIED_STYLE if kind == "modified-flow" else "-"
+
+
+def _method(f: "_RunFigure") -> str:
+    """The discrete legs' method as the labels name it (GD, RMSProp, …; "discrete" where mixed)."""
+    methods = {SOLVER_KINDS[p.discrete_kind].label for p in f.pairs} or {"GD"}
+    return methods.pop() if len(methods) == 1 else "discrete"
 
 
 @dataclass
@@ -122,7 +133,8 @@ def _layout(f: _RunFigure, run: str, shown: list[str]):   # -> Figure, {panel: (
     for ax in grid[count:]:   # e.g. three panels: the fourth cell stays empty, without axes
         ax.remove()
     label = f.rep.runs.get(run, "")
-    fig.suptitle(f"{f.rep.name} · {run} — GD vs flow at t = kη" + (f"\n{label}" if label else ""), fontsize=12)
+    fig.suptitle(f"{f.rep.name} · {run} — {_method(f)} vs flow at t = kη" + (f"\n{label}" if label else ""),
+                 fontsize=12)
     return fig, {key: (ax, letter) for key, ax, letter in zip(shown, grid, "abcdef")}
 
 
@@ -137,7 +149,7 @@ def _gap_panel(ax, f: _RunFigure, gap: str, letter: str) -> None:
         g = p.gaps.get(gap)
         if g is None or not p.t.size:
             continue
-        ax.plot(p.t, _positive(g), ls=_FLOW_STYLE.get(p.flow_kind, "-"), color=f.col[p.eta], lw=1.6,
+        ax.plot(p.t, _positive(g), ls=_flow_style(p.flow_kind), color=f.col[p.eta], lw=1.6,
                 marker="o", ms=3)
         if p.unresolved is not None and p.unresolved.any():
             u = p.unresolved
@@ -163,13 +175,14 @@ def _gap_panel(ax, f: _RunFigure, gap: str, letter: str) -> None:
             title += (f"\ngrey band ({f.rep.factor:g} × flow error, ≤ {max(bands):.2g}) lies below the axis: "
                       "every gap resolved")
     ax.set_xlabel("flow time t = kη")
-    ax.set_ylabel(ylabel)
+    ax.set_ylabel(ylabel.replace("_GD", f"_{_method(f)}"))
     ax.set_title(title, fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
 
 
 _SHARP_LABELS = {"sharpness": "rate · λ_max(∇²L)", "gn_sharpness": "rate · λ_max(Gauss–Newton)",
-                 "preconditioned_sharpness": "rate · λ_max(P^{-1/2} ∇²L P^{-1/2})"}
+                 # mathtext: the exponents as written would print their braces
+                 "preconditioned_sharpness": r"rate · $\lambda_{\max}(P^{-1/2}\nabla^2 L\,P^{-1/2})$"}
 
 
 def _sharpness_panel(ax, f: _RunFigure, letter: str) -> None:
@@ -238,7 +251,7 @@ def _legend(ax, f: _RunFigure) -> None:
 
     handles = [Line2D([], [], color=f.col[e], lw=2, label=f"η = {e:g}") for e in sorted(f.col, reverse=True)]
     kinds = sorted({p.flow_kind for p in f.pairs})
-    handles += [Line2D([], [], color="0.2", ls=_FLOW_STYLE.get(k, "-"), lw=1.6,   # (an adaptive method's flow: solid)
+    handles += [Line2D([], [], color="0.2", ls=_flow_style(k), lw=1.6,
                        label=f"vs {SOLVER_KINDS[k].label}"
                              + (" (same η)" if SOLVER_KINDS[k].of_gd or SOLVER_KINDS[k].flow_of else ""))
                 for k in kinds]
@@ -323,7 +336,7 @@ def figure_spectrum(rep: Report, run: str):   # -> Figure | None
             spectra.append(Spectrum(
                 label=solver_label(view.name, preset), t=np.asarray(view.t, float),
                 colour=col.get(eta, "0.5") if eta is not None else "0.25",
-                ls="--" if discrete else _FLOW_STYLE.get(preset.kind, "-"), eta=eta,
+                ls="--" if discrete else _flow_style(preset.kind), eta=eta,
                 **{key: np.asarray(view[n], float)[None] for key, n in zip(("top", "density", "grid"), HESSIAN_SERIES)
                    if n in have}))
     label = rep.runs.get(run, "")

@@ -183,7 +183,7 @@ class PlainMultiples(LogFormatterSciNotation):
         lo, hi = sorted(self.axis.get_view_interval()) if self.axis is not None else (0.0, 0.0)
         narrow = lo > 0 and hi / lo < 100
         if label and ("times" in label or narrow) and 1e-3 <= abs(x) < 1e4:
-            return rf"$\mathdefault{{{x:.3g}}}$"
+            return rf"$\mathdefault{{{x:.4g}}}$"
         return label
 
 
@@ -213,7 +213,7 @@ def set_time_axis(ax: Axes, traces: Iterable[Trace]) -> None:
     pos = ts[ts > 0]
     if pos.size and pos.max() / pos.min() >= 1e3:
         ax.set_xscale("symlog", linthresh=10.0 ** math.floor(math.log10(pos.min())), linscale=0.3)
-    ax.set_xlabel("t (flow time; GD step × η)")
+    ax.set_xlabel("t (flow time; a discrete step × η)")   # GD's, RMSProp's, Adam's alike
     if pos.size:
         ax.set_xlim(0, float(pos.max()) * (1.15 if ax.get_xscale() == "symlog" else 1.0))
 
