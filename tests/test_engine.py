@@ -472,7 +472,11 @@ def _kind_preset(kind, method=None):
 # kvaerno5 is left out: resumed inside a vmapped batch it differs from the uninterrupted batch
 # in the last bit (2e-16 relative, measured), its Newton-GMRES iterations being shared by the
 # batch's members, so a step computed again beside another member's step is not the same sum.
-@pytest.mark.parametrize("kind, method", [(k, None) for k, v in SOLVER_KINDS.items() if not v.given]
+# rmsprop-central is left out: on this problem at η = 0.1 it did not reach t = 2 in 4 minutes
+# (measured, not yet diagnosed: the closing note of this round); its bit-identical resume is
+# tested on a problem where it is tractable (test_central_rmsprop.py).
+@pytest.mark.parametrize("kind, method", [(k, None) for k, v in SOLVER_KINDS.items()
+                                          if not v.given and k != "rmsprop-central"]
                          + [("flow", m) for m in SMOOTH_METHODS if m != "tsit5" and not FLOW_METHODS[m].implicit])
 def test_every_kind_resumes_bit_identically_from_its_checkpoint_arrays(kind, method):
     """Two seeds through `flowsim.run.batch`; seed 1's state stored as named arrays after t = 1
