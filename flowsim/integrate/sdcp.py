@@ -62,7 +62,7 @@ def _max_step(P: jax.Array, D: jax.Array) -> jax.Array:
     return jnp.where(lo < 0, -1.0 / jnp.minimum(lo, -1e-300), 1.0 / STEP_BACK)
 
 
-def solve(q: jax.Array, T: jax.Array) -> jax.Array:
+def solve(q: jax.Array, T: jax.Array, balanced: bool = True) -> jax.Array:
     """X of the complementarity problem for q (k×k symmetric) and the PSD operator T
     (`gram_operator`). Returns X symmetric PSD; 0 exactly where q ⪰ 0.
     The problem is first balanced by the congruence X = S X' S / σ, Y' = S Y S, S = diag(s),
@@ -72,8 +72,11 @@ def solve(q: jax.Array, T: jax.Array) -> jax.Array:
     κ(1 − threshold)·2/η); unbalanced, the interior-point method's scale and stopping rule follow
     the largest entry, and a held X of 1e-8 of it came back 0 (measured: q = diag(−1, 10⁶),
     T = 10⁸ on the first entry alone, X₀₀ = 0 instead of 1e-8; with q = diag(−1, 1), T = 10¹⁰:
-    1 + 8e-8 times the answer; balanced, both to 1e-15)."""
+    1 + 8e-8 times the answer; balanced, both to 1e-15). `balanced` False solves q and T as
+    given (GD's central flow: see its caller)."""
     q = _sym(q)
+    if not balanced:
+        return _solve(q, T)
     d = jnp.sqrt(jnp.abs(jnp.diag(q)))
     top = jnp.max(d)
     s = 1.0 / jnp.where(d > 1e-8 * top, d, jnp.where(top > 0, top, 1.0))
@@ -85,7 +88,7 @@ def solve(q: jax.Array, T: jax.Array) -> jax.Array:
 
 
 def _solve(q: jax.Array, T: jax.Array) -> jax.Array:
-    """`solve` on the balanced problem."""
+    """`solve` on the problem as handed (balanced or not)."""
     k = q.shape[0]
     dtype = q.dtype
     eye = jnp.eye(k, dtype=dtype)
