@@ -472,9 +472,10 @@ def _kind_preset(kind, method=None):
 # kvaerno5 is left out: resumed inside a vmapped batch it differs from the uninterrupted batch
 # in the last bit (2e-16 relative, measured), its Newton-GMRES iterations being shared by the
 # batch's members, so a step computed again beside another member's step is not the same sum.
-# rmsprop-central is left out: on this problem at η = 0.1 it did not reach t = 2 in 4 minutes
-# (measured, not yet diagnosed: the closing note of this round); its bit-identical resume is
-# tested on a problem where it is tractable (test_central_rmsprop.py).
+# rmsprop-central is left out until its balanced complementarity solve (sdcp.solve) is made
+# robust: on this problem at η = 0.1 seed 1 did not reach t = 0.05 in 200 s with it, and
+# did so in seconds with the plain solve (measured); its bit-identical resume is tested on
+# a problem where it is tractable (test_central_rmsprop.py).
 @pytest.mark.parametrize("kind, method", [(k, None) for k, v in SOLVER_KINDS.items()
                                           if not v.given and k != "rmsprop-central"]
                          + [("flow", m) for m in SMOOTH_METHODS if m != "tsit5" and not FLOW_METHODS[m].implicit])
