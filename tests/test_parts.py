@@ -17,7 +17,7 @@ import pytest
 from archive_diff import differences
 from helpers import call_cli
 from reliability.conftest import committed, set_args, wait_for
-from test_scale import _FAST_CLOCK
+from test_scale import _FAST_CLOCK, flowsim_after
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ROOT / "tests" / "scenarios" / "tiny.toml"
@@ -47,7 +47,7 @@ def test_the_printed_continue_command_finishes_the_interrupted_part(tmp_path):
     assert whole.returncode == 0, whole.stderr
     out = tmp_path / "sub dir" / "p1.h5"      # a space: the printed -o must be quoted
     # its clock 1 000x fast: a commit after every checkpoint, so the stop lands mid-run
-    proc = subprocess.Popen([sys.executable, "-c", _FAST_CLOCK, "run", TINY, "-o", out, *part, "--continue"],
+    proc = subprocess.Popen([*flowsim_after(_FAST_CLOCK), "run", TINY, "-o", out, *part, "--continue"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: committed(out) >= 8, 300, proc)

@@ -230,6 +230,13 @@ def _free_port() -> int:
 _FAST_CLOCK = ("import time\n"
                "for name in ('perf_counter', 'monotonic'):\n"
                "    setattr(time, name, (lambda f: lambda: 1e3 * f())(getattr(time, name)))\n")
+
+
+def flowsim_after(code: str) -> list[str]:
+    """The command line of `flowsim` run after `code` in its process (`_FAST_CLOCK`, `_FAILING`)."""
+    return [sys.executable, "-c", code + "import sys\nfrom flowsim.cli import main\nsys.exit(main())"]
+
+
 # `python -m flowsim.cli` with an error of its own as its first batch ends
 _FAILING = ("from flowsim.run.driver import Driver\n"
             "def _finish(*a):\n"
@@ -262,8 +269,7 @@ def _start_distributed(tmp_path, *args, processes=2, devices=2, before=None) -> 
                 JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES=str(processes),
                 FLOWSIM_CACHE_DIR=str(tmp_path / "cache"))
     before = before or {}
-    command = {i: [sys.executable, *(["-c", before[i] + "import sys\nfrom flowsim.cli import main\nsys.exit(main())"]
-                                     if i in before else ["-m", "flowsim.cli"]),
+    command = {i: [*(flowsim_after(before[i]) if i in before else [sys.executable, "-m", "flowsim.cli"]),
                    "run", "--distributed", *map(str, args)] for i in range(processes)}
     return [subprocess.Popen(command[i], cwd=tmp_path, env=base | {"JAX_PROCESS_ID": str(i)},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(processes)]
