@@ -28,10 +28,14 @@ from flowsim.nn.scaling import output_scale
 
 enable_x64()
 
-# One persistent compilation cache for the whole suite, in-process and in the `flowsim`
-# subprocesses the end-to-end tests start (the CLI reads FLOWSIM_CACHE_DIR): each solver
-# program is compiled once per machine instead of once per test.
-os.environ.setdefault("FLOWSIM_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
+# One persistent compilation cache per xdist worker, in-process and in the `flowsim`
+# subprocesses its end-to-end tests start (the CLI reads FLOWSIM_CACHE_DIR): each solver
+# program is compiled once per worker instead of once per test. Not one for all workers:
+# JAX writes an entry in place and unlocked while another process may read it, and a CI
+# worker died twice inside XLA in test_filippov, which passes alone (the cache was the one
+# state the workers shared; the crash has not been reproduced).
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
+os.environ.setdefault("FLOWSIM_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax" / _WORKER))
 compilation_cache()
 
 
@@ -59,10 +63,11 @@ def make_problem(*, n=20, d=5, m=50, activation="swish", scaling="asymmetric", g
     return prob, p0
 
 
-def resumed_beside_uninterrupted(integ, pairs):
+def resumed_beside_uninterrupted(integ, pairs, every_member=False):
     """Two seeds' problems and weights (`pairs`) through `flowsim.run.batch` to t = 1; seed 1's
     state stored as named arrays, restored into a fresh batch, and both batches advanced to
     t = 2 (horizon 3: a flow holds the step that passes t = 1 and t = 2, its scratch).
+    `every_member`: every seed's state restored, as a resumed run restores its batch.
     Returns the uninterrupted state, the resumed one and each one's statistics."""
     from flowsim.run import batch, state_arrays
     problems, params = batch.stack_problems([p for p, _ in pairs]), batch.stack([w for _, w in pairs])
@@ -70,9 +75,10 @@ def resumed_beside_uninterrupted(integ, pairs):
     horizon = jnp.asarray(3.0)
     n = len(pairs)
     state, _ = batch.advance(integ, problems, batch.init(integ, problems, params, keys), jnp.full(n, 1.0), horizon)
-    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[1], state))
-    fresh = jax.tree.map(np.asarray, batch.init(integ, problems, params, keys))
-    restored = state_arrays.restore(fresh, 1, stored)
+    restored = jax.tree.map(np.asarray, batch.init(integ, problems, params, keys))
+    for i in range(n) if every_member else [1]:
+        stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[i], state))
+        restored = state_arrays.restore(restored, i, stored)
     a, stats = batch.advance(integ, problems, state, jnp.full(n, 2.0), horizon)
     b, stats_b = batch.advance(integ, problems, restored, jnp.full(n, 2.0), horizon)
     return a, b, stats, stats_b

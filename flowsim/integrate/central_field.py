@@ -371,10 +371,7 @@ def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: fl
         alpha, T = G @ g, sdcp.gram_operator(G)
     else:
         alpha, T = pre.stability(G, Uw, lam, jnp.arange(k) < m)
-    # RMSProp's q mixes held margins with free ones far above them and needs the balanced
-    # solve; GD's keeps the plain one, whose vmapped seeds equal sequential ones to 1e-11
-    # (balanced, they took another step sequence: test_engine's vmapped-seeds test)
-    X = sdcp.solve(jnp.diag(margin) + alpha, T, balanced=form is not None)
+    X = sdcp.solve(jnp.diag(margin) + alpha, T)
     v = -g - 0.5 * jnp.einsum("ab,abn->n", X, G)
     velocity = unravel(v) if pre is None else pre.velocity(y, v, Uw, lam, X, unravel)
     return CentralPoint(velocity=velocity, U=U, lam=lam, X=X, held=rank(X), hvps=hvps,
