@@ -3,6 +3,8 @@
 a valley whose central flow has a closed form, the exact gradient flow below the edge of
 stability, and plain Euler on the same field."""
 
+from pathlib import Path
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -73,6 +75,27 @@ def test_sdcp_finds_a_planted_solution(k):
         q = Y_star - np.asarray(sdcp.apply(T, jnp.asarray(X_star)))
         X = np.asarray(solve(jnp.asarray(q), T))
         assert np.abs(X - X_star).max() <= 1e-8, (k, trial, r)
+
+
+def test_sdcp_solves_the_instances_its_interior_point_start_stalled_on():
+    """Eight (q, T) met in test_engine's central flows (tests/archives/sdcp_stalls.npz: GD's
+    at η = 1 and RMSProp's at η = 0.1, the first four of each that the solve started at q's
+    size over T's norm left with Y's least eigenvalue 0.2–0.7 of ‖q‖ below 0). Started from
+    the least-squares answer, each meets the complementarity conditions to 1e-9 of ‖q‖ and
+    ‖X‖ (measured: ≤ 1e-12), and is a fixed point of the natural residual to 1e-7 of ‖X‖.
+    RMSProp's T is not PSD (its preconditioner's motion), so there the conditions, not an
+    optimum, are the oracle."""
+    cases = np.load(Path(__file__).parent / "archives" / "sdcp_stalls.npz")
+    solve = jax.jit(sdcp.solve)
+    for kind in ("gd", "rmsprop"):
+        for q, T in zip(cases[kind + "_q"], cases[kind + "_T"]):
+            X = np.asarray(solve(jnp.asarray(q), jnp.asarray(T)))
+            scale = np.linalg.norm(q) * np.linalg.norm(X)
+            neg_x, neg_y, gap = _kkt(q, jnp.asarray(T), X)
+            assert neg_x <= 1e-9 * np.linalg.norm(X) and neg_y <= 1e-9 * np.linalg.norm(q) and gap <= 1e-9 * scale, \
+                (kind, neg_x, neg_y, gap)
+            residual = np.asarray(sdcp._natural_residual(jnp.asarray(q), jnp.asarray(T), jnp.asarray(X)))
+            assert np.linalg.norm(residual) <= 1e-7 * np.linalg.norm(X), kind
 
 
 def test_sdcp_is_zero_exactly_where_q_is_psd():
