@@ -16,6 +16,7 @@ from conftest import make_problem
 from helpers import call_cli
 
 import flowsim
+from flowsim.observe import stability
 from flowsim.observe.eigen import error_bounds, start_block, top_eigen
 from flowsim.observe.observables import DENSITY_PROBES, HESSIAN_VECTORS, memory, observe, observe_carried
 from flowsim.run.driver import Interrupted
@@ -106,6 +107,35 @@ def _dense_hessian(problem, params):
 def _network(**kw):
     problem, p0 = make_problem(n=20, d=5, m=30, activation="tanh", scaling="mean-field", output="trained", **kw)
     return problem, p0     # rate ≠ 1 (mean-field): the observables' units are checked too
+
+
+def _products(problem, params):
+    hvp, flat = stability.hessian_matvec(problem, params)
+    exact = jax.linearize(lambda w: ravel_pytree(problem.grad(ravel_pytree(params)[1](w)))[0], flat)[1]
+    return hvp, exact, flat
+
+
+def test_hessian_products_difference_gradients_only_where_the_loss_is_smooth_and_the_accuracy_coarse():
+    """A smooth network in float64 at `eigen_rtol` ≥ 1e-5: forward differences of gradients,
+    within 1e-6 of the linearised product (measured: 1e-7), along a random and a scaled vector
+    (the step is ε along the unit vector). A ReLU network, a finer `eigen_rtol`, a user's loss
+    or float32: the linearised product itself."""
+    problem, p0 = _network()
+    hvp, exact, flat = _products(problem, p0)
+    assert stability.differenced(problem, flat.dtype)
+    v = jnp.asarray(np.random.default_rng(0).normal(size=flat.size))
+    for u in (v, 1e-3 * v):
+        assert float(jnp.linalg.norm(hvp(u) - exact(u))) <= 1e-6 * float(jnp.linalg.norm(exact(u)))
+    assert np.array_equal(np.asarray(hvp(jnp.zeros_like(flat))), np.zeros(flat.size))
+    relu, r0 = make_problem(n=20, d=5, m=30, activation="relu")
+    fine = dataclasses.replace(problem, eigen_rtol=1e-6)
+    own = dataclasses.replace(problem, loss_kind="callable", custom_loss=lambda f, y: 0.5 * jnp.sum((f - y) ** 2))
+    single, s0 = make_problem(n=20, d=5, m=30, activation="tanh", dtype=jnp.float32)
+    for other, params in ((relu, r0), (fine, p0), (own, p0), (single, s0)):
+        hvp, exact, flat = _products(other, params)
+        assert not stability.differenced(other, flat.dtype)
+        u = jnp.ones_like(flat)
+        assert np.array_equal(np.asarray(hvp(u)), np.asarray(exact(u)))
 
 
 @pytest.mark.parametrize("rtol, within", [(1e-12, 1e-8), (1e-4, 1e-4)])

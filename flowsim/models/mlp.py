@@ -29,6 +29,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from ..kinds import SMOOTH
 from ..nn.activations import activation
 from ..config.typed import Config, MlpModel
 from ..data import Dataset
@@ -96,4 +97,4 @@ def build_mlp(config: Config, ds: Dataset, seed: int) -> Network:
                     biases=tuple(None if b is None else i in train for i, b in enumerate(net.biases)),
                     multipliers=net.multipliers, activation=net.activation)
     params, frozen = eqx.partition(net, trainable)
-    return module_network(params, frozen, solver_key)
+    return module_network(params, frozen, solver_key, smooth=model.activation in SMOOTH)

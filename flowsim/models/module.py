@@ -37,11 +37,17 @@ class ModuleNet(AbstractNet):
     # hold fixed state (a pytree field, so that seeds' states stack)
     apply: Callable = call_module
     unit_axis: int = eqx.field(static=True, default=0)   # a 2-D leaf's axis of units: 0 (out, in), 1 (in, out)
+    # `AbstractNet.smooth`: told by the builder that knows the model (the `mlp` kind's)
+    differentiable: bool = eqx.field(static=True, default=False)
 
     # The weight measures' axes: the trainable parameters as one flat vector
     # (jax.flatten_util.ravel_pytree's order), the change per trainable leaf and per unit.
     series_axes: ClassVar[dict[str, tuple[str, ...]]] = {
         "weights": ("param",), "weight_change": ("leaf",), "unit_change": ("unit",)}
+
+    @property
+    def smooth(self) -> bool:
+        return self.differentiable
 
     def model(self, params: Params) -> Any:
         return eqx.combine(params, self.frozen)
@@ -79,14 +85,14 @@ def leaf_paths(params: Params) -> list[str]:
 
 
 def module_network(params: Params, frozen: Any, key: jax.Array, apply: Callable = call_module,
-                   unit_axis: int = 0) -> Network:
+                   unit_axis: int = 0, smooth: bool = False) -> Network:
     """The `Network` of a model split into its trainable `params` and `frozen` rest (the
     `mlp` kind, and `flowsim.simulate`; `apply` and `unit_axis`: a foreign model's, see
-    `foreign.Adapted`): the flow is dθ/dt = −∇L (rate 1), and the archive's init record
-    holds each trainable leaf under its path."""
+    `foreign.Adapted`; `smooth`: `AbstractNet.smooth`): the flow is dθ/dt = −∇L (rate 1),
+    and the archive's init record holds each trainable leaf under its path."""
     init = {path: np.asarray(v) for path, v in zip(leaf_paths(params), jax.tree.leaves(params))}
-    return Network(net=ModuleNet(frozen=frozen, apply=apply, unit_axis=unit_axis), params=params, rate=1.0,
-                   init=init, key=key)
+    net = ModuleNet(frozen=frozen, apply=apply, unit_axis=unit_axis, differentiable=smooth)
+    return Network(net=net, params=params, rate=1.0, init=init, key=key)
 
 
 def build_python(config: Config, ds: Dataset, seed: int) -> Network:

@@ -23,6 +23,7 @@ from ..nn import theory
 from ..nn.activations import activation, derivative
 from ..config.typed import Config, CustomScaling, Scaling, ShallowModel
 from ..data import Dataset
+from ..kinds import SMOOTH
 from ..nn.net import AbstractNet
 from ..nn.problem import Params
 from ..nn.scaling import OutputScale, output_scale
@@ -53,6 +54,10 @@ class ShallowNet(AbstractNet):
     @property
     def width(self) -> int:
         return self.c.shape[-1]
+
+    @property
+    def smooth(self) -> bool:
+        return self.activation in SMOOTH
 
     def output_weights(self, params: Params) -> jax.Array:
         return params["a"] if self.train_output else self.a

@@ -28,6 +28,14 @@ class AbstractNet(eqx.Module):
     # series -> the axis names of one checkpoint's value, for each of NET_SERIES
     series_axes: eqx.AbstractClassVar[dict[str, tuple[str, ...]]]
 
+    @property
+    def smooth(self) -> bool:
+        """Whether the outputs are twice continuously differentiable in the params everywhere
+        (no ReLU kinks), so that a difference of gradients is a Hessian-vector product to
+        round-off (`flowsim.observe.stability.hessian_matvec`). False where flowsim cannot
+        know (a user's module)."""
+        return False
+
     @abc.abstractmethod
     def __call__(self, params: Params, X: jax.Array) -> jax.Array:
         """Predictions (n, k) at inputs X (n, d)."""
