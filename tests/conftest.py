@@ -20,7 +20,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from flowsim.cli.lifecycle import compilation_cache
 from flowsim.models import init_shallow
 from flowsim.run.precision import enable_x64
 from flowsim.nn.problem import Problem
@@ -28,15 +27,14 @@ from flowsim.nn.scaling import output_scale
 
 enable_x64()
 
-# One persistent compilation cache per xdist worker, in-process and in the `flowsim`
-# subprocesses its end-to-end tests start (the CLI reads FLOWSIM_CACHE_DIR): each solver
-# program is compiled once per worker instead of once per test. Not one for all workers:
-# JAX writes an entry in place and unlocked while another process may read it, and a CI
-# worker died twice inside XLA in test_filippov, which passes alone (the cache was the one
-# state the workers shared; the crash has not been reproduced).
-_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "main")
-os.environ.setdefault("FLOWSIM_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax" / _WORKER))
-compilation_cache()
+# One persistent compilation cache for the `flowsim` subprocesses the end-to-end tests start
+# (the CLI reads FLOWSIM_CACHE_DIR): each solver program is compiled once per machine instead
+# of once per test. Not for the test processes themselves, which compile each program once
+# anyway: writing an entry serialises the executable, and XLA aborted the worker inside that
+# serialisation in three CI runs of the full suite (`put_executable_and_time`, a Filippov
+# program each time, a different test each time; never alone).
+os.environ.setdefault("FLOWSIM_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
+jax.config.update("jax_enable_compilation_cache", False)     # the in-process CLI calls set a directory only
 
 
 def sphere(rng, n, d):
