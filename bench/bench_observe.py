@@ -17,17 +17,21 @@ methods called in turn at each row. --quick: the first 10 rows.
 Per method also the CPU time of the process (the ratios' primary figure: on 2 shared cores
 the wall of a call swings 2-3x with the load, its CPU far less).
 
-Last run (2 shared cores, load 6-8): sharpness 4.44 products a row (the cold Lanczos 17.3),
-0.355x the CPU of the rows' GD steps (0.394x in wall; 0.405x last round); hessian_top (k = 5,
-soft-locked) 15.6, 1.46x (1.63x in wall; 1.99x last round). Issue 53's targets (observation
-<= 0.3x the integration for `sharpness`, <= 1x for `hessian_top`, on `flowsim run`'s GD and
-`auto` legs) are not met on GD's rows here: 0.3x of a row's 127 ms of CPU leaves 38 ms, and
-its 4.44 products alone take 34 ms (1.5 gradients each) before the tracker's own linear
-algebra (docs/benchmarks.md says what was tried).
+Both trackers run twice, with the products `hessian_matvec` takes on this smooth network
+(forward differences of gradients) and with the linearised ones, in alternation.
+
+Last run (2 shared cores, load 1.4): sharpness 4.44 products a row (the cold Lanczos 17.3),
+0.305x the CPU of the rows' GD steps (0.352x with linearised products); hessian_top (k = 5,
+soft-locked) 15.6, 1.01x (1.30x). Issue 53's targets (observation <= 0.3x the integration
+for `sharpness`, <= 1x for `hessian_top`, on `flowsim run`'s GD and `auto` legs) sit at the
+edge on GD's rows: 0.3x of a row's 25 gradients leaves 7.5 gradients, which 4.44 products,
+the row's own gradient and the tracker's linear algebra on the 80 810-long block take
+(docs/benchmarks.md says what was tried).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 
@@ -39,12 +43,26 @@ from jax.flatten_util import ravel_pytree
 from bench_core import ROOT, Table, arguments, fmt, gd_preset, ready, report
 from flowsim.config import load_scenario
 from flowsim.observe.observables import memory, observe_carried
+from flowsim.observe import stability
 from flowsim.observe.stability import sharpness
 from flowsim.run.build import build_run
 from flowsim.run.integrators import descent_integrator
 from flowsim.run.precision import enable_x64
 
 ETA, ROWS, T_END = 0.04, 40, 40.0
+
+
+@contextlib.contextmanager
+def _exact_products(exact: bool):
+    """While tracing: `hessian_matvec`'s linearised products where `exact`, whatever
+    `stability.differenced` would choose."""
+    chosen = stability.differenced
+    if exact:
+        stability.differenced = lambda *_: False
+    try:
+        yield
+    finally:
+        stability.differenced = chosen
 
 
 def _timed(fn, *args):
@@ -67,18 +85,24 @@ def main(argv=None) -> int:
     integ = descent_integrator(gd_preset(ETA))
     advance = eqx.filter_jit(integ.advance)
     old = jax.jit(lambda p: sharpness(problem, p))
-    trackers = {names: jax.jit(lambda p, c, names=names: observe_carried(problem, p, None, names, c))
-                for names in (("sharpness",), ("hessian_top",))}
-    carried = {names: memory(problem, p0, names) for names in trackers}
+    # each tracker with the products `hessian_matvec` takes here (differences of gradients:
+    # the network is smooth) and with the linearised products, compiled while
+    # `stability.differenced` says no (it is read when the program is traced)
+    keys = [(names, exact) for names in (("sharpness",), ("hessian_top",)) for exact in (False, True)]
+    trackers, carried = {}, {}
+    for key in keys:
+        names, exact = key
+        f = jax.jit(lambda p, c, names=names: observe_carried(problem, p, None, names, c))
+        carried[key] = memory(problem, p0, names)
+        with _exact_products(exact):
+            trackers[key] = f.lower(p0, carried[key]).compile()
     state = integ.init(problem, p0, jax.random.PRNGKey(0))
     ready(advance(problem, state, jnp.asarray(ETA)))                     # compile
     ready(old(p0))
-    for names, f in trackers.items():
-        ready(f(p0, carried[names]))
-    walls = {"gd": 0.0, "old": 0.0, ("sharpness",): 0.0, ("hessian_top",): 0.0}
+    walls = {"gd": 0.0, "old": 0.0} | {key: 0.0 for key in keys}
     cpus = dict(walls)
-    products = {"old": 0, ("sharpness",): 0, ("hessian_top",): 0}
-    worst = {("sharpness",): 0.0, ("hessian_top",): 0.0}
+    products = {"old": 0} | {key: 0 for key in keys}
+    worst = {key: 0.0 for key in keys}
     for i in range(rows + 1):
         if i:
             cpu, dt, (state, _) = _timed(advance, problem, state, jnp.asarray(i * T_END / ROWS))
@@ -89,13 +113,14 @@ def main(argv=None) -> int:
         walls["old"] += dt
         cpus["old"] += cpu
         products["old"] += int(steps)
-        for names, f in trackers.items():
-            cpu, dt, (values, carried[names], count) = _timed(f, p, carried[names])
-            walls[names] += dt
-            cpus[names] += cpu
-            products[names] += int(count)
+        for key in (keys if i % 2 else keys[::-1]):       # in turn, the order alternating
+            names, _ = key
+            cpu, dt, (values, carried[key], count) = _timed(trackers[key], p, carried[key])
+            walls[key] += dt
+            cpus[key] += cpu
+            products[key] += int(count)
             top = float(values["sharpness"] if names == ("sharpness",) else values["hessian_top"][0])
-            worst[names] = max(worst[names], abs(top - float(lam)) / float(lam))
+            worst[key] = max(worst[key], abs(top - float(lam)) / float(lam))
         print(f"row {i}: sharpness {float(lam):.4f}", flush=True)
     per = rows + 1
     tb = Table(f"cohen-scale-quick's GD η = {ETA:g} ({n} parameters), {per} rows of {int(T_END / ROWS / ETA)} steps",
@@ -105,15 +130,22 @@ def main(argv=None) -> int:
     gd_cpu = cpus["gd"] * per / rows
     tb.add("sharpness, cold Lanczos to 1e-10·θ (before)", fmt(products["old"] / per), fmt(cpus["old"] / gd_cpu),
            fmt(walls["old"] / gd), "1", "—")
-    for names, label in ((("sharpness",), "sharpness, tracker k = 1 (+1 guard), warm, rtol 1e-4"),
-                         (("hessian_top",), "hessian_top, tracker k = 5 (+2 guards), warm, rtol 1e-4")):
-        tb.add(label, fmt(products[names] / per), fmt(cpus[names] / gd_cpu), fmt(walls[names] / gd),
-               fmt(cpus[names] / cpus["old"]), fmt(worst[names]))
+    for (names, exact), label in zip(keys, ("sharpness, tracker k = 1 (+1 guard), warm, rtol 1e-4",
+                                            "the same, linearised products",
+                                            "hessian_top, tracker k = 5 (+2 guards), warm, rtol 1e-4",
+                                            "the same, linearised products")):
+        key = names, exact
+        tb.add(label, fmt(products[key] / per), fmt(cpus[key] / gd_cpu), fmt(walls[key] / gd),
+               fmt(cpus[key] / cpus["old"]), fmt(worst[key]))
+    sharp, top = (("sharpness",), False), (("hessian_top",), False)
     summary = Table("Observation cost per row" + (" (--quick)" if args.quick else ""), ["what", "measured", "target"])
-    summary.add("sharpness: tracker's products / cold Lanczos's", fmt(products[("sharpness",)] / products["old"]), "")
-    summary.add("sharpness: tracker's CPU / cold Lanczos's", fmt(cpus[("sharpness",)] / cpus["old"]), "")
-    summary.add("sharpness (k = 1) CPU / the rows' GD CPU", fmt(cpus[("sharpness",)] / gd_cpu), "≤ 0.3")
-    summary.add("hessian_top (k = 5) CPU / the rows' GD CPU", fmt(cpus[("hessian_top",)] / gd_cpu), "≤ 1")
+    summary.add("sharpness: tracker's products / cold Lanczos's", fmt(products[sharp] / products["old"]), "")
+    summary.add("sharpness: tracker's CPU / cold Lanczos's", fmt(cpus[sharp] / cpus["old"]), "")
+    summary.add("sharpness (k = 1) CPU / the rows' GD CPU", fmt(cpus[sharp] / gd_cpu), "≤ 0.3")
+    summary.add("hessian_top (k = 5) CPU / the rows' GD CPU", fmt(cpus[top] / gd_cpu), "≤ 1")
+    for names in (("sharpness",), ("hessian_top",)):
+        summary.add(f"{names[0]}: CPU with differenced products / with linearised ones",
+                    fmt(cpus[names, False] / cpus[names, True]), "")
     report("observe", "the Hessian observables' cost per checkpoint row", args, summary, tb)
     return 0
 
