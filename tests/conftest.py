@@ -1,6 +1,7 @@
 """Shared fixtures: float64 on (the tests build Problems directly, not through build_run),
 small problems, helpers."""
 
+import gc
 import os
 from pathlib import Path
 
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from flowsim.cli.lifecycle import compilation_cache
 from flowsim.models import init_shallow
 from flowsim.run.precision import enable_x64
 from flowsim.nn.problem import Problem
@@ -28,13 +30,30 @@ from flowsim.nn.scaling import output_scale
 enable_x64()
 
 # One persistent compilation cache for the `flowsim` subprocesses the end-to-end tests start
-# (the CLI reads FLOWSIM_CACHE_DIR): each solver program is compiled once per machine instead
-# of once per test. Not for the test processes themselves, which compile each program once
-# anyway: writing an entry serialises the executable, and XLA aborted the worker inside that
-# serialisation in three CI runs of the full suite (`put_executable_and_time`, a Filippov
-# program each time, a different test each time; never alone).
+# (the CLI reads FLOWSIM_CACHE_DIR) and for scripts that import this module: each solver
+# program is compiled once per machine instead of once per test.
 os.environ.setdefault("FLOWSIM_CACHE_DIR", str(Path(__file__).resolve().parent.parent / ".pytest_cache" / "jax"))
-jax.config.update("jax_enable_compilation_cache", False)     # the in-process CLI calls set a directory only
+compilation_cache()
+
+
+def pytest_configure(config):
+    """Not for the test processes themselves, which compile each program once anyway: XLA
+    aborted a CI worker while serialising a Filippov executable for the cache (three runs of
+    the full suite, a different test each time, never alone). The in-process CLI calls set
+    a directory only."""
+    jax.config.update("jax_enable_compilation_cache", False)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Each test module's compiled programs freed after it: a CI worker that had compiled
+    hundreds of programs crashed inside XLA compiling a Filippov program (a segmentation
+    fault in `backend_compile_and_load`, an abort in the cache's serialisation; a different
+    test_filippov test each time, each passing alone), so a worker keeps no more than one
+    module's programs."""
+    yield
+    jax.clear_caches()
+    gc.collect()
 
 
 def sphere(rng, n, d):
