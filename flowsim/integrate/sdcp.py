@@ -63,8 +63,11 @@ def _max_step(P: jax.Array, D: jax.Array) -> jax.Array:
 
 
 def solve(q: jax.Array, T: jax.Array) -> jax.Array:
-    """X of the complementarity problem for q (k×k symmetric) and the PSD operator T
-    (`gram_operator`). Returns X symmetric PSD; 0 exactly where q ⪰ 0.
+    """X of the complementarity problem for q (k×k symmetric) and the operator T: GD's is PSD
+    (`gram_operator`); RMSProp's adds the preconditioner's motion, whose symmetric part can be
+    slightly indefinite (−0.8 % of its norm on test_engine's toy problem), so that there the
+    complementarity conditions, not a QP's optimum, define the answer. Returns X symmetric
+    PSD; 0 exactly where q ⪰ 0.
     The problem is first balanced by the congruence X = S X' S / σ, Y' = S Y S, S = diag(s),
     s_i = |q_ii|^{-1/2}, which keeps X ⪰ 0, Y ⪰ 0 and ⟨X, Y⟩ ∝ ⟨X', Y'⟩: q' has a unit diagonal,
     and σ the norm of the operator T' = σ⁻¹ S⊗S T S⊗S, 1.

@@ -117,8 +117,8 @@ DIFFERENCE_RTOL = 1e-5
 def differenced(problem: Problem, dtype) -> bool:
     """Whether `hessian_matvec` differences gradients: a network with no kinks
     (`AbstractNet.smooth`), a built-in loss, float64 and an `eigen_rtol` of at least
-    `DIFFERENCE_RTOL`. At ReLU kinks a difference would step across a kink; in float32 its
-    round-off is 1e-4 of the product."""
+    `DIFFERENCE_RTOL`. At ReLU kinks a difference would step across a kink; in float32 a step
+    of 1e-9 of the weights is below their rounding."""
     return (problem.net.smooth and problem.custom_loss is None and dtype == jnp.float64
             and problem.eigen_rtol >= DIFFERENCE_RTOL)
 
