@@ -38,7 +38,7 @@ compilation_cache()
 
 def pytest_configure(config):
     """Not for the test processes themselves, which compile each program once anyway: XLA
-    aborted a CI worker while serialising a Filippov executable for the cache (three runs of
+    aborted a CI worker while serialising a Filippov executable for the cache (two runs of
     the full suite, a different test each time, never alone). The in-process CLI calls set
     a directory only."""
     jax.config.update("jax_enable_compilation_cache", False)
