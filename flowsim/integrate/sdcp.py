@@ -94,16 +94,6 @@ def _solve(q: jax.Array, T: jax.Array) -> jax.Array:
     eye = jnp.eye(k, dtype=dtype)
     scale_q = jnp.linalg.norm(q) + 1e-300
     scale_t = jnp.linalg.norm(T.reshape(k * k, k * k)) + 1e-300
-    # Y of q's size; X at least twice the least-squares answer of M(X) = −q (X's size where
-    # every direction is held), not merely q's size over M's norm. An infeasible start below
-    # the answer stalls the path-following: steps of 1e-3 while X grew towards it for all 60
-    # iterations. M's small eigenvalues make the answer large: on test_engine's toy problems,
-    # 67 of 326 of GD's central solves and 13 of 3 143 of RMSProp's ended far from it (Y with
-    # eigenvalues of −0.2 to −0.7 of q's norm); started so, none did (natural residual
-    # ≤ 1e-7 of X), and their integrations took seconds where they had stalled.
-    X_ls = jnp.linalg.lstsq(T.reshape(k * k, k * k), -q.reshape(-1), rcond=1e-12)[0]
-    X0 = eye * jnp.maximum(2.0 * jnp.linalg.norm(X_ls), scale_q / scale_t)
-    Y0 = eye * scale_q
     tol = TOLERANCE * scale_q * (scale_q / scale_t)
 
     def newton(c):
@@ -130,7 +120,18 @@ def _solve(q: jax.Array, T: jax.Array) -> jax.Array:
         return (it < MAX_ITERATIONS) & ~broke & ((gap > tol) | (res > tol * scale_t / scale_q))
 
     def interior():
-        X = jax.lax.while_loop(going, newton, (X0, Y0, jnp.asarray(0), jnp.asarray(False)))[0]
+        # Y of q's size; X at least twice the least-squares answer of M(X) = −q (X's size
+        # where every direction is held), not merely q's size over M's norm. An infeasible
+        # start below the answer stalls the path-following: steps of 1e-3 while X grew
+        # towards it for all 60 iterations. M's small eigenvalues make the answer large: on
+        # test_engine's toy problems, 67 of 326 of GD's central solves and 13 of 3 143 of
+        # RMSProp's ended far from it (Y with eigenvalues of −0.2 to −0.7 of q's norm);
+        # started so, none did (natural residual ≤ 1e-7 of X), and their integrations took
+        # seconds where they had stalled. In this branch, so that a q ⪰ 0 (below the edge:
+        # most evaluations) pays no least-squares solve.
+        X_ls = jnp.linalg.lstsq(T.reshape(k * k, k * k), -q.reshape(-1), rcond=1e-12)[0]
+        X0 = eye * jnp.maximum(2.0 * jnp.linalg.norm(X_ls), scale_q / scale_t)
+        X = jax.lax.while_loop(going, newton, (X0, eye * scale_q, jnp.asarray(0), jnp.asarray(False)))[0]
         return polish(q, T, X)
 
     slack = jnp.linalg.eigvalsh(q)[0] >= 0
