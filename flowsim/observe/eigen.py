@@ -78,46 +78,46 @@ def start_block(n: int, b: int, dtype, key: jax.Array | None = None) -> jax.Arra
 
 
 def _orth(V: jax.Array) -> jax.Array:
-    """Orthonormal rows spanning V's rows (Householder QR: always orthonormal; a row that V
-    lacks is completed by some direction)."""
-    return jnp.linalg.qr(V.T)[0].T
-
-
-def _orthonormal(V: jax.Array) -> jax.Array:
-    """V's rows orthonormalised through the eigen-decomposition of their Gram matrix (SVQB):
-    for a start block of well-conditioned rows (orthonormal to about eps·cond(V)²; a warm
-    start's rows are orthonormal already, a random block's condition is near 1). (A
-    QR of the tall block took longer than the block's operator products inside the
-    compiled tracker on cohen-scale-quick's network.)"""
-    s, U = jnp.linalg.eigh(V @ V.T)
-    return (U.T / jnp.sqrt(jnp.maximum(s, jnp.finfo(V.dtype).tiny))[:, None]) @ V
+    """Orthonormal columns spanning V's columns (Householder QR: always orthonormal; a column
+    that V lacks is completed by some direction). For the small coefficient matrices."""
+    return jnp.linalg.qr(V)[0]
 
 
 def _project_out(W: jax.Array, B: jax.Array) -> jax.Array:
-    """W's rows with their components along B's (orthonormal or zero) rows removed, twice
-    (one pass loses orthogonality when W lies nearly in span B)."""
-    W = W - (W @ B.T) @ B
-    return W - (W @ B.T) @ B
+    """W's columns with their components along B's (orthonormal or zero) columns removed,
+    twice (one pass loses orthogonality when W lies nearly in span B)."""
+    W = W - B @ (B.T @ W)
+    return W - B @ (B.T @ W)
+
+
+def _orthonormal(V: jax.Array) -> jax.Array:
+    """V's columns orthonormalised through the eigen-decomposition of their Gram matrix (SVQB):
+    for a start block of well-conditioned columns (orthonormal to about eps·cond(V)²; a warm
+    start's columns are orthonormal already, a random block's condition is near 1). (A
+    QR of the tall block took longer than the block's operator products inside the
+    compiled tracker on cohen-scale-quick's network.)"""
+    s, U = jnp.linalg.eigh(V.T @ V)
+    return V @ (U / jnp.sqrt(jnp.maximum(s, jnp.finfo(V.dtype).tiny))[None, :])
 
 
 def _expansion(R: jax.Array, B: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Orthonormal rows spanning the part of R's rows outside span B (B orthonormal or zero
-    rows), and which rows are real: R projected off B, orthonormalised through the
+    """Orthonormal columns spanning the part of R's columns outside span B (B orthonormal or
+    zero columns), and which columns are real: R projected off B, orthonormalised through the
     eigen-decomposition of its Gram matrix (SVQB, Stathopoulos & Wu 2002), projected off B
     once more and normalised. A direction whose Gram eigenvalue is below 1e-14 of the
     largest (a residual 1e-7 of the largest or less: a converged or locked vector, whose
-    row of R is zero) is dropped, its row zero and flagged, rather than normalised from
+    column of R is zero) is dropped, its column zero and flagged, rather than normalised from
     the Gram matrix's rounding (about 1e-16 of its largest eigenvalue: at 1e-24 a locked
-    column's zero row came back as a direction that was not orthogonal to B, and the Ritz
+    column's zero came back as a direction that was not orthogonal to B, and the Ritz
     values blew up on cohen-scale-quick's rows). Each pass is two products of tall matrices and no QR of one: on
     cohen-scale-quick's 80 810 parameters these, not the operator, were half the time."""
-    W = R - (R @ B.T) @ B
-    s, U = jnp.linalg.eigh(W @ W.T)
+    W = R - B @ (B.T @ R)
+    s, U = jnp.linalg.eigh(W.T @ W)
     keep = s > 1e-14 * jnp.max(s)
-    W = (jnp.where(keep, 1 / jnp.sqrt(jnp.where(keep, s, 1.0)), 0.0)[:, None] * U.T) @ W
-    W = W - (W @ B.T) @ B
-    norm = jnp.linalg.norm(W, axis=1, keepdims=True)
-    return jnp.where(keep[:, None], W / jnp.where(keep[:, None], norm, 1.0), 0.0), keep
+    W = W @ (U * jnp.where(keep, 1 / jnp.sqrt(jnp.where(keep, s, 1.0)), 0.0)[None, :])
+    W = W - B @ (B.T @ W)
+    norm = jnp.linalg.norm(W, axis=0, keepdims=True)
+    return jnp.where(keep[None, :], W / jnp.where(keep[None, :], norm, 1.0), 0.0), keep
 
 
 def error_bounds(theta: jax.Array, res: jax.Array) -> jax.Array:
@@ -139,17 +139,20 @@ def operator(matvec, precond: jax.Array | None = None):
 
 
 def _some(apply, W: jax.Array, need: jax.Array) -> jax.Array:
-    """`apply` to the rows of W flagged `need` only (zero rows for the rest), one row after
-    another in a loop of as many passes as there are such rows: the products of converged
+    """`apply` to the columns of W flagged `need` only (zero columns for the rest), one after
+    another in a loop of as many passes as there are such columns: the products of converged
     columns are not taken."""
-    order = jnp.argsort(~need)          # the needed rows first (stable)
+    order = jnp.argsort(~need)          # the needed columns first (stable)
     count = jnp.sum(need, dtype=jnp.int32)
+    rows = W.T                          # (a contiguous vector per product: a column's strided
+                                        # reads and writes took as long as the loop's products
+                                        # of a cheap operator)
 
     def body(c):
         j, AW = c
-        return j + 1, AW.at[order[j]].set(apply(W[order[j]]))
+        return j + 1, AW.at[order[j]].set(apply(rows[order[j]]))
 
-    return jax.lax.while_loop(lambda c: c[0] < count, body, (jnp.zeros((), jnp.int32), jnp.zeros_like(W)))[1]
+    return jax.lax.while_loop(lambda c: c[0] < count, body, (jnp.zeros((), jnp.int32), jnp.zeros_like(rows)))[1].T
 
 
 def _ritz(H: jax.Array, b: int, invalid: jax.Array):
@@ -180,27 +183,33 @@ def top_eigen(matvec, X0: jax.Array, k: int, rtol: float = RTOL, max_iters: int 
     apply = operator(matvec, precond)
 
     def finish(X, AX, theta):
-        R = AX - theta[:, None] * X
-        res = jnp.linalg.norm(R, axis=1)
+        R = AX - theta[None, :] * X
+        res = jnp.linalg.norm(R, axis=0)
         err = error_bounds(theta, res)
         return R, res, err, jnp.all(err[:k] <= rtol * jnp.abs(theta[:k]))
 
-    # one SVQB pass: the start block is a warm start's orthonormal Ritz vectors or a random
-    # block (condition ≈ 1 for b ≪ n), orthonormal to rounding after one
-    X = _orthonormal(X0)
+    # The block is held as columns (n × b) inside, X0's rows transposed: XLA's CPU products
+    # of tall blocks (Gram matrices, combinations), the tracker's linear algebra, took about
+    # half the time on columns that they took on rows. On n = 80 810 (cohen-scale-quick's
+    # network), the operator aside, k = 5: 12.0 → 7.0 ms an iteration (k = 1: 2.4 → 2.0);
+    # on its GD rows, hessian_top's wall 1.09 → 0.95 of the rows' GD steps, its CPU 0.98 →
+    # 0.96 (the same products; the linear algebra runs on both cores). One SVQB pass: the
+    # start block is a warm start's orthonormal Ritz vectors or a random block (condition
+    # ≈ 1 for b ≪ n), orthonormal to rounding after one.
+    X = _orthonormal(X0.T)
     # the start's products in batches of two (vmapped): for the top eigenvalue's block of two,
     # 0.86× the CPU of two in a loop on cohen-scale-quick's network; a batch of seven took 1.3×
-    AX = jax.lax.map(apply, X, batch_size=2)
-    theta, C = _ritz(X @ AX.T, b, jnp.zeros(b, bool))
-    X, AX = C.T @ X, C.T @ AX
+    AX = jax.lax.map(apply, X.T, batch_size=2).T
+    theta, C = _ritz(X.T @ AX, b, jnp.zeros(b, bool))
+    X, AX = X @ C, AX @ C
     R, res, err, done = finish(X, AX, theta)
-    # [X, P] and their products are carried as one block each (P not yet formed: zero rows),
-    # the basis that W is orthogonalised against without a copy
-    XP, AXP = jnp.zeros((b + e, n), X.dtype).at[:b].set(X), jnp.zeros((b + e, n), X.dtype).at[:b].set(AX)
+    # [X, P] and their products are carried as one block each (P not yet formed: zero
+    # columns), the basis that W is orthogonalised against without a copy
+    XP, AXP = jnp.zeros((n, b + e), X.dtype).at[:, :b].set(X), jnp.zeros((n, b + e), X.dtype).at[:, :b].set(AX)
     # the projected operator on [X, P] (P not yet formed: zero); each iteration computes only
-    # the rows of its new directions W (W A Sᵀ: e × (b + 2e) instead of the whole Gram matrix,
+    # the rows of its new directions W (Wᵀ A S: e × (b + 2e) instead of the whole Gram matrix,
     # 0.3× the reads) and carries [X, P]'s block to the next in the coefficient space, where
-    # X = Cᵀ S and P = Dᵀ S give [X, P] A [X, P]ᵀ = [C D]ᵀ H [C D]
+    # X = S C and P = S D give [X, P]ᵀ A [X, P] = [C D]ᵀ H [C D]
     HXP = jnp.zeros((b + e, b + e), X.dtype).at[jnp.arange(b), jnp.arange(b)].set(theta)
 
     def more(c):
@@ -210,13 +219,13 @@ def top_eigen(matvec, X0: jax.Array, k: int, rtol: float = RTOL, max_iters: int 
     def body(c):
         it, XP, AXP, HXP, has_p, theta, R, res, err, done, taken = c
         # soft locking: a tracked column already within rtol stays in the Rayleigh–Ritz basis
-        # but adds no residual and takes no product (its zero row is a dropped direction); the
-        # stop is still checked on all k after every step
+        # but adds no residual and takes no product (its zero column is a dropped direction);
+        # the stop is still checked on all k after every step
         want = jnp.concatenate([err[:k] > rtol * jnp.abs(theta[:k]), jnp.ones(e - k, bool)])
-        W, real = _expansion(jnp.where(want[:, None], R[:e], 0.0), XP)
+        W, real = _expansion(jnp.where(want[None, :], R[:, :e], 0.0), XP)
         AW = _some(apply, W, real)
-        S, AS = jnp.concatenate([XP, W]), jnp.concatenate([AXP, AW])
-        HW = W @ AS.T                                     # (e, b + 2e): W's rows of S A Sᵀ
+        S, AS = jnp.concatenate([XP, W], axis=1), jnp.concatenate([AXP, AW], axis=1)
+        HW = W.T @ AS                                     # (e, b + 2e): W's rows of Sᵀ A S
         H = jnp.zeros((b + 2 * e, b + 2 * e), XP.dtype).at[:b + e, :b + e].set(HXP)
         H = H.at[b + e:].set(HW).at[:, b + e:].set(HW.T)
         invalid = jnp.concatenate([jnp.zeros(b, bool), jnp.full(e, ~has_p), ~real])
@@ -224,19 +233,19 @@ def top_eigen(matvec, X0: jax.Array, k: int, rtol: float = RTOL, max_iters: int 
         # P: the part of the new tracked vectors outside the old X, orthonormalised against
         # the new block in the coefficient space (S is orthonormal), so that it costs no product
         D = C[:, :e].at[:b].set(0.0)
-        D = _orth(_project_out(D.T, C.T)).T
-        D = _orth(_project_out(D.T, C.T)).T
+        D = _orth(_project_out(D, C))
+        D = _orth(_project_out(D, C))
         CD = jnp.concatenate([C, D], axis=1)
         H = (H + H.T) / 2
         HXP = CD.T @ H @ CD
-        XP, AXP = CD.T @ S, CD.T @ AS                     # one product of tall matrices for X and P
-        R, res, err, done = finish(XP[:b], AXP[:b], theta)
+        XP, AXP = S @ CD, AS @ CD                         # one product of tall blocks for X and P
+        R, res, err, done = finish(XP[:, :b], AXP[:, :b], theta)
         return it + 1, XP, AXP, HXP, jnp.asarray(True), theta, R, res, err, done, taken + jnp.sum(real, dtype=jnp.int32)
 
     it, XP, _, _, _, theta, R, res, err, done, taken = jax.lax.while_loop(
         more, body, (jnp.zeros((), jnp.int32), XP, AXP, HXP, jnp.asarray(False), theta, R, res, err, done,
                      jnp.asarray(b, jnp.int32)))
-    return Eigen(values=theta, vectors=XP[:b], residuals=res, errors=err, products=taken, iterations=it,
+    return Eigen(values=theta, vectors=XP[:, :b].T, residuals=res, errors=err, products=taken, iterations=it,
                  converged=done)
 
 
