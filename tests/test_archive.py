@@ -411,6 +411,7 @@ def test_a_writer_killed_between_writes_leaves_a_file_plain_h5py_and_xarray_open
         check_rows(a.runs["r0"].solvers["gd"], 8)
 
 
+@pytest.mark.slow
 def test_a_writer_killed_inside_a_commit_is_read_as_it_is_and_repaired_by_resume(tmp_path):
     """A kill inside a commit leaves the SWMR flags set: plain HDF5 tools refuse the file,
     flowsim's readers read it without changing a byte, `resume` repairs it. The commit's

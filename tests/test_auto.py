@@ -33,6 +33,7 @@ def _solve(method, problem, p0, t):
     return integ, state, {k: int(v) for k, v in stats.items()}
 
 
+@pytest.mark.slow
 def test_a_stiff_flow_turns_auto_to_rock4_at_rock4s_cost():
     """λ_max = 1e3 to t = 20: Tsit5's first steps follow the fast transient; then its steps are
     held by stability, and after `STIFF_STREAK` of them auto steps with ROCK4 to the end. Within
@@ -82,6 +83,7 @@ def test_a_flow_that_is_not_stiff_hands_auto_back_to_tsit5():
     assert _error(state, p0, exact, 20.0) <= 10 * PRESET["rtol"]
 
 
+@pytest.mark.slow
 def test_checkpoints_inside_steps_do_not_move_the_switch_and_read_both_dense_outputs():
     """λ_max = 1e3, 40 log-spaced checkpoints to t = 20 (many inside Tsit5's steps before the
     switch, many inside ROCK4's after): the steps, the switch and the end are those of a solve
@@ -107,6 +109,7 @@ def test_checkpoints_inside_steps_do_not_move_the_switch_and_read_both_dense_out
     assert worst <= 10 * PRESET["rtol"], worst
 
 
+@pytest.mark.slow
 def test_a_batch_with_members_in_both_modes_resumes_bit_for_bit_and_equals_its_members():
     """Two members, stiff (λ_max = 1e3: ROCK4 by t = 1) and not (λ_max = 1: Tsit5 throughout),
     in one batch: the stiff one's state stored as named arrays at t = 1 and restored goes on to

@@ -197,6 +197,7 @@ def _flow_to(integ, problem, p0, t):
     return state, stats
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["tsit5", "rock4"])
 def test_valley_central_flow_matches_its_closed_form(method):
     """Measured: 2.8e-13 (tsit5), 1.3e-11 (rock4) from the closed form at t = 12."""
@@ -220,6 +221,7 @@ def test_valley_central_flow_matches_its_closed_form(method):
     assert float(cert["predicted_loss"]) == pytest.approx(loss + 0.5 * (2 / ETA - s) * x, rel=1e-8)
 
 
+@pytest.mark.slow
 def test_central_held_marks_the_eigenvalues_arrival_at_the_edge_not_the_start_of_the_hold():
     """On the valley X turns positive at t1 = 5.5, where the margin S1 = bc/κ = 0.25 is still
     6.25 % of 2/η = 4, and S = S1 e^{−κ(t − t1)} then arrives within ARRIVAL_TOL·2/η of the
@@ -241,6 +243,7 @@ def test_central_held_marks_the_eigenvalues_arrival_at_the_edge_not_the_start_of
         assert float(cert["central_held"]) == arrived, t
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["tsit5", "rock4"])
 def test_tightening_the_tolerance_converges_on_the_valley(method):
     """Each tolerance's error against the closed form, after the onset: within 10 × rtol and
@@ -255,6 +258,7 @@ def test_tightening_the_tolerance_converges_on_the_valley(method):
     assert errors[0] > 10 * errors[1] > 100 * errors[2]
 
 
+@pytest.mark.slow
 def test_halving_eulers_step_moves_it_towards_the_central_flow_at_first_order():
     """Forward Euler on the same field (the published codes' integrator), h = 0.04, 0.02, 0.01
     to t = 10: its distance to flowsim's central flow halves with h (ratio 2 ± 0.2)."""
@@ -277,6 +281,7 @@ def test_halving_eulers_step_moves_it_towards_the_central_flow_at_first_order():
 # ---------------------------------------------------------------- below the edge: the gradient flow
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, within", [("tsit5", 1e-10), ("rock4", 1e-9)])
 def test_below_the_edge_the_central_flow_is_the_gradient_flow(method, within):
     """η = 0.4 (2/η = 5) on a network whose sharpness stays below 2.4 (0.48 × 2/η) to t = 10:
@@ -296,6 +301,7 @@ def test_below_the_edge_the_central_flow_is_the_gradient_flow(method, within):
     assert float(cert["predicted_loss"]) == pytest.approx(float(problem.loss(integ.params(state))), rel=1e-14)
 
 
+@pytest.mark.slow
 def test_the_tracked_eigenvalues_are_the_hessians():
     problem, p0 = make_problem(seed=0)
     point = jax.jit(lambda w: central_point(problem, w, initial_vectors(250, 3, jnp.float64), 1.0, 3, 0.9,
@@ -331,6 +337,7 @@ def test_track_converges_to_the_top_eigenpairs(columns):
     assert 0 < int(spent) <= 200 * m
 
 
+@pytest.mark.slow
 def test_a_block_sized_to_the_candidates_gives_the_whole_blocks_field():
     """A step's inner stages track the candidates alone (`columns`, `WarmStart.columns`): where
     a direction is held (λ1 1 % beneath 2/η and rising) the field and X are the whole block's (both
@@ -393,6 +400,7 @@ def test_tracking_follows_the_top_eigenvalues_beneath_the_edge(method):
 # ---------------------------------------------------------------- stepped by ROCK4
 
 
+@pytest.mark.slow
 def test_rock4_counts_each_stage_of_each_try():
     """The valley's field is formed densely (n = 3: three HVPs an evaluation) and its steps at
     rtol 1e-10 are short enough for ROCK4's lowest degree (s = 1: five evaluations a try, the
@@ -411,6 +419,7 @@ def test_rock4_counts_each_stage_of_each_try():
     assert 0 < float(cert["central_thirds"]) < evals
 
 
+@pytest.mark.slow
 def test_rock4_rho_covers_the_valley_jacobian_on_the_flow():
     """ρ = RHO_SAFETY × spectral_bound, from the point alone, covers the spectral radius of
     the central field's Jacobian (jax.jacfwd of the field, the dense eigen-decomposition
@@ -505,6 +514,7 @@ def _two_valleys_closed_form(t):
     return np.concatenate([[x1, 0.0, C * t, 0.0], np.linspace(0.5, 1.5, 24) * np.exp(-D * t)])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, k", [("tsit5", 3), ("rock4", 3), ("rock4", 2)])
 def test_the_block_grows_when_its_guard_becomes_a_candidate_and_shrinks_when_it_leaves(method, k):
     """The block an end point tracks (`WarmStart.columns`: the candidates and a guard) grows from

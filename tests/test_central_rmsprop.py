@@ -57,6 +57,7 @@ def _point(problem, unravel, w, nu, eta, k=2, in_sqrt=False):
     return form, y, point
 
 
+@pytest.mark.slow
 @VARIANTS
 def test_the_tracked_eigenvalues_are_those_of_the_preconditioned_hessian(in_sqrt):
     problem, _, unravel, w, nu = _state()
@@ -65,6 +66,7 @@ def test_the_tracked_eigenvalues_are_those_of_the_preconditioned_hessian(in_sqrt
     np.testing.assert_allclose(np.asarray(point.lam), np.asarray(lam[:2]), rtol=1e-9)
 
 
+@pytest.mark.slow
 @VARIANTS
 def test_at_the_edge_the_field_is_its_definition(in_sqrt):
     """η puts the top effective eigenvalue ηλ₁ at 3, past the edge (the second beneath the threshold 0.9·2):
@@ -122,6 +124,7 @@ def _typed(preset) -> Preset:
     return from_dict(Preset, load_solver({"name": "test"} | preset))
 
 
+@pytest.mark.slow
 def test_the_central_leg_holds_the_preconditioned_sharpness_at_the_edge():
     """RMSProp's central flow through the engine (rock4) from a start below the edge, at η whose
     edge the stable flow's preconditioned sharpness crosses: after the arrival the top
@@ -151,6 +154,7 @@ def test_the_central_leg_holds_the_preconditioned_sharpness_at_the_edge():
     assert float(cert(problem, state)["central_hvps"]) > 0
 
 
+@pytest.mark.slow
 def test_a_resumed_central_leg_equals_the_uninterrupted_one_bit_for_bit():
     """Two seeds through the batch kernel to t = 1, seed 1's state stored and restored, both to
     t = 2: the resumed member's weights and ν equal the uninterrupted one's bit for bit, in the

@@ -227,6 +227,7 @@ def test_without_a_twin_or_a_flow_the_section_says_how_to_add_them(short):
     assert "mean ‖GD − flow‖ —, no ratio; beside them the noise floor, mean ‖GD − twin‖ —" in text
 
 
+@pytest.mark.slow
 def test_an_archive_without_a_central_flow_has_no_central_section(tmp_path):
     out = run(tmp_path, "gd", [*GD_ONLY[:2], "run.t_end=2.0",
                                'run.solvers=["tsit5", {name="gd", kind="gd", learning_rate=0.1}]'])

@@ -115,6 +115,7 @@ def _products(problem, params):
     return hvp, exact, flat
 
 
+@pytest.mark.slow
 def test_hessian_products_difference_gradients_only_where_the_loss_is_smooth_and_the_accuracy_coarse():
     """A smooth network in float64 at `eigen_rtol` ≥ 1e-5: forward differences of gradients,
     within 1e-6 of the linearised product (measured: 1e-7), along a random and a scaled vector
@@ -170,6 +171,7 @@ def test_the_carried_vectors_warm_the_next_observation():
     assert int(warm) < int(cold1) and int(cold) > 0
 
 
+@pytest.mark.slow
 def test_hessian_density_matches_the_spectrum_mean_and_variance():
     """SLQ's moments are Hutchinson estimates of tr(H)/n and tr(H²)/n, the top 5 deflated:
     within 5 % of the dense spectrum's mean and variance, on a network trained near a

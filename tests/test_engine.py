@@ -370,6 +370,7 @@ def test_vmapped_seeds_equal_sequential_seeds_and_compile_once(kind):
         assert rel_err(bstate.y["W"][i], s.y["W"]) <= bound
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["flow", "gd"])
 def test_a_batch_of_one_is_its_member_in_a_batch_of_two(kind):
     """A batch of one is run unbatched (`batch.over_members`): the same numbers, statistics and

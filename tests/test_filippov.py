@@ -77,6 +77,7 @@ def sliding(request):
     return problem, p0, integ, state
 
 
+@pytest.mark.slow
 def test_off_the_kinks_the_field_is_autodiffs_velocity():
     problem, p0 = make_problem(activation="relu", m=30)
     v = velocity_and_control(problem, p0["W"], initial_mode(problem, p0["W"], 8))[0]
@@ -206,6 +207,7 @@ def test_cross_entropy_with_three_outputs():
     assert rel_err(loose.y["W"] - p0["W"], tight.y["W"] - p0["W"]) < 1e-7
 
 
+@pytest.mark.slow
 def test_a_window_without_kinks_agrees_with_tsit5_at_rtol_1e_12():
     problem, p0 = make_problem(activation="relu", m=30)
     integ = _integrator(1e-10)
@@ -222,6 +224,7 @@ def test_a_window_without_kinks_agrees_with_tsit5_at_rtol_1e_12():
     assert rel_err(W - p0["W"], tight.y["W"] - p0["W"]) < 1e-10
 
 
+@pytest.mark.slow
 def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing_else():
     """The fixture's problem slides on 4 surfaces of one node at once (relu): 3 slots end the
     run with status `failed`; 4 slots and 12 (held to d = 5: no node slides on more surfaces
@@ -236,6 +239,7 @@ def test_a_node_with_more_sliders_than_slots_fails_and_more_slots_change_nothing
     assert rel_err(four.y["W"], twelve.y["W"]) < 1e-12
 
 
+@pytest.mark.slow
 def test_passes_with_few_slots_hand_over_to_more():
     """`advance` steps a segment with `few_slots` sliders per node while they fit, then
     with twice as many, up to the preset's. On the fixture's problem (a node slides on 4
@@ -294,6 +298,7 @@ def _event_restart_flow(problem, params, T):
     return W, crossings
 
 
+@pytest.mark.slow
 def test_a_window_with_crossings_agrees_with_a_diffrax_event_restart_loop():
     problem, p0 = make_problem(activation="relu", m=30)
     T = 0.15                       # 5 crossings, the first sliding entry at t ≈ 0.17

@@ -109,6 +109,7 @@ def test_rmsprop_leg_equals_the_update_written_by_hand(eps_in_sqrt, nu0):
     assert rel_err(other, ours) > 1e-6      # the variants are told apart
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", [dict(kind="adam", learning_rate=0.1),
                                     dict(kind="rmsprop", learning_rate=0.1, nu0="grad-squared", eps_in_sqrt=True),
                                     dict(kind="adam-flow", learning_rate=0.1, method="auto", rtol=1e-8)],
@@ -150,6 +151,7 @@ def dop853(problem, w0, t_end, kind, *, beta1, beta2, eps):
     return sol.y[:n, -1]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["rmsprop-flow", "adam-flow"])
 def test_stable_flow_agrees_with_scipy_dop853(kind):
     """Through the engine with `auto` at rtol 1e-12, read at rows inside its steps: t_end = 100 η."""

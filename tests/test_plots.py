@@ -414,6 +414,7 @@ def test_one_point_colours_each_solver_and_one_seed_has_no_band(tmp_path, saved)
     assert "line: mean over seeds, band: min–max" in _texts(saved["cohen2-fig1.png"])
 
 
+@pytest.mark.slow
 def test_the_theory_legend_names_the_panels_its_bounds_are_on(tmp_path, saved):
     """The dotted bounds' legend names the panels they are drawn on: (a) and (d) with every
     panel; (a) alone without the NTG's; nothing where the loss is not half-sse and (d) is

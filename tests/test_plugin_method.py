@@ -127,6 +127,7 @@ def test_a_resumed_batch_is_bit_identical_to_the_uninterrupted_one(toy):
     assert int(stats["steps"][1]) == int(stats_b["steps"][1]) > 0
 
 
+@pytest.mark.slow
 def test_vmapped_seeds_equal_sequential_seeds(toy):
     """Three seeds in one chunk program (`batch.chunk`, the driver's) take each seed's own
     steps, to rounding (1e-12)."""
@@ -148,6 +149,7 @@ def test_vmapped_seeds_equal_sequential_seeds(toy):
         assert rel_err(integ.params(new)["W"][i], integ.params(s)["W"]) <= 1e-12
 
 
+@pytest.mark.slow
 def test_simulate_runs_it_by_name(toy, tmp_path):
     """A preset names the registered method as it names any: `flowsim.simulate` runs it into an
     archive whose loss rows lie within 1e-7 (relative) of a tight tsit5's beside it (measured:

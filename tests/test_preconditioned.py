@@ -84,6 +84,7 @@ def relative(a, b):
     return np.max(np.abs(a - b) / np.abs(b))
 
 
+@pytest.mark.slow
 def test_rmsprop_leg_equals_dense_eigvalsh_of_its_own_preconditioned_hessian():
     eps = 1e-3
     values, hvps = observed(integrator(kind="rmsprop", learning_rate=ETA, beta2=0.9, eps=eps), PAIR)
@@ -113,6 +114,7 @@ def test_adam_leg_equals_dense_eigvalsh_with_bias_correction():
     assert relative(wrong[1:], expected[1:]) > 1e-2
 
 
+@pytest.mark.slow
 def test_gd_leg_preconditioned_sharpness_is_its_sharpness_from_one_solve():
     """P = I: the sharpness's solve is shared (the same value and error bound, and no product
     more than the sharpness alone takes), and it is the dense Hessian's top eigenvalue."""

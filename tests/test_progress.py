@@ -113,6 +113,7 @@ def test_quiet_prints_nothing_and_bars_print_no_lines(show):
     assert bool(stream.getvalue()) == show      # the bar, drawn on request
 
 
+@pytest.mark.slow
 def test_the_json_log_agrees_with_the_archive(tmp_path):
     log, stream = tmp_path / "log.jsonl", io.StringIO()
     out = tmp_path / "a.h5"
@@ -131,6 +132,7 @@ def test_the_json_log_agrees_with_the_archive(tmp_path):
     assert stream.getvalue().count("(100 %)") == 2
 
 
+@pytest.mark.slow
 def test_a_stop_acts_while_a_long_segment_computes(tmp_path):
     """The stop is honoured while the segment's thread still computes (not after it), and
     nothing of that segment reaches the archive."""

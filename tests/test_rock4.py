@@ -122,6 +122,7 @@ def test_a_step_on_a_linear_ode_is_the_stability_polynomial_of_its_degree(h_rho)
     assert abs(expected) <= 1.0
 
 
+@pytest.mark.slow
 def test_fixed_steps_converge_at_order_four():
     """The pendulum with constant steps h, h/2, h/4: the error falls 16× per halving."""
     rates = pendulum_convergence_rates(Rock4(), (10, 20, 40))
@@ -275,6 +276,7 @@ def _pi(method, rtol):
     return {"kind": "flow", "method": method, "rtol": rtol, "atol": rtol * 1e-2, "pcoeff": 0.3, "icoeff": 0.3}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method, rtol", [("rock4", 1e-6), ("rock4", 1e-8), ("rkc2", 1e-3), ("rkc2", 1e-4)])
 def test_a_checkpoint_inside_a_step_is_as_accurate_as_a_step_end(method, rtol):
     """The log-spaced quadratic (λ_max = 1e3, stiff: h·ρ up to the hundreds) to T = 20 under PI

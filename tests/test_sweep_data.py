@@ -13,6 +13,9 @@ import flowsim
 from flowsim.run.session import run_scenario
 from helpers import call_cli
 
+# every test reads one sweep run end to end (the module's fixture: about 25 s on 2 cores)
+pytestmark = pytest.mark.slow
+
 TINY = Path(__file__).resolve().parent / "scenarios" / "tiny.toml"
 
 # two swept keys: a table (model.scaling) and a number (model.width) that changes the node axis
