@@ -26,7 +26,7 @@ from ..kinds import OBSERVABLES as KINDS
 from ..nn.net import AbstractNet
 from ..nn.problem import Params, Problem
 from .eigen import Eigen, broadened, guards, spectral_density, start_block, top_eigen
-from .stability import gn_sharpness, hessian_matvec
+from .stability import differenced, gn_sharpness, hessian_matvec
 
 
 class Reference(eqx.Module):
@@ -108,10 +108,35 @@ class Snapshot:
         return self.problem.ntg(self.params)
 
     @functools.cached_property
+    def _differences(self) -> bool:
+        """Whether the observation takes Hessian products and they are differenced gradients
+        (`flowsim.observe.stability.differenced`): their base point ∇L(w) is then computed
+        with the loss, in one pass."""
+        products = tracked(self.problem, self.names) or "preconditioned_sharpness" in self.names
+        return bool(products) and differenced(self.problem, jax.tree.leaves(self.params)[0].dtype)
+
+    @functools.cached_property
+    def _loss_and_gradient(self) -> tuple[jax.Array, jax.Array]:
+        value, grad = jax.value_and_grad(self.problem.loss)(self.params)
+        return value, ravel_pytree(grad)[0]
+
+    @functools.cached_property
+    def loss(self) -> jax.Array:
+        """The training loss: beside differenced Hessian products, the value of the gradient
+        pass that they need anyway (on cohen-scale-quick's GD rows the loss's own forward
+        pass was a sixth of observing `loss` and `sharpness`)."""
+        return self._loss_and_gradient[0] if self._differences else self.problem.loss(self.params)
+
+    @functools.cached_property
+    def matvec(self):
+        """v ↦ ∇²L·v on flat vectors (`hessian_matvec`), one for every observable here."""
+        return hessian_matvec(self.problem, self.params,
+                              self._loss_and_gradient[1] if self._differences else None)[0]
+
+    @functools.cached_property
     def hessian(self) -> Eigen:
         """The tracked top eigenpairs of ∇²L (unscaled), from the carried vectors."""
-        hvp, _ = hessian_matvec(self.problem, self.params)
-        eig = top_eigen(hvp, self.carried[HESSIAN_VECTORS], tracked(self.problem, self.names),
+        eig = top_eigen(self.matvec, self.carried[HESSIAN_VECTORS], tracked(self.problem, self.names),
                         self.problem.eigen_rtol)
         self.products = self.products + eig.products.astype(jnp.int32)
         return eig
@@ -130,9 +155,8 @@ class Snapshot:
         Hessian's solve where it `shares_hessian`."""
         if self.shares_hessian:
             return self.hessian
-        hvp, _ = hessian_matvec(self.problem, self.params)
         d = None if self.precond is None else ravel_pytree(self.precond)[0]
-        eig = top_eigen(hvp, self.carried[PRECONDITIONED_VECTORS], 1, self.problem.eigen_rtol, precond=d)
+        eig = top_eigen(self.matvec, self.carried[PRECONDITIONED_VECTORS], 1, self.problem.eigen_rtol, precond=d)
         self.products = self.products + eig.products.astype(jnp.int32)
         return eig
 
@@ -194,9 +218,9 @@ def _hessian_top(s: Snapshot) -> dict[str, jax.Array]:
 def _hessian_density(s: Snapshot) -> dict[str, jax.Array]:
     """Stochastic Lanczos quadrature of ∇²L (rate units) from a fixed key (the same probes
     at every checkpoint and in a resumed run), the tracked top eigenpairs deflated."""
-    hvp, flat = hessian_matvec(s.problem, s.params)
+    flat = ravel_pytree(s.params)[0]
     eig, k = s.hessian, s.problem.hessian_k
-    nodes, weights = spectral_density(hvp, flat.size, flat.dtype, max(DENSITY_PROBES, k), DENSITY_STEPS,
+    nodes, weights = spectral_density(s.matvec, flat.size, flat.dtype, max(DENSITY_PROBES, k), DENSITY_STEPS,
                                       jax.random.PRNGKey(0), (eig.values[:k], eig.vectors[:k]))
     s.products = s.products + DENSITY_PROBES * DENSITY_STEPS
     nodes = s.problem.rate * nodes
@@ -215,7 +239,7 @@ def _scalar_row(m: int, p: int, d: int) -> int:
 # read the run's `Reference`.
 OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
     Observable("loss", {"loss": ()}, _scalar_row,
-               lambda s: {"loss": s.problem.loss(s.params)}),
+               lambda s: {"loss": s.loss}),
     Observable("test_loss", {"test_loss": ()}, _scalar_row,
                lambda s: {"test_loss": s.problem.test_loss(s.params)}),
     Observable("accuracy", {"accuracy": ()}, _scalar_row,

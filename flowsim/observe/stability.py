@@ -123,18 +123,19 @@ def differenced(problem: Problem, dtype) -> bool:
             and problem.eigen_rtol >= DIFFERENCE_RTOL)
 
 
-def hessian_matvec(problem: Problem, params: Params):
+def hessian_matvec(problem: Problem, params: Params, gradient: jax.Array | None = None):
     """(v ↦ ∇²L(params)·v on flat vectors, the flat params). Where `differenced`, a forward
     difference of gradients, (∇L(w + εv) − ∇L(w))/ε with ε‖v‖ = DIFFERENCE_STEP·(1 + ‖w‖):
     one gradient a product where the linearised one costs about 1.5 on CPU (cohen-scale-quick;
-    bench/bench_observe.py). Otherwise the gradient linearised once (`jax.linearize`, forward
-    over reverse), so that the products of one observation share its forward and backward
-    pass instead of each computing it again."""
+    bench/bench_observe.py); `gradient`: ∇L(w) (flat) where the caller has it already.
+    Otherwise the gradient linearised once (`jax.linearize`, forward over reverse), so that
+    the products of one observation share its forward and backward pass instead of each
+    computing it again."""
     flat, unravel = ravel_pytree(params)
     grad = lambda w: ravel_pytree(problem.grad(unravel(w)))[0]
     if not differenced(problem, flat.dtype):
         return jax.linearize(grad, flat)[1], flat
-    g0 = grad(flat)
+    g0 = grad(flat) if gradient is None else gradient
     size = DIFFERENCE_STEP * (1.0 + jnp.linalg.norm(flat))
 
     def hvp(v):
