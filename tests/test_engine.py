@@ -9,7 +9,8 @@ import pytest
 from conftest import make_problem, rel_err, resumed_beside_uninterrupted
 from helpers import counting
 
-from flowsim.run import batch
+from flowsim.archive import ArchiveError
+from flowsim.run import batch, state_arrays
 from flowsim.run.integrators import checkpoint_grid, descent_integrator, flow_integrator, make_integrator
 from flowsim.status import Status
 from flowsim.integrate.reference_pair import ReferencePair
@@ -208,6 +209,51 @@ def test_relu_preset_against_the_limit_of_gd():
 
 
 # ---------------------------------------------------------------- segments, resume, vmap, compilation
+
+@pytest.mark.parametrize("extra", [{"kind": "gd"}, {"kind": "momentum", "beta": 0.9}, {"kind": "sgd", "batch_size": 7}],
+                         ids=["gd", "momentum", "sgd"])
+def test_a_discrete_method_chunked_at_every_step_takes_one_gradient_a_step_and_the_same_iterates(extra):
+    """A chunk keeps its last step's look-ahead (the loss and gradient at its last iterate) for
+    the next, so that rows at every step cost no gradient of their own (they cost one each
+    before); and the iterates are those of one chunk, bit for bit."""
+    problem, p0 = make_problem()
+    calls = []
+
+    class Counting(type(problem)):       # every loss the method evaluates (with its gradient)
+        def loss(self, params, X=None, y=None):
+            jax.debug.callback(lambda: calls.append(1))
+            return super().loss(params, X, y)
+
+    counted = Counting(**{f: getattr(problem, f) for f in problem.__dataclass_fields__})
+    integ = make_descent_integrator({"learning_rate": 0.05} | extra)
+    advance = eqx.filter_jit(integ.advance)
+    start = integ.init(counted, p0, jax.random.PRNGKey(0))
+    one, stats = advance(counted, start, jnp.asarray(20 * 0.05))
+    assert int(stats["vf_evals"]) == 20 and integ.init_evals == 1
+    jax.block_until_ready(one)
+    calls.clear()
+    state, evals = start, 0
+    for k in range(1, 21):
+        state, stats = advance(counted, state, jnp.asarray(k * 0.05))
+        evals += int(stats["vf_evals"])
+    jax.block_until_ready(state)
+    assert evals == len(calls) == 20
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(one)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_gd_checkpoint_without_the_kept_look_ahead_is_refused_by_name():
+    """An archive from a flowsim whose GD state did not keep its look-ahead (`loss`, `grad`)
+    holds fewer arrays than the state has: restoring it says so, and what to do."""
+    problem, p0 = make_problem()
+    integ = make_descent_integrator({"kind": "gd", "learning_rate": 0.05})
+    template = jax.tree.map(np.asarray, batch.init(integ, batch.stack_problems([problem]), batch.stack([p0]),
+                                                   batch.stack([jax.random.PRNGKey(0)])))
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: x[0], template))
+    older = dict(list(stored.items())[:len(stored) - 1 - len(jax.tree.leaves(p0))])    # no loss, no grad
+    with pytest.raises(ArchiveError, match=r"holds \d+ arrays, the solver's state has \d+.*without --resume"):
+        state_arrays.restore(template, 0, older)
+
 
 @pytest.mark.slow
 def test_one_segment_equals_fifty_segments_and_resume_is_bit_identical():

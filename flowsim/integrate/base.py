@@ -70,6 +70,12 @@ class AbstractIntegrator(eqx.Module):
         gradient flows)."""
         return None
 
+    def loss_and_gradient(self, problem: Problem, state: State) -> tuple[jax.Array, Params] | None:
+        """L and ∇L (of the full training loss, unscaled) at the state's weights where the state
+        holds them already, else None: the observables then take them from here instead of
+        computing them again (`flowsim.observe.observables.Snapshot`)."""
+        return None
+
     @property
     def init_evals(self) -> int:
         """Field (gradient) evaluations `init` spends, which the statistics of `advance` leave

@@ -34,6 +34,8 @@ class OptaxState(eqx.Module):
     step: jax.Array           # k
     loss0: jax.Array          # L(W_0), the divergence reference
     code: jax.Array           # RUNNING, or DIVERGED once it has diverged
+    loss: jax.Array           # L(W_k) and rate·∇L(W_k), which step k takes: the look-ahead
+    grad: Params              # (`flowsim.integrate.descent.AbstractDiscrete.advance`)
 
 
 class OptaxIntegrator(AbstractDiscrete):
@@ -61,7 +63,7 @@ class OptaxIntegrator(AbstractDiscrete):
 
     @property
     def init_evals(self) -> int:
-        return int(self.nu0_grad)      # g₀ for ν₀
+        return 1      # g₀: the first step's gradient (`loss`, `grad`), and ν₀'s where it is g₀ ⊙ g₀
 
     def _grad(self, problem: Problem, y: Params):
         loss, g = jax.value_and_grad(problem.loss)(y)
@@ -71,11 +73,12 @@ class OptaxIntegrator(AbstractDiscrete):
         dtype = jax.tree.leaves(params)[0].dtype
         params = perturbed(params, self.perturbation, key)
         opt = self.transformation(dtype).init(params)
+        loss, g0 = self._grad(problem, params)
         if self.nu0_grad:
-            _, g0 = self._grad(problem, params)
             opt = optax.tree_utils.tree_set(opt, nu=jax.tree.map(lambda g: g * g, g0))
         return OptaxState(y=params, opt=opt, step=jnp.asarray(0, jnp.int64),
-                          loss0=problem.loss(params).astype(dtype), code=jnp.asarray(Status.RUNNING))
+                          loss0=problem.loss(params).astype(dtype), code=jnp.asarray(Status.RUNNING),
+                          loss=loss.astype(dtype), grad=g0)
 
     def _loss_and_grad(self, problem: Problem, y: Params, state: OptaxState, step: jax.Array):
         return self._grad(problem, y)
@@ -96,8 +99,7 @@ class OptaxIntegrator(AbstractDiscrete):
         b2, eps = self.beta2.astype(dtype), self.eps.astype(dtype)
         nu = optax.tree_utils.tree_get(state.opt, "nu")
         first = state.step == 0
-        _, g0 = self._grad(problem, state.y)
-        nu = jax.tree.map(lambda n, g: jnp.where(first, b2 * n + (1 - b2) * g * g, n), nu, g0)
+        nu = jax.tree.map(lambda n, g: jnp.where(first, b2 * n + (1 - b2) * g * g, n), nu, state.grad)
         k = jnp.maximum(state.step, 1).astype(dtype)
         if self.optimizer == "adam":
             nu = jax.tree.map(lambda n: n / (1 - b2 ** k), nu)

@@ -98,8 +98,10 @@ class Snapshot:
     `products` counts the Hessian-vector products the observation takes."""
 
     def __init__(self, problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...] = (),
-                 carried: dict[str, jax.Array] | None = None, precond: Params | None = None):
+                 carried: dict[str, jax.Array] | None = None, precond: Params | None = None,
+                 at: tuple[jax.Array, Params] | None = None):
         self.problem, self.params, self.ref, self.names, self.precond = problem, params, ref, names, precond
+        self.at = at
         self.carried = memory(problem, params, names) if carried is None else carried
         self.products = jnp.zeros((), jnp.int32)
 
@@ -117,15 +119,19 @@ class Snapshot:
 
     @functools.cached_property
     def _loss_and_gradient(self) -> tuple[jax.Array, jax.Array]:
-        value, grad = jax.value_and_grad(self.problem.loss)(self.params)
+        """L and the flat ∇L at the weights: the method's own (`at`) or one gradient pass."""
+        value, grad = jax.value_and_grad(self.problem.loss)(self.params) if self.at is None else self.at
         return value, ravel_pytree(grad)[0]
 
     @functools.cached_property
     def loss(self) -> jax.Array:
-        """The training loss: beside differenced Hessian products, the value of the gradient
-        pass that they need anyway (on cohen-scale-quick's GD rows the loss's own forward
-        pass was a sixth of observing `loss` and `sharpness`)."""
-        return self._loss_and_gradient[0] if self._differences else self.problem.loss(self.params)
+        """The training loss: the method's own (`at`: GD's look-ahead) or, beside differenced
+        Hessian products, the value of the gradient pass that they need anyway (on
+        cohen-scale-quick's GD rows the loss's own forward pass was a sixth of observing
+        `loss` and `sharpness`)."""
+        if self.at is not None or self._differences:
+            return self._loss_and_gradient[0]
+        return self.problem.loss(self.params)
 
     @functools.cached_property
     def matvec(self):
@@ -290,15 +296,17 @@ OBSERVABLES: dict[str, Observable] = {o.name: o for o in (
 
 
 def observe_carried(problem: Problem, params: Params, ref: Reference | None, names: tuple[str, ...],
-                    carried: dict[str, jax.Array], precond: Params | None = None
+                    carried: dict[str, jax.Array], precond: Params | None = None,
+                    at: tuple[jax.Array, Params] | None = None
                     ) -> tuple[dict[str, jax.Array], dict[str, jax.Array], jax.Array]:
     """The series of the observables `names` at `params` (one checkpoint, one seed), in
     the registry's order, from the state `carried` from the checkpoint before (`memory` at
     the first); returns them, the state to carry to the next checkpoint, and the
     Hessian-vector products taken. `ref` is needed only by the change measures
     (ntg_change, weight_change). `precond`: the member's preconditioner
-    (`AbstractIntegrator.preconditioner`), read by `preconditioned_sharpness`."""
-    snapshot = Snapshot(problem, params, ref, names, carried, precond)
+    (`AbstractIntegrator.preconditioner`), read by `preconditioned_sharpness`; `at`: L and ∇L
+    at `params` where the method has them (`AbstractIntegrator.loss_and_gradient`)."""
+    snapshot = Snapshot(problem, params, ref, names, carried, precond, at)
     want = set(names)
     out: dict[str, jax.Array] = {}
     for name, obs in OBSERVABLES.items():

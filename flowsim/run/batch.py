@@ -137,7 +137,8 @@ def chunk(integ: AbstractIntegrator, problems: Problems, state: State, targets: 
                               jnp.where(jnp.asarray(integ.out_of_steps(taken)), Status.MAX_STEPS, Status.DONE))
             code = jnp.where(go, ended, code)
             precond = integ.preconditioner(problem, new) if "preconditioned_sharpness" in names else None
-            values, after, products = observe_carried(problem, integ.params(new), ref, names, kept, precond)
+            values, after, products = observe_carried(problem, integ.params(new), ref, names, kept, precond,
+                                                      integ.loss_and_gradient(problem, new))
             kept = jax.tree.map(lambda a, b: jnp.where(go, a, b), after, kept)
             values = values | integ.certificate(problem, new)
             stats = seg | {"status": code, "observe_hvps": products}

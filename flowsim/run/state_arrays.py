@@ -32,7 +32,10 @@ def restore(template, i: int, arrays: dict[str, np.ndarray]):
     leaves, treedef = jax.tree.flatten(template, is_leaf=_is_scratch)
     slots = [j for j, x in enumerate(leaves) if eqx.is_array(x)]
     if len(arrays) != len(slots):
-        raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(slots)}")
+        # e.g. an archive from a flowsim whose GD state did not keep its look-ahead gradient
+        raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(slots)}: the "
+                           "archive's state was written by another version of this solver; run it again "
+                           "without --resume")
     new = list(leaves)
     for j, slot in enumerate(slots):
         x = np.array(leaves[slot])
