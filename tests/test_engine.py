@@ -242,17 +242,27 @@ def test_a_discrete_method_chunked_at_every_step_takes_one_gradient_a_step_and_t
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_a_gd_checkpoint_without_the_kept_look_ahead_is_refused_by_name():
-    """An archive from a flowsim whose GD state did not keep its look-ahead (`loss`, `grad`)
-    holds fewer arrays than the state has: restoring it says so, and what to do."""
+def test_a_gd_checkpoint_without_the_kept_look_ahead_resumes_and_any_other_shape_is_refused():
+    """An archive from a flowsim whose GD state did not keep its look-ahead (`ahead`) holds
+    fewer arrays than the state has: it restores, and `complete` computes the look-ahead
+    again (the driver does so for such a resume); a checkpoint with any other count of arrays
+    is refused by name."""
     problem, p0 = make_problem()
     integ = make_descent_integrator({"kind": "gd", "learning_rate": 0.05})
-    template = jax.tree.map(np.asarray, batch.init(integ, batch.stack_problems([problem]), batch.stack([p0]),
+    problems = batch.stack_problems([problem])
+    state, _ = batch.advance(integ, problems, batch.init(integ, problems, batch.stack([p0]),
+                                                         batch.stack([jax.random.PRNGKey(0)])), jnp.full(1, 0.5))
+    template = jax.tree.map(np.asarray, batch.init(integ, problems, batch.stack([p0]),
                                                    batch.stack([jax.random.PRNGKey(0)])))
-    stored = state_arrays.as_arrays(jax.tree.map(lambda x: x[0], template))
+    stored = state_arrays.as_arrays(jax.tree.map(lambda x: np.asarray(x)[0], state))
     older = dict(list(stored.items())[:len(stored) - 1 - len(jax.tree.leaves(p0))])    # no loss, no grad
+    assert state_arrays.lacks_look_ahead(template, older) and not state_arrays.lacks_look_ahead(template, stored)
+    restored = batch.complete(integ, problems, state_arrays.restore(template, 0, older))
+    assert np.array_equal(restored.y["W"], state.y["W"]) and int(restored.step[0]) == 10
+    for a, b in zip(jax.tree.leaves(restored.ahead), jax.tree.leaves(state.ahead)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-13, atol=0)
     with pytest.raises(ArchiveError, match=r"holds \d+ arrays, the solver's state has \d+.*without --resume"):
-        state_arrays.restore(template, 0, older)
+        state_arrays.restore(template, 0, dict(list(stored.items())[:-1]))
 
 
 @pytest.mark.slow

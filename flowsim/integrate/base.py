@@ -18,6 +18,16 @@ class Scratch(eqx.Module):
     (`flowsim.run.state_arrays`), and a state restored from a checkpoint has it as `init` made it."""
 
 
+class LookAhead(eqx.Module):
+    """What a discrete method keeps of its last step: the loss and gradient at the iterate, which
+    the next step takes (`flowsim.integrate.descent.AbstractDiscrete.advance`). Stored with the
+    state; a checkpoint written before the states kept it lacks it, and its resume computes it
+    again (`AbstractIntegrator.complete`, `flowsim.run.state_arrays.restore`)."""
+
+    loss: jax.Array
+    grad: Params
+
+
 class AbstractIntegrator(eqx.Module):
     """How one member's weights move from one checkpoint time to the next.
 
@@ -69,6 +79,11 @@ class AbstractIntegrator(eqx.Module):
         measures λ_max(P^{-1/2} ∇²L P^{-1/2}) with it. None: P = I (GD, momentum, SGD, the
         gradient flows)."""
         return None
+
+    def complete(self, problem: Problem, state: State) -> State:
+        """The state with its `LookAhead` computed again at its iterate: for a state restored
+        from a checkpoint written before the states kept it (the others have none)."""
+        return state
 
     def loss_and_gradient(self, problem: Problem, state: State) -> tuple[jax.Array, Params] | None:
         """L and ∇L (of the full training loss, unscaled) at the state's weights where the state

@@ -22,7 +22,7 @@ from jax.flatten_util import ravel_pytree
 from ..status import Status
 from ..nn.problem import Params
 from ..nn.problem import Problem
-from .base import AbstractIntegrator
+from .base import AbstractIntegrator, LookAhead
 from ..kinds.solvers import steps
 
 # The perturbation's direction z ~ N(0, I) (over the weights raveled in `ravel_pytree` order)
@@ -39,8 +39,7 @@ class DescentState(eqx.Module):
     loss0: jax.Array          # L(W_0), the divergence reference
     key: jax.Array            # raw uint32 key; SGD batch k is drawn from fold_in(key, k)
     code: jax.Array           # status code: RUNNING, or DIVERGED once it has diverged
-    loss: jax.Array           # L at W_k as step k takes it (SGD: batch k's), and
-    grad: Params              # its gradient: the look-ahead (`AbstractDiscrete.advance`)
+    ahead: LookAhead          # L at W_k and its gradient as step k takes them (SGD: batch k's)
 
 
 class AbstractDiscrete(AbstractIntegrator):
@@ -92,14 +91,14 @@ class AbstractDiscrete(AbstractIntegrator):
             # was, GD's velocity, selects between equal arrays: XLA drops the select.)
             # The state keeps the look-ahead, so that the next chunk starts without a
             # gradient of its own: with one before, a row every GD step cost two.
-            new = self._update(problem, s, s.grad)
+            new = self._update(problem, s, s.ahead.grad)
             loss_next, g_next = self._loss_and_grad(problem, new.y, s, s.step + 1)
-            new = eqx.tree_at(lambda z: (z.loss, z.grad), new, (loss_next, g_next))
+            new = eqx.tree_at(lambda z: z.ahead, new, LookAhead(loss_next, g_next))
             ok = healthy(loss_next)
             s = jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, s)
             return eqx.tree_at(lambda z: (z.step, z.code), s, (s.step + ok, jnp.where(ok, s.code, Status.DIVERGED)))
 
-        code = jnp.where((state.code == Status.RUNNING) & ~healthy(state.loss), Status.DIVERGED, state.code)
+        code = jnp.where((state.code == Status.RUNNING) & ~healthy(state.ahead.loss), Status.DIVERGED, state.code)
         new = jax.lax.while_loop(cond, body, eqx.tree_at(lambda z: z.code, state, code))
         taken = new.step - k_start
         stats = {"steps": taken, "accepted": taken, "rejected": jnp.zeros_like(taken),
@@ -120,6 +119,11 @@ class AbstractDiscrete(AbstractIntegrator):
 
     def out_of_steps(self, steps: int) -> bool:
         return False        # a discrete leg runs to its step count, or diverges
+
+    def complete(self, problem: Problem, state):
+        loss, grad = self._loss_and_grad(problem, state.y, state, state.step)
+        dtype = jax.tree.leaves(state.y)[0].dtype
+        return eqx.tree_at(lambda z: z.ahead, state, LookAhead(loss.astype(dtype), grad))
 
 
 class DescentIntegrator(AbstractDiscrete):
@@ -145,10 +149,9 @@ class DescentIntegrator(AbstractDiscrete):
         params = perturbed(params, self.perturbation, key)
         state = DescentState(y=params, velocity=jax.tree.map(jnp.zeros_like, params),
                              step=jnp.asarray(0, jnp.int64), loss0=problem.loss(params).astype(dtype),
-                             key=key, code=jnp.asarray(Status.RUNNING), loss=jnp.zeros((), dtype),
-                             grad=jax.tree.map(jnp.zeros_like, params))
-        loss, grad = self._loss_and_grad(problem, params, state, state.step)
-        return eqx.tree_at(lambda z: (z.loss, z.grad), state, (loss.astype(dtype), grad))
+                             key=key, code=jnp.asarray(Status.RUNNING),
+                             ahead=LookAhead(jnp.zeros((), dtype), jax.tree.map(jnp.zeros_like, params)))
+        return self.complete(problem, state)
 
     @property
     def init_evals(self) -> int:
@@ -156,7 +159,7 @@ class DescentIntegrator(AbstractDiscrete):
 
     def loss_and_gradient(self, problem: Problem, state: DescentState) -> tuple[jax.Array, Params] | None:
         """The look-ahead at y, a full-batch method's (SGD's is a batch's)."""
-        return None if self.batch_size else (state.loss, state.grad)
+        return None if self.batch_size else (state.ahead.loss, state.ahead.grad)
 
     def _loss_and_grad(self, problem: Problem, y: Params, state: DescentState, step: jax.Array):
         if self.batch_size:

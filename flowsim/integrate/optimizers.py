@@ -22,6 +22,7 @@ import optax
 
 from ..status import Status
 from ..nn.problem import Params, Problem
+from .base import LookAhead
 from .descent import AbstractDiscrete, perturbed
 
 # How a scenario kind's transformation is built from its hyper-parameters (`OptaxIntegrator.built`)
@@ -34,8 +35,7 @@ class OptaxState(eqx.Module):
     step: jax.Array           # k
     loss0: jax.Array          # L(W_0), the divergence reference
     code: jax.Array           # RUNNING, or DIVERGED once it has diverged
-    loss: jax.Array           # L(W_k) and rate·∇L(W_k), which step k takes: the look-ahead
-    grad: Params              # (`flowsim.integrate.descent.AbstractDiscrete.advance`)
+    ahead: LookAhead          # L(W_k) and rate·∇L(W_k), which step k takes
 
 
 class OptaxIntegrator(AbstractDiscrete):
@@ -78,7 +78,7 @@ class OptaxIntegrator(AbstractDiscrete):
             opt = optax.tree_utils.tree_set(opt, nu=jax.tree.map(lambda g: g * g, g0))
         return OptaxState(y=params, opt=opt, step=jnp.asarray(0, jnp.int64),
                           loss0=problem.loss(params).astype(dtype), code=jnp.asarray(Status.RUNNING),
-                          loss=loss.astype(dtype), grad=g0)
+                          ahead=LookAhead(loss.astype(dtype), g0))
 
     def _loss_and_grad(self, problem: Problem, y: Params, state: OptaxState, step: jax.Array):
         return self._grad(problem, y)
@@ -99,7 +99,7 @@ class OptaxIntegrator(AbstractDiscrete):
         b2, eps = self.beta2.astype(dtype), self.eps.astype(dtype)
         nu = optax.tree_utils.tree_get(state.opt, "nu")
         first = state.step == 0
-        nu = jax.tree.map(lambda n, g: jnp.where(first, b2 * n + (1 - b2) * g * g, n), nu, state.grad)
+        nu = jax.tree.map(lambda n, g: jnp.where(first, b2 * n + (1 - b2) * g * g, n), nu, state.ahead.grad)
         k = jnp.maximum(state.step, 1).astype(dtype)
         if self.optimizer == "adam":
             nu = jax.tree.map(lambda n: n / (1 - b2 ** k), nu)

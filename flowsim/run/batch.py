@@ -94,6 +94,13 @@ def init(integ: AbstractIntegrator, problems: Problems, params: Params, keys: ja
 
 
 @eqx.filter_jit
+def complete(integ: AbstractIntegrator, problems: Problems, state: State) -> State:
+    """Every member's state with its look-ahead computed again (`AbstractIntegrator.complete`:
+    a state restored from a checkpoint written before the states kept one)."""
+    return over_members(integ.complete, in_axes=(problems.axes, 0))(problems.tree, state)
+
+
+@eqx.filter_jit
 def advance(integ: AbstractIntegrator, problems: Problems, state: State, t: jax.Array, horizon=None):
     """Every member advanced to its own target time `t[i]` (`horizon`: see
     `AbstractIntegrator.advance`): (state, statistics)."""

@@ -288,7 +288,9 @@ class Driver:
         # the observables' carried values are stored in the checkpoint beside the state, so
         # that a resumed run warm-starts as the uninterrupted one did
         carried = _cold_memory(problems, params0, names)
-        members, (state, carried) = self._members(runs, name, integ, (state, carried))
+        members, (state, carried), older = self._members(runs, name, integ, (state, carried))
+        if older:        # checkpoints written before the discrete states kept their look-ahead
+            state = kernels.complete(integ, problems, state)
         # where each member starts (0, or its checkpoint's time), once per batch: from then on
         # each chunk brings it with its rows
         here = to_host(integ.time(state))
@@ -306,11 +308,13 @@ class Driver:
                       carried=carried, times=times, refs=refs, names=names, most=chunk_size(spec), bar=bar,
                       commit=_Commits(self.writer, name, members), here=here), state
 
-    def _members(self, runs: list[RunSpec], name: str, integ: AbstractIntegrator, state) -> tuple[list[_Member], Any]:
-        """Each seed's book-keeping, and the batch's state (with the observables' carried
-        values: a pair) with every member the archive holds a checkpoint of restored from it
-        (a resume)."""
-        members, restored = [], None
+    def _members(self, runs: list[RunSpec], name: str, integ: AbstractIntegrator,
+                 state) -> tuple[list[_Member], Any, bool]:
+        """Each seed's book-keeping, the batch's state (with the observables' carried values: a
+        pair) with every member the archive holds a checkpoint of restored from it (a resume),
+        and whether those checkpoints lack the look-ahead that states keep now
+        (`state_arrays.lacks_look_ahead`)."""
+        members, restored, older = [], None, False
         for i, r in enumerate(runs):
             stored = self.writer.read_checkpoint(r.name, name)
             # a fresh member's counts start with what `init` spent (a resumed one has them)
@@ -321,6 +325,7 @@ class Driver:
                 arrays, attrs = stored
                 # the restore path, once per resumed batch: the initial state is the template
                 restored = state_arrays.restore(to_host(state) if restored is None else restored, i, arrays)
+                older = older or state_arrays.lacks_look_ahead(restored, arrays)
                 # every statistic the solver's advance returned (STAT_KEYS and its own)
                 member.stats = {k: v for k, v in attrs.items() if k != "code"}
                 member.code = attrs["code"]
@@ -330,7 +335,7 @@ class Driver:
                     member.stats = final
                 member.rows_before, member.before = member.done_rows, dict(member.stats)
             members.append(member)
-        return members, state if restored is None else shard(restored)
+        return members, state if restored is None else shard(restored), older
 
     def _advance(self, batch: _Batch, state):
         """The chunk loop: from the batch's first row to its last checkpoint (or until every

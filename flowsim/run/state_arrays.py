@@ -8,11 +8,32 @@ import jax
 import numpy as np
 
 from ..archive import ArchiveError
-from ..integrate.base import Scratch
+from ..integrate.base import LookAhead, Scratch
 
 
 def _is_scratch(x) -> bool:
     return isinstance(x, Scratch)
+
+
+def _slots(template) -> tuple[list, object, list[int], set[int]]:
+    """The template's leaves (a `Scratch` part as one) and treedef, the positions of the array
+    leaves a checkpoint holds, and which of those (by their index among them) are a
+    `LookAhead`'s."""
+    leaves, treedef = jax.tree.flatten(template, is_leaf=_is_scratch)
+    mark = jax.tree.map(lambda x: x if _is_scratch(x) else jax.tree.map(lambda _: True, x)
+                        if isinstance(x, LookAhead) else False,
+                        template, is_leaf=lambda x: isinstance(x, (Scratch, LookAhead)))
+    marks = jax.tree.leaves(mark, is_leaf=_is_scratch)
+    slots = [j for j, x in enumerate(leaves) if eqx.is_array(x)]
+    return leaves, treedef, slots, {k for k, j in enumerate(slots) if marks[j] is True}
+
+
+def lacks_look_ahead(template, arrays: dict[str, np.ndarray]) -> bool:
+    """Whether `arrays` are a checkpoint of the template's state written before the states
+    kept their `LookAhead` (`restore` leaves it as the template has it, and the integrator's
+    `complete` computes it again)."""
+    _, _, slots, ahead = _slots(template)
+    return bool(ahead) and len(arrays) == len(slots) - len(ahead)
 
 
 def stored(state):
@@ -28,11 +49,12 @@ def as_arrays(state) -> dict[str, np.ndarray]:
 
 def restore(template, i: int, arrays: dict[str, np.ndarray]):
     """Put one member's stored arrays into row i of the batched `template` state (numpy);
-    its scratch stays the template's."""
-    leaves, treedef = jax.tree.flatten(template, is_leaf=_is_scratch)
-    slots = [j for j, x in enumerate(leaves) if eqx.is_array(x)]
+    its scratch stays the template's, and so does its `LookAhead` where the checkpoint was
+    written before states kept one (`lacks_look_ahead`)."""
+    leaves, treedef, slots, ahead = _slots(template)
+    if lacks_look_ahead(template, arrays):
+        slots = [slot for j, slot in enumerate(slots) if j not in ahead]
     if len(arrays) != len(slots):
-        # e.g. an archive from a flowsim whose GD state did not keep its look-ahead gradient
         raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(slots)}: the "
                            "archive's state was written by another version of this solver; run it again "
                            "without --resume")
