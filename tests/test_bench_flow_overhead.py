@@ -33,7 +33,8 @@ def test_the_components_time_the_same_steps():
     assert deviation <= 1e-9           # the same method, other rounding, over the whole flow (rtol 1e-8)
     per, cpu, evals = bench.measure(fns, rounds=1)
     assert evals["f"] == evals["e"] + flow_integrator(preset("tsit5")).init_evals
-    assert evals["b"] == cfg["gd_steps"] + 1 and evals["c"] == evals["w"] == evals["d"] == 6 * cfg["steps"]
+    # GD: one gradient a step (the first is `init`'s, each step's look-ahead kept in the state)
+    assert evals["b"] == cfg["gd_steps"] and evals["c"] == evals["w"] == evals["d"] == 6 * cfg["steps"]
     assert all(math.isfinite(v) and v > 0 for v in (*per.values(), *cpu.values()))
     # the issue's measure: both legs of one run, per evaluation (each leg's integration time)
     flow, gd = bench.legs(scenario.parent, cfg)
