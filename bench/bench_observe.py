@@ -26,17 +26,15 @@ End to end, issue 53's own measure: `flowsim run cohen-scale-quick` with 40 rows
 time as `flowsim inspect` reads them from the archive (wall, compilation apart): the median
 over the rounds and their range. --quick: one round of 10 rows.
 
-Last run (2 shared cores, load 1.7): per row, sharpness 4.44 products (the cold Lanczos
-17.3), 0.313x the CPU of the rows' GD steps (0.371x with linearised products); hessian_top
-(k = 5, soft-locked) 15.6 products, 1.03x (1.30x). End to end (3 rounds), the issue's measure:
-sharpness 0.145x (auto) and 0.256x (GD; 0.232-0.353), hessian_top 0.465x and 0.749x
-(0.715-1.04), against targets of 0.3x and 1x. The per-row figures sit at the targets' edge:
-0.3x of a row's 25 gradients leaves 7.5 gradients, which 4.44 products, the row's own gradient
-and the tracker's linear algebra on the 80 810-long block take (docs/benchmarks.md says what
-was tried). The end-to-end ratios read lower than the per-row ones (a row of GD read 96-138 ms
-of wall in `flowsim run` and 80-106 ms in this script's loop, from one run to the next on the
-shared machine) and one round in three read above the targets: the per-row CPU figures are the
-stricter.
+Last run (2 shared cores, load 0.4 at its start): per row, sharpness 4.44 products (the
+cold Lanczos 17.3), 0.271x the CPU of the rows' GD steps (0.365x with linearised products);
+hessian_top (k = 5, soft-locked) 15.6 products, 0.999x (1.28x). End to end (3 rounds), the
+issue's measure: sharpness 0.127x (auto) and 0.285x (GD; 0.239-0.346), hessian_top 0.481x and
+0.899x (0.638-0.981), against targets of 0.3x and 1x. The medians are under them; the shared
+machine's load moves a round by a third, and the per-row CPU figures are the stricter (a row
+is 25 gradients; 0.3x leaves 7.5 for 4.44 products, the tracker's linear algebra on the
+80 810-long block and, before GD's state kept its look-ahead, the row's own gradient:
+docs/benchmarks.md says what was tried).
 """
 
 from __future__ import annotations
@@ -129,15 +127,16 @@ def main(argv=None) -> int:
     # each tracker with the products `hessian_matvec` takes here (differences of gradients:
     # the network is smooth) and with the linearised products, compiled while
     # `stability.differenced` says no (it is read when the program is traced)
+    # (each given GD's loss and gradient at the row, as the driver gives them)
     keys = [(names, exact) for names in (("sharpness",), ("hessian_top",)) for exact in (False, True)]
     trackers, carried = {}, {}
+    state = integ.init(problem, p0, jax.random.PRNGKey(0))
     for key in keys:
         names, exact = key
-        f = jax.jit(lambda p, c, names=names: observe_carried(problem, p, None, names, c))
+        f = jax.jit(lambda p, c, at, names=names: observe_carried(problem, p, None, names, c, None, at))
         carried[key] = memory(problem, p0, names)
         with _exact_products(exact):
-            trackers[key] = f.lower(p0, carried[key]).compile()
-    state = integ.init(problem, p0, jax.random.PRNGKey(0))
+            trackers[key] = f.lower(p0, carried[key], integ.loss_and_gradient(problem, state)).compile()
     ready(advance(problem, state, jnp.asarray(ETA)))                     # compile
     ready(old(p0))
     walls = {"gd": 0.0, "old": 0.0} | {key: 0.0 for key in keys}
@@ -156,7 +155,8 @@ def main(argv=None) -> int:
         products["old"] += int(steps)
         for key in (keys if i % 2 else keys[::-1]):       # in turn, the order alternating
             names, _ = key
-            cpu, dt, (values, carried[key], count) = _timed(trackers[key], p, carried[key])
+            cpu, dt, (values, carried[key], count) = _timed(trackers[key], p, carried[key],
+                                                            integ.loss_and_gradient(problem, state))
             walls[key] += dt
             cpus[key] += cpu
             products[key] += int(count)
