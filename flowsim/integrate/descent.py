@@ -47,8 +47,8 @@ class AbstractDiscrete(AbstractIntegrator):
     one `lax.while_loop`, ended `diverged` with the last good iterate. A method says how it
     takes the loss and gradient at an iterate (`_loss_and_grad`) and what one step makes of
     its state (`_update`); its state holds y, step, loss0, code, and the loss and gradient
-    at y that the next step takes (`loss`, `grad`: `init` computes the first) beside its own
-    fields."""
+    at y that the next step takes (`ahead`, a `LookAhead`: `init` computes the first,
+    `complete` computes it again) beside its own fields."""
 
     learning_rate: eqx.AbstractVar[jax.Array]       # η
     divergence_factor: eqx.AbstractVar[jax.Array]
@@ -155,7 +155,7 @@ class DescentIntegrator(AbstractDiscrete):
 
     @property
     def init_evals(self) -> int:
-        return 1           # the first step's gradient (`loss`, `grad`)
+        return 1           # the first step's gradient (`ahead`)
 
     def loss_and_gradient(self, problem: Problem, state: DescentState) -> tuple[jax.Array, Params] | None:
         """The look-ahead at y, a full-batch method's (SGD's is a batch's)."""

@@ -63,7 +63,7 @@ class OptaxIntegrator(AbstractDiscrete):
 
     @property
     def init_evals(self) -> int:
-        return 1      # g₀: the first step's gradient (`loss`, `grad`), and ν₀'s where it is g₀ ⊙ g₀
+        return 1      # g₀: the first step's gradient (`ahead`), and ν₀'s where it is g₀ ⊙ g₀
 
     def _grad(self, problem: Problem, y: Params):
         loss, g = jax.value_and_grad(problem.loss)(y)

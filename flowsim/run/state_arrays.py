@@ -28,12 +28,16 @@ def _slots(template) -> tuple[list, object, list[int], set[int]]:
     return leaves, treedef, slots, {k for k, j in enumerate(slots) if marks[j] is True}
 
 
+def _older(slots: list[int], ahead: set[int], arrays: dict[str, np.ndarray]) -> bool:
+    return bool(ahead) and len(arrays) == len(slots) - len(ahead)
+
+
 def lacks_look_ahead(template, arrays: dict[str, np.ndarray]) -> bool:
     """Whether `arrays` are a checkpoint of the template's state written before the states
     kept their `LookAhead` (`restore` leaves it as the template has it, and the integrator's
     `complete` computes it again)."""
     _, _, slots, ahead = _slots(template)
-    return bool(ahead) and len(arrays) == len(slots) - len(ahead)
+    return _older(slots, ahead, arrays)
 
 
 def stored(state):
@@ -52,7 +56,7 @@ def restore(template, i: int, arrays: dict[str, np.ndarray]):
     its scratch stays the template's, and so does its `LookAhead` where the checkpoint was
     written before states kept one (`lacks_look_ahead`)."""
     leaves, treedef, slots, ahead = _slots(template)
-    if lacks_look_ahead(template, arrays):
+    if _older(slots, ahead, arrays):
         slots = [slot for j, slot in enumerate(slots) if j not in ahead]
     if len(arrays) != len(slots):
         raise ArchiveError(f"checkpoint holds {len(arrays)} arrays, the solver's state has {len(slots)}: the "
