@@ -402,11 +402,13 @@ def test_tracking_follows_the_top_eigenvalues_beneath_the_edge(method):
 
 @pytest.mark.slow
 def test_rock4_counts_each_stage_of_each_try():
-    """The valley's field is formed densely (n = 3: three HVPs an evaluation) and its steps at
-    rtol 1e-10 are short enough for ROCK4's lowest degree (s = 1: five evaluations a try, the
-    last its end point): the counters are then known exactly from the tries. The state's
-    first point is one evaluation more; the third-derivative products are one an evaluation
-    from the onset on (the held direction's g), none before."""
+    """The valley's field is formed densely (n = 3: three HVPs an evaluation that tracks a
+    column) and its steps at rtol 1e-10 are short enough for ROCK4's lowest degree (s = 1: five
+    evaluations a try, the last its end point): the counters are then known from the tries.
+    The state's first point is one evaluation more; it and every end point (a guard at least)
+    form the Hessian, an inner stage beneath the edge (no column) does not; the
+    third-derivative products are one an evaluation from the onset on (the held direction's
+    g), none before."""
     problem, p0 = _valley()
     integ = central(ETA, 1e-10, method="rock4")
     state, stats = _flow_to(integ, problem, p0, 12.0)
@@ -414,7 +416,8 @@ def test_rock4_counts_each_stage_of_each_try():
     tries, evals = int(stats["steps"]), int(stats["vf_evals"])
     assert evals == 5 * tries and int(stats["rejected"]) > 0
     assert float(cert["central_evals"]) == 1 + evals
-    assert float(cert["central_hvps"]) == 3 * float(cert["central_evals"])
+    hvps = float(cert["central_hvps"])
+    assert hvps % 3 == 0 and 3 * (1 + tries) <= hvps < 3 * float(cert["central_evals"])
     assert float(cert["central_hvps"]) + float(cert["central_thirds"]) == 3 + int(stats["hvps"])
     assert 0 < float(cert["central_thirds"]) < evals
 

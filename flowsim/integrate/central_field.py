@@ -41,8 +41,8 @@ Integration: ROCK4 (`flowsim.integrate.rock4`, the method of central-mlp's leg: 
 under flowsim's PID control.
 The eigenvectors are solver state: each evaluation starts the eigen-tracking (`track`) from
 the last accepted points' U extrapolated to its time (`WarmStart`), so a checkpoint holds
-them and a resumed run is the same computation. The vectors at t = 0 come from jax's LOBPCG
-(`cold`). ROCK4's step needs ρ, the spectral radius of the field's Jacobian: it is taken from
+them and a resumed run is the same computation. The vectors at t = 0 are tracked from random
+ones, every column converged (`cold`). ROCK4's step needs ρ, the spectral radius of the field's Jacobian: it is taken from
 the last accepted point (`spectral_bound`), not from power iteration through the field. Its
 inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
 certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
@@ -85,7 +85,6 @@ import diffrax as dfx
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-from jax.experimental.sparse.linalg import lobpcg_standard
 from jax.flatten_util import ravel_pytree
 
 from ..nn.problem import Params, Problem
@@ -95,9 +94,7 @@ from .solver import AbstractFlowSolver
 # A held margin relaxes onto 2/η over this many GD steps (κ = 1/(RELAX_STEPS·η)).
 RELAX_STEPS = 1.0
 # The eigen-tracking's tolerance: an eigenpair that matters (`track`) is converged when its
-# residual ‖Hu − λu‖ is below this share of the block's largest |λ| (the cold LOBPCG at t = 0:
-# of |λ| + ‖Hu‖; jax's criterion is tol·10·n·(…), hence the division by 10·n below). The
-# eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py,
+# residual ‖Hu − λu‖ is below this share of the block's largest |λ|. The eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py,
 # tsit5 at rtol 1e-6, linear warm start) the warm-started `track` spends 12.2 HVPs per
 # evaluation (k = 5: Rayleigh–Ritz on the start and 1.4 block steps on average, then block
 # steepest descent: `track` is LOBPCG since) against jax's LOBPCG's 115 from the last accepted
@@ -115,6 +112,13 @@ GUARD_TOL = 1e-3
 # → 5.9, cost per GD step 32.7 → 25.1, own error at step 600 7.3e-7 → 1.1e-6
 # (bench/results/central.md, variants).
 STAGE_TRACK_TOL = 1e-4
+# A step's end point (the next step's f(y0) and warm start; the certificate at a row tracks to
+# TRACK_TOL) tracks its candidates to this. On central-scale at η = 0.04 (rock4, rtol 3e-6, 1 000
+# GD steps) 1e-5 instead of 1e-6 cut the products per GD step from 5.03 to 4.78 and left the
+# weights at every 100th step where they were to 3 digits (4.72e-5 of the displacement from the
+# rtol-1e-8 run): the tracking's error is far beneath the step's there; 1e-4 cost 4.90 (the next
+# stages' warm starts, extrapolated from it, fall back to `track` more often).
+END_TRACK_TOL = 1e-5
 # The block an evaluation tracks: the candidates (ηλ/2 ≥ threshold at the last accepted point)
 # and this many guards beneath them, at a step's inner stages and at its end point
 # (`WarmStart.columns` says why the stages need none); max_eigen bounds the block. A guard is
@@ -127,10 +131,10 @@ END_GUARDS = 1
 # eigenvalue in the Gram matrix of the unit directions: its image, carried as combinations of
 # earlier products, then has at most 1e5× their rounding.
 CONJUGATE_FLOOR = 1e-10
-# Block steps (LOBPCG iterations at t = 0) at most per evaluation.
+# Block steps at most per evaluation (TRACK_ITERATIONS_INIT: from the random vectors at t = 0).
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
-# Models this small (n ≤ DENSE·k: LOBPCG needs n > 5k) form the Hessian and use eigh.
+# Models this small (n ≤ DENSE·k: `track`'s basis [U, R, P] needs n ≥ 3k) form the Hessian and use eigh.
 DENSE = 5
 # An accepted step that holds a change of the held set is at most this many GD steps long.
 EVENT_TOL = 1e-2
@@ -159,12 +163,6 @@ class CentralPoint(NamedTuple):
     held: jax.Array     # rank of X
     hvps: jax.Array     # Hessian-vector products spent (eigen-tracking)
     thirds: jax.Array   # third-derivative products spent
-
-
-def _pairs(k: int) -> tuple[jax.Array, jax.Array]:
-    """The k(k+1)/2 pairs i ≤ j ordered by j, so that the pairs among the top m come first."""
-    ii, jj = zip(*[(i, j) for j in range(k) for i in range(j + 1)])
-    return jnp.asarray(ii), jnp.asarray(jj)
 
 
 def initial_vectors(n: int, k: int, dtype) -> jax.Array:
@@ -231,7 +229,17 @@ def masked_block(hvp):
     return block
 
 
-def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations: int, columns=None, guards=0):
+def _converged(lam, U, HU, floor, guard, tol: float, guard_tol: float) -> jax.Array:
+    """Whether no column's residual ‖Hu − λu‖ is above its tolerance (`track`): a column that
+    may reach `floor` (λ + ‖r‖ ≥ floor) and is not a guard to `tol`, the others to
+    `guard_tol`, each times the block's largest |λ|."""
+    r = jnp.linalg.norm(HU - U * lam, axis=0)
+    want = jnp.where((lam + r >= floor) & ~guard, tol, guard_tol) * jnp.max(jnp.abs(lam))
+    return ~jnp.any(r > want)
+
+
+def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations: int, columns=None, guards=0,
+          HU0=None):
     """The top eigenpairs of the symmetric H (`block(V, on)` = H·V on the columns `on`) from
     the warm start U0 (n, k): Rayleigh–Ritz on span U0 (k products), then, while a column's
     residual ‖Hu − λu‖ is above its tolerance (times max|λ|), one LOBPCG step (Knyazev 2001):
@@ -262,27 +270,28 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     2/η, the sixth at 0.99: the tracking's products per evaluation rose from 10.5 to 47.8 with
     the guard converged as a candidate). A guard's eigenvalue, good to its residual, only says
     whether it has become a candidate (`WarmStart.columns`: the block then grows by one).
+    `HU0`: U0's images, U0 then orthonormal already (the first Rayleigh–Ritz spends no product:
+    `central_point`'s start from the third-derivative products).
     Returns the Ritz values (descending), vectors and the products spent."""
     k = U0.shape[1]
     active = k if columns is None else columns
     on = jnp.arange(k) < active
     guard = on & (jnp.arange(k) >= active - guards)
-    U0q = jnp.linalg.qr(U0)[0]
+    U0q = jnp.linalg.qr(U0)[0] if HU0 is None else U0
 
     def tracked(lam, U, HU, P, HP):
         # the untracked columns keep the start's vectors (and no image, no conjugate direction)
         return (jnp.where(on, lam, 0.0), jnp.where(on, U, U0q), jnp.where(on, HU, 0.0), jnp.where(on, P, 0.0),
                 jnp.where(on, HP, 0.0))
 
-    HU0 = block(U0q, on)
+    spent = jnp.sum(on) if HU0 is None else 0
+    HU0 = block(U0q, on) if HU0 is None else HU0
     lam, W = _ritz(U0q, HU0, k, on)
     zero = jnp.zeros_like(U0q)
 
     def pending(c):
         lam, U, HU, _, _, its = c
-        r = jnp.linalg.norm(HU - U * lam, axis=0)
-        want = jnp.where((lam + r >= floor) & ~guard, tol, guard_tol) * jnp.max(jnp.abs(lam))
-        return jnp.any(r > want) & (its < iterations)
+        return ~_converged(lam, U, HU, floor, guard, tol, guard_tol) & (its < iterations)
 
     def one(c):
         lam, U, HU, P, HP, its = c
@@ -301,15 +310,37 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     lam, U, HU, _, _, its = jax.lax.while_loop(pending, one, start)
     # each vector's sign as the start's, so that the tracked vectors move continuously (the
     # extrapolated warm start of `CentralSolver` differences them)
-    return lam, U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0), jnp.sum(on) * (its + 1)
+    return lam, U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0), spent + jnp.sum(on) * its
+
+
+def third_products(grad, w: jax.Array, U: jax.Array, m) -> tuple[jax.Array, jax.Array]:
+    """The third-derivative vectors g_ij = ∇_w(u_iᵀ∇²L̃(w)u_j) for i ≤ j < m as G (k, k, n) (g_ij
+    at [i, j] and [j, i], zero beyond m), with grad = ∇L̃ and U (n, k); and H·u_j for j < m (n, k,
+    zero beyond), at the price of the m(m+1)/2 products alone: one linearisation of
+    w ↦ ∇²L̃(w)u_j per j, whose value is the Hessian-vector product, pulled back along each u_i."""
+    n, k = U.shape
+
+    def column(j, carry):
+        G, HU = carry
+        Hu, pull = jax.vjp(lambda v: jax.jvp(grad, (v,), (U[:, j],))[1], w)
+
+        def row(i, G):
+            gij = pull(U[:, i])[0]
+            return G.at[i, j].set(gij).at[j, i].set(gij)
+
+        return jax.lax.fori_loop(0, j + 1, row, G), HU.at[:, j].set(Hu)
+
+    return jax.lax.fori_loop(0, m, column, (jnp.zeros((k, k, n), U.dtype), jnp.zeros((n, k), U.dtype)))
 
 
 def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: float,
                   iterations: int = TRACK_ITERATIONS, cold: bool = False, tol: float = TRACK_TOL,
-                  columns=None, guards=0, most: int | None = None, form=None) -> CentralPoint:
+                  columns=None, guards=0, most: int | None = None, form=None, from_start: bool = False) -> CentralPoint:
     """The central flow's field at the state y and everything it is made of, eigen-tracking
-    started from U0 (n, k); `cold`: U0 is not a warm start (LOBPCG first, every column
-    converged: the vectors at t = 0 and any one-off eigen-decomposition); `columns` (traced):
+    started from U0 (n, k); `cold`: U0 is not a warm start (every column converged to `tol`,
+    none to the guards' looser one: the vectors at t = 0 and any one-off eigen-decomposition;
+    on central-scale at t = 0, k = 6, 150 products where jax's LOBPCG, which multiplies 3k
+    vectors a step, and `track` after it took 408, for the same eigenvalues); `columns` (traced):
     track U0's leading columns alone (`WarmStart.columns`: a step's inner stages), None: all k;
     `guards` (traced): the last this many of them are guards (`track`), left out of the
     complementarity problem whatever their eigenvalue (the next step's block takes in one that
@@ -330,52 +361,95 @@ def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: fl
     # the tracked operator: ∇²L̃ (GD), D^{-1/2}∇²L̃D^{-1/2} (RMSProp)
     op = hvp if pre is None else pre.symmetric(hvp)
 
-    if n <= DENSE * k:
-        H = jax.vmap(op)(jnp.eye(n, dtype=dtype))
-        lam, V = jnp.linalg.eigh(0.5 * (H + H.T))
-        lam, U = lam[::-1][:k], V[:, ::-1][:, :k]
-        hvps = jnp.asarray(n)
-    else:
-        hvps = jnp.asarray(0)
-        if cold:
-            # from a start unrelated to the Hessian: jax's LOBPCG converges every column (it
-            # applies H to 3k vectors per iteration and once to the start)
-            _, U0, its = lobpcg_standard(jax.vmap(op, in_axes=1, out_axes=1), U0, m=iterations,
-                                         tol=TRACK_TOL / (10 * n))
-            hvps = k * (3 * its + 1)
-        block = masked_block(op) if columns is not None else (lambda V, on: jax.vmap(op, in_axes=1, out_axes=1)(V))
-        lam, U, spent = track(block, U0, 2 * threshold / eta, tol, GUARD_TOL, iterations, columns, guards)
-        hvps = hvps + spent
-
-    # third derivatives of the candidates (ηλ/2 ≥ threshold): the first m(m+1)/2 pairs
-    m = jnp.minimum(jnp.sum(eta * lam / 2 >= threshold), (k if columns is None else columns) - guards)
-    m = m if most is None else jnp.minimum(m, most)
-    ii, jj = _pairs(k)
+    floor = 2 * threshold / eta
+    active = k if columns is None else columns
     # the directions Σ lives on: U (GD), D^{-1/2}U (RMSProp: D-orthonormal, Uᵀ∇²L̃U = diag λ)
-    Uw = U if pre is None else pre.directions(U)
+    directions = (lambda U: U) if pre is None else pre.directions
 
-    def third(p, G):
-        i, j = ii[p], jj[p]
-        gij = jax.grad(lambda v: jnp.vdot(Uw[:, i], jax.jvp(grad, (v,), (Uw[:, j],))[1]))(w)
-        return G.at[i, j].set(gij).at[j, i].set(gij)
+    def candidates(lam):
+        """How many leading columns enter the complementarity problem: the candidates
+        (ηλ/2 ≥ threshold), not the guards, at most `most`."""
+        m = jnp.minimum(jnp.sum(eta * lam / 2 >= threshold), active - guards)
+        return m if most is None else jnp.minimum(m, most)
 
-    thirds = m * (m + 1) // 2
-    G = jax.lax.fori_loop(0, thirds, third, jnp.zeros((k, k, n), dtype))
-    kappa = 1.0 / (RELAX_STEPS * eta)
-    # a column left out (a guard, or beyond `most`) is free: its margin is held positive, as
-    # it has no third derivative through which X could close it (a guard past the threshold
-    # joins the candidates at the next step)
-    margin = kappa * (2.0 / eta - lam)
-    margin = jnp.where(jnp.arange(k) < m, margin, jnp.maximum(margin, kappa * (1.0 - threshold) * 2.0 / eta))
-    if pre is None:
-        alpha, T = G @ g, sdcp.gram_operator(G)
+    def thirds_at(lam, U):
+        m = candidates(lam)
+        return third_products(grad, w, directions(U), m)[0], jnp.asarray(m * (m + 1) // 2, jnp.int32)
+
+    def eigenpairs():
+        """(λ, U, W, G, HVPs, third-derivative products): G holds the third-derivative vectors
+        of the vectors U Wᵀ (W orthogonal: the start's, rotated onto U by Rayleigh–Ritz, or I)."""
+        if n <= DENSE * k:
+            H = jax.vmap(op)(jnp.eye(n, dtype=dtype))
+            lam, V = jnp.linalg.eigh(0.5 * (H + H.T))
+            lam, U = lam[::-1][:k], V[:, ::-1][:, :k]
+            G, thirds = thirds_at(lam, U)
+            return lam, U, jnp.eye(k, dtype=dtype), G, jnp.int32(n), thirds
+        if not from_start:
+            block = masked_block(op) if columns is not None else (lambda V, on: jax.vmap(op, in_axes=1, out_axes=1)(V))
+            # cold: from a start unrelated to the Hessian, every column converged to `tol`
+            lam, U, hvps = track(block, U0, floor, tol, tol if cold else GUARD_TOL, iterations, columns, guards)
+            G, thirds = thirds_at(lam, U)
+            return lam, U, jnp.eye(k, dtype=dtype), G, jnp.asarray(hvps, jnp.int32), thirds
+        # Rayleigh–Ritz on the warm start from the third-derivative products' own images (each
+        # product linearises w ↦ ∇²L̃(w)u_j, whose value is H·u_j): the start costs no product
+        # of its own. Where it is converged (`track` would stop there) and every column is a
+        # candidate, nothing more is spent: the products stay the start's, and what is made of
+        # them is rotated onto the Ritz vectors (g_ij is bilinear in the vectors); otherwise
+        # `track` goes on from the Ritz vectors and the products are taken again at its own.
+        on = jnp.arange(k) < active
+        U0q = jnp.linalg.qr(U0)[0]
+        G0, HW = third_products(grad, w, directions(U0q), active)
+        HU0 = HW if pre is None else pre.images(HW)
+        lam, W = _ritz(U0q, HU0, k, on)
+        W = jnp.where(on[None, :], W, jnp.eye(k, dtype=dtype))      # the untracked columns: the start's
+        W = W * jnp.where(jnp.sum((U0q @ W) * U0, axis=0) < 0, -1.0, 1.0)     # signs as the start's (`track`)
+        lam, U, HU = jnp.where(on, lam, 0.0), U0q @ W, HU0 @ W
+        guard = on & (jnp.arange(k) >= active - guards)
+        ready = _converged(lam, U, HU, floor, guard, tol, GUARD_TOL) & (candidates(lam) == active)
+        thirds = jnp.asarray(active * (active + 1) // 2, jnp.int32)
+
+        def tracked(_):
+            lam_t, U_t, spent = track(masked_block(op), U, floor, tol, GUARD_TOL, iterations, active, guards, HU)
+            G, again = thirds_at(lam_t, U_t)
+            return lam_t, U_t, jnp.eye(k, dtype=dtype), G, jnp.asarray(spent, jnp.int32), thirds + again
+
+        return jax.lax.cond(ready, lambda _: (lam, U, W, G0, jnp.int32(0), thirds), tracked, None)
+
+    def held():
+        """(λ, U, X, ⟨X, g⟩ = Σ_ab X_ab g_ab, HVPs, third-derivative products)."""
+        lam, U, W, G, hvps, thirds = eigenpairs()
+        m = candidates(lam)
+        kappa = 1.0 / (RELAX_STEPS * eta)
+        # a column left out (a guard, or beyond `most`) is free: its margin is held positive, as
+        # it has no third derivative through which X could close it (a guard past the threshold
+        # joins the candidates at the next step)
+        margin = kappa * (2.0 / eta - lam)
+        margin = jnp.where(jnp.arange(k) < m, margin, jnp.maximum(margin, kappa * (1.0 - threshold) * 2.0 / eta))
+        # the margins' rate dS/dt = α + ½β[X] from the third-derivative vectors (RMSProp: of
+        # g/√D, `central_rmsprop`), formed in G's basis and rotated onto U's
+        alpha = W.T @ (G @ (g if pre is None else g / pre.D)) @ W
+        T = sdcp.rotate(sdcp.gram_operator(G, m, None if pre is None else 1.0 / pre.D), W)
+        if pre is not None:
+            alpha_own, T_own = pre.stability(directions(U), lam, jnp.arange(k) < m)
+            alpha, T = alpha + alpha_own, T + T_own
+        X = sdcp.solve(jnp.diag(margin) + alpha, T)
+        return lam, U, X, jnp.einsum("ab,abn->n", W @ X @ W.T, G), hvps, thirds
+
+    def free():
+        # no column tracked (a stage beneath the edge): X = 0, the stable flow's field, at no product
+        U = jnp.linalg.qr(U0)[0]
+        U = U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0)
+        zero = jnp.zeros((), jnp.int32)
+        return jnp.zeros(k, dtype), U, jnp.zeros((k, k), dtype), jnp.zeros_like(w), zero, zero
+
+    if columns is None:
+        lam, U, X, pull, hvps, thirds = held()
     else:
-        alpha, T = pre.stability(G, Uw, lam, jnp.arange(k) < m)
-    X = sdcp.solve(jnp.diag(margin) + alpha, T)
-    v = -g - 0.5 * jnp.einsum("ab,abn->n", X, G)
-    velocity = unravel(v) if pre is None else pre.velocity(y, v, Uw, lam, X, unravel)
-    return CentralPoint(velocity=velocity, U=U, lam=lam, X=X, held=rank(X), hvps=hvps,
-                        thirds=thirds.astype(hvps.dtype))
+        lam, U, X, pull, hvps, thirds = jax.lax.cond(active > 0, lambda _: held(), lambda _: free(), None)
+    v = -g - 0.5 * pull
+    velocity = unravel(v) if pre is None else pre.velocity(y, v, directions(U), lam, X, unravel)
+    return CentralPoint(velocity=velocity, U=U, lam=lam, X=X, held=rank(X), hvps=hvps, thirds=thirds)
 
 
 def predicted_loss(problem: Problem, w: Params, point: CentralPoint) -> jax.Array:
@@ -573,8 +647,11 @@ class CentralSolver(AbstractFlowSolver):
                           rho=RHO_SAFETY * spectral_bound(point, self.field.eta, self.field.threshold))
 
     def func(self, terms, t0, y0, args):
-        # Diffrax's first step-size search calls this with the problem alone
-        return terms.vf(t0, y0, (args, WarmStart.first(self._start(y0), t0)))
+        # Diffrax's first step-size search calls this with the problem alone: it is given the
+        # stable flow's field (−∇L̃ for GD), no column tracked, as the vectors are still random
+        # here and tracking them from scratch (twice) would cost more than the search is worth
+        U = self._start(y0)
+        return terms.vf(t0, y0, (args, WarmStart.first(U, t0, jnp.full(U.shape[1], -jnp.inf, U.dtype))))
 
     def init(self, terms, t0, t1, y0, args) -> CentralState:
         f = self.field
@@ -590,7 +667,7 @@ class CentralSolver(AbstractFlowSolver):
                             spent=cost, tried=cost)
 
     def point(self, problem: Problem, y: Params, state: CentralState, t=None,
-              tol: float = TRACK_TOL, guards: int | None = None) -> CentralPoint:
+              tol: float = TRACK_TOL, guards: int | None = None, from_start: bool = False) -> CentralPoint:
         """The field's point at y: at time t, from the extrapolated warm start; without t, at
         the state's own time (from its vectors); tracked to `tol`; `guards`: only the
         candidates and this many more columns are tracked (`WarmStart.columns`), None: all k;
@@ -602,15 +679,15 @@ class CentralSolver(AbstractFlowSolver):
         columns = state.start.columns(f.eta, f.threshold, guards)
         spare = columns - jnp.minimum(state.start.candidates(f.eta, f.threshold), f.k)
         return central_point(problem, y, U, f.eta, f.capacity, f.threshold, tol=tol, columns=columns, guards=spare,
-                             most=f.k, form=f.form)
+                             most=f.k, form=f.form, from_start=from_start)
 
     def _rock4_step(self, t0, t1, y0, args, state: CentralState):
         def end(t, y):
-            point = self.point(args, y, state, t, guards=END_GUARDS)
+            point = self.point(args, y, state, t, END_TRACK_TOL, END_GUARDS)
             return point.velocity, _cost(1, point), point
 
         def field(t, y):
-            point = self.point(args, y, state, t, STAGE_TRACK_TOL, STAGE_GUARDS)
+            point = self.point(args, y, state, t, STAGE_TRACK_TOL, STAGE_GUARDS, from_start=True)
             return point.velocity, _cost(1, point)
 
         y1, y_error, dense, _, point, tried, _ = self.inner.step_at_rho(field, end, t0, t1, y0, state.inner.f0,

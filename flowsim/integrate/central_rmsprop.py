@@ -66,20 +66,25 @@ class Preconditioned(eqx.Module):
         """Σ's directions U = D^{-1/2}V (UᵀDU = I) from the tracked eigenvectors V."""
         return V / self.root[:, None]
 
+    def images(self, HV: jax.Array) -> jax.Array:
+        """The tracked operator's images D^{-1/2}∇²L̃D^{-1/2}V from ∇²L̃'s of the directions, HV = ∇²L̃·D^{-1/2}V."""
+        return HV / self.root[:, None]
+
     def _images(self, U: jax.Array, lam: jax.Array) -> jax.Array:
         """∇²L̃U = D U diag λ (the tracked pairs' own relation: no product)."""
         return self.D[:, None] * U * lam[None, :]
 
-    def stability(self, G: jax.Array, U: jax.Array, lam: jax.Array, candidates: jax.Array):
-        """(α, T) of the margins' rate dA/dt = α + T[X] (the module's docstring); the columns
-        off `candidates` have no third derivatives (G is zero there) and are left out of the
-        preconditioner's part too, so that X stays zero on them as in GD's problem."""
+    def stability(self, U: jax.Array, lam: jax.Array, candidates: jax.Array):
+        """The preconditioner's own part of (α, T) in the margins' rate dA/dt = α + T[X] (the
+        module's docstring), beside the third-derivative vectors' (`central_field` forms those:
+        ⟨g_ij, g/D⟩ and the Gram operator of g/√D); the columns off `candidates` have no third
+        derivatives and are left out of this part too, so that X stays zero on them as in GD's
+        problem."""
         U = jnp.where(candidates[None, :], U, 0.0)
         weight = (2 / self.eta) * self.slope                       # ∂(2D/η)/∂ν
-        alpha = G @ (self.g / self.D) + (U * (weight * self.c * (self.g ** 2 - self.nu))[:, None]).T @ U
+        alpha = (U * (weight * self.c * (self.g ** 2 - self.nu))[:, None]).T @ U
         HU = self._images(U, lam)
-        T = sdcp.gram_operator(G / self.root) + self.c * jnp.einsum("ni,nj,n,na,nb->ijab", U, U, weight, HU, HU)
-        return alpha, T
+        return alpha, self.c * jnp.einsum("ni,nj,n,na,nb->ijab", U, U, weight, HU, HU)
 
     def velocity(self, y: dict, v: jax.Array, U: jax.Array, lam: jax.Array, X: jax.Array, unravel) -> dict:
         """(dw/dt, dν/dt) from v = −g − ½⟨g_ab, X_ab⟩ (the bracket of dw/dt)."""
