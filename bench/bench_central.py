@@ -92,7 +92,7 @@ def sharpness(problem, params_rows, unravel):
 def flow_rows(integ, problem, p0, times):
     advance = eqx.filter_jit(integ.advance)
     certificate = eqx.filter_jit(integ.certificate)
-    # init compiled with the problem as an argument: called eagerly, jax's LOBPCG closes over the data
+    # init compiled with the problem as an argument: called eagerly, the cold tracking closes over the data
     # and XLA constant-folds it (minutes on cohen-scale-quick's 500 × 192 inputs)
     state, rows, certs, spent = eqx.filter_jit(integ.init)(problem, p0), [flat(p0)], [], {"vf_evals": 0, "hvps": 0, "accepted": 0,
                                                                           "rejected": 0}
@@ -256,7 +256,7 @@ def main():
     table.add("central flow: steps accepted, rejected; evaluations, HVPs + third-derivative products, events",
                f"{central_spent['accepted']}, {central_spent['rejected']}; {central_spent['vf_evals']}, "
                f"{central_spent['hvps']}, {int(certs[-1]['central_events'])}")
-    table.add("central flow: HVPs, third-derivative products (of which t = 0: the cold LOBPCG)",
+    table.add("central flow: HVPs, third-derivative products (of which t = 0: the cold start)",
                f"{int(certs[-1]['central_hvps'])}, {int(certs[-1]['central_thirds'])} "
                f"({int(certs[0]['central_hvps'])}, {int(certs[0]['central_thirds'])})")
     table.add("cost per GD step (gradient-equivalents): central, flow, GD",

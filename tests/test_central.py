@@ -16,7 +16,7 @@ from flowsim.config import Preset, from_dict, load_solver
 from flowsim.config.spec import ScenarioError
 from flowsim.integrate import sdcp
 from flowsim.integrate.central_field import (ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors, masked_block,
-                                              track)
+                                              third_products, track)
 from flowsim.run.integrators import central_integrator, flow_integrator
 from flowsim.nn.net import AbstractNet
 from flowsim.nn.ntg import vector_product_ntg
@@ -104,6 +104,26 @@ def test_sdcp_is_zero_exactly_where_q_is_psd():
     B = rng.normal(size=(3, 3))
     X = np.asarray(jax.jit(sdcp.solve)(jnp.asarray(B @ B.T + 0.1 * np.eye(3)), T))
     assert np.array_equal(X, np.zeros((3, 3)))
+
+
+def test_the_gram_operator_over_the_live_pairs_and_its_rotation():
+    """`gram_operator(G, m, weight)` forms only the rows of the pairs i ≤ j < m (G is zero
+    beyond): it equals the whole tensor ½⟨g_ij, weight ⊙ g_ab⟩; and `rotate` gives the tensor
+    of the vectors rotated by an orthogonal W (g_ij bilinear in the vectors)."""
+    rng = np.random.default_rng(3)
+    k, n, m = 4, 30, 2
+    G = _instance(rng, k, n)
+    G[m:] = 0.0
+    G[:, m:] = 0.0
+    weight = rng.uniform(0.5, 2.0, n)
+    whole = 0.5 * np.einsum("ijn,n,abn->ijab", G, weight, G)
+    assert np.abs(np.asarray(sdcp.gram_operator(jnp.asarray(G), jnp.asarray(m), jnp.asarray(weight))) - whole).max() <= 1e-14
+    assert np.abs(np.asarray(sdcp.gram_operator(jnp.asarray(G), jnp.asarray(m))) - np.asarray(
+        sdcp.gram_operator(jnp.asarray(G)))).max() <= 1e-14
+    W, _ = np.linalg.qr(rng.normal(size=(k, k)))
+    turned = np.einsum("ai,bj,abn->ijn", W, W, G)
+    assert np.abs(np.asarray(sdcp.rotate(sdcp.gram_operator(jnp.asarray(G)), jnp.asarray(W)))
+                  - np.asarray(sdcp.gram_operator(jnp.asarray(turned)))).max() <= 1e-13
 
 
 @pytest.mark.parametrize("conditioned", [True, False])
@@ -360,6 +380,53 @@ def test_a_block_sized_to_the_candidates_gives_the_whole_blocks_field():
     grad = jax.grad(lambda w: problem.rate * problem.loss(w))(p0)
     assert int(below.hvps) == 0 and int(below.thirds) == 0
     assert rel_err(flat(below.velocity), -flat(grad)) <= 1e-14
+
+
+def test_third_products_are_the_nested_derivatives_and_their_values_the_hessians_products():
+    """`third_products`: g_ij = ∇_w(u_iᵀ∇²L̃(w)u_j) for i ≤ j < m against reverse mode through
+    the dense Hessian, symmetric, zero beyond m; and the Hessian-vector products it returns
+    (its linearisations' values) against the dense Hessian's."""
+    problem, p0 = make_problem(seed=0)
+    w, unravel = jax.flatten_util.ravel_pytree(p0)
+    loss = lambda v: problem.rate * problem.loss(unravel(v))
+    U = jnp.linalg.qr(jax.random.normal(jax.random.PRNGKey(5), (w.size, 3), w.dtype))[0]
+    G, HU = jax.jit(lambda U: third_products(jax.grad(loss), w, U, jnp.asarray(2)))(U)
+    H = jax.hessian(loss)(w)
+    assert rel_err(HU[:, :2], H @ U[:, :2]) <= 1e-12 and not np.any(np.asarray(HU[:, 2]))
+    for i, j in ((0, 0), (0, 1), (1, 1)):
+        g = jax.grad(lambda v: U[:, i] @ jax.hessian(loss)(v) @ U[:, j])(w)
+        assert rel_err(G[i, j], g) <= 1e-11 and np.array_equal(np.asarray(G[i, j]), np.asarray(G[j, i]))
+    assert not np.any(np.asarray(G[2])) and not np.any(np.asarray(G[:, 2]))
+
+
+@pytest.mark.slow
+def test_a_stage_from_its_third_derivative_products_gives_the_tracked_field():
+    """An inner stage's point (`from_start`): Rayleigh–Ritz on the warm start from its
+    third-derivative products' own Hessian-vector products. From a converged start (the
+    candidates' eigenvectors mixed by a rotation, which Rayleigh–Ritz undoes) it spends no
+    Hessian-vector product and gives the field of the point tracked to 1e-10 — the products
+    rotated onto the Ritz vectors; from a start 1e-3 off it goes on by `track` and takes the
+    products again at its vectors, with the same field."""
+    problem, p0 = make_problem(seed=0)
+    cold = jax.jit(lambda w: central_point(problem, w, initial_vectors(250, 3, jnp.float64), 1.0, 3, 0.9,
+                                           iterations=500, cold=True))(p0)
+    eta = 2 * 0.95 / float(cold.lam[1])     # two candidates: ηλ2/2 = 0.95
+    exact = jax.jit(lambda w: central_point(problem, w, cold.U, eta, 3, 0.9, tol=1e-10))(p0)
+    m = int(np.sum(eta * np.asarray(exact.lam) / 2 >= 0.9))
+    assert m == 2 and int(exact.held) >= 1
+    stage = jax.jit(lambda w, U: central_point(problem, w, U, eta, 3, 0.9, tol=1e-8, columns=jnp.asarray(m),
+                                               from_start=True))
+    c, s = np.cos(0.6), np.sin(0.6)
+    mixed = exact.U.at[:, :2].set(exact.U[:, :2] @ jnp.asarray([[c, -s], [s, c]]))
+    flat = lambda p: jax.flatten_util.ravel_pytree(p)[0]
+    ready = stage(p0, mixed)
+    assert int(ready.hvps) == 0 and int(ready.thirds) == 3
+    assert rel_err(flat(ready.velocity), flat(exact.velocity)) <= 1e-9
+    assert rel_err(ready.lam[:2], exact.lam[:2]) <= 1e-12
+    assert np.abs(np.asarray(ready.X - exact.X)).max() <= 1e-9 * np.abs(np.asarray(exact.X)).max()
+    off = stage(p0, mixed + 1e-3 * jax.random.normal(jax.random.PRNGKey(6), mixed.shape, mixed.dtype))
+    assert int(off.hvps) > 0 and int(off.thirds) == 6
+    assert rel_err(flat(off.velocity), flat(exact.velocity)) <= 1e-8
 
 
 def test_a_central_flow_refuses_methods_that_cannot_step_it():

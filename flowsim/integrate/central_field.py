@@ -42,13 +42,18 @@ under flowsim's PID control.
 The eigenvectors are solver state: each evaluation starts the eigen-tracking (`track`) from
 the last accepted points' U extrapolated to its time (`WarmStart`), so a checkpoint holds
 them and a resumed run is the same computation. The vectors at t = 0 are tracked from random
-ones, every column converged (`cold`). ROCK4's step needs ρ, the spectral radius of the field's Jacobian: it is taken from
-the last accepted point (`spectral_bound`), not from power iteration through the field. Its
-inner stages track to `STAGE_TRACK_TOL`, its end point (the next step's f(y0), warm start and
-certificate) to `TRACK_TOL`; each evaluation's products are counted as spent.
+ones, every column converged (`cold`). ROCK4's step needs ρ, the spectral radius of the
+field's Jacobian: it is taken from the last accepted point (`spectral_bound`), not from power
+iteration through the field. Its inner stages track to `STAGE_TRACK_TOL`, its end point (the
+next step's f(y0) and warm start) to `END_TRACK_TOL`, the certificate at a checkpoint to
+`TRACK_TOL`; each evaluation's products are counted as spent.
 Each evaluation tracks only the block that matters (`WarmStart.columns`): a step's inner
-stages the candidates alone (below the edge none: the field is −∇L̃ at no product), its end
-point the candidates and one guard; the certificate at a checkpoint tracks all k.
+stages the candidates alone (below the edge none: the field is −∇L̃ at a gradient's price),
+its end point the candidates and one guard; the certificate at a checkpoint tracks all k.
+An inner stage starts from its third-derivative products (`from_start` in `central_point`):
+each linearises w ↦ ∇²L̃(w)u_j, whose value is the Hessian-vector product H·u_j, so
+Rayleigh–Ritz on the warm start costs nothing, and where that start is converged the stage
+spends its m(m+1)/2 third-derivative products and no Hessian-vector product.
 Measured on central-mlp (bench/results/central-cost.md, `python bench/bench_central.py
 --cost`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 7.26 gradient-equivalents
 (gradients + HVPs + third-derivative products) per GD step, 2.19 + 3.27 + 1.80 (every
