@@ -61,8 +61,9 @@ column tracked at every evaluation, by block steepest descent, events located to
 25.8 = 2.38 + 21.4 + 1.98), own error 7.7e-6 (‖Δθ‖ / ‖θ_ref − θ0‖ at rows every 100 GD
 steps, against rtol 1e-8); Tsit5 at rtol 1e-6 cost 61.4 with every column tracked (its
 explicit step held by stability: h·2/η inside its interval of 3.5). On central-scale
-(80 810 parameters, two directions held by the end; rtol 3e-6) 6.61 and 9.41 at η = 0.04 and
-0.05, own error 4.8e-6 and 6.0e-6 relative to the weights
+(80 810 parameters, two directions held by the end; rtol 3e-6) 4.80 and 7.65 at η = 0.04 and
+0.05 (6.33 and 9.81 before the inner stages took their eigenpairs from their third-derivative
+products), own error 5.2e-6 and 4.3e-6 relative to the weights
 (bench/results/central-cost-central-scale-*.md).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
