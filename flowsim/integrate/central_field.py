@@ -100,11 +100,12 @@ from .solver import AbstractFlowSolver
 # A held margin relaxes onto 2/η over this many GD steps (κ = 1/(RELAX_STEPS·η)).
 RELAX_STEPS = 1.0
 # The eigen-tracking's tolerance: an eigenpair that matters (`track`) is converged when its
-# residual ‖Hu − λu‖ is below this share of the block's largest |λ|. The eigenvalues are then good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py,
-# tsit5 at rtol 1e-6, linear warm start) the warm-started `track` spends 12.2 HVPs per
-# evaluation (k = 5: Rayleigh–Ritz on the start and 1.4 block steps on average, then block
-# steepest descent: `track` is LOBPCG since) against jax's LOBPCG's 115 from the last accepted
-# vectors, with the same tracking figures.
+# residual ‖Hu − λu‖ is below this share of the block's largest |λ|. The eigenvalues are then
+# good to about (1e-6 λ)²/gap. On central-mlp (bench/bench_central.py, tsit5 at rtol 1e-6,
+# linear warm start) the warm-started `track` spends 12.2 HVPs per evaluation (k = 5:
+# Rayleigh–Ritz on the start and 1.4 block steps on average, then block steepest descent:
+# `track` is LOBPCG since) against jax's LOBPCG's 115 from the last accepted vectors, with the
+# same tracking figures.
 TRACK_TOL = 1e-6
 # The columns that cannot reach the edge (λ + ‖r‖ < 2·threshold/η) are converged to this share
 # instead: enough to keep the block on the top eigenvectors (`track`). On central-mlp at
@@ -140,7 +141,8 @@ CONJUGATE_FLOOR = 1e-10
 # Block steps at most per evaluation (TRACK_ITERATIONS_INIT: from the random vectors at t = 0).
 TRACK_ITERATIONS = 50
 TRACK_ITERATIONS_INIT = 500
-# Models this small (n ≤ DENSE·k: `track`'s basis [U, R, P] needs n ≥ 3k) form the Hessian and use eigh.
+# Models this small (n ≤ DENSE·k; `track`'s basis [U, R, P] needs n ≥ 3k) form the Hessian
+# and use eigh.
 DENSE = 5
 # An accepted step that holds a change of the held set is at most this many GD steps long.
 EVENT_TOL = 1e-2
