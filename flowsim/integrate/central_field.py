@@ -237,6 +237,12 @@ def masked_block(hvp):
     return block
 
 
+def _signs(U: jax.Array, U0: jax.Array) -> jax.Array:
+    """±1 per column: each vector's sign as the start's, so that the tracked vectors move
+    continuously (the extrapolated warm start of `CentralSolver` differences them)."""
+    return jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0)
+
+
 def _converged(lam, U, HU, floor, guard, tol: float, guard_tol: float) -> jax.Array:
     """Whether no column's residual ‖Hu − λu‖ is above its tolerance (`track`): a column that
     may reach `floor` (λ + ‖r‖ ≥ floor) and is not a guard to `tol`, the others to
@@ -285,15 +291,17 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
     active = k if columns is None else columns
     on = jnp.arange(k) < active
     guard = on & (jnp.arange(k) >= active - guards)
-    U0q = jnp.linalg.qr(U0)[0] if HU0 is None else U0
+    if HU0 is None:
+        U0q = jnp.linalg.qr(U0)[0]
+        HU0, spent = block(U0q, on), jnp.sum(on)
+    else:
+        U0q, spent = U0, 0
 
     def tracked(lam, U, HU, P, HP):
         # the untracked columns keep the start's vectors (and no image, no conjugate direction)
         return (jnp.where(on, lam, 0.0), jnp.where(on, U, U0q), jnp.where(on, HU, 0.0), jnp.where(on, P, 0.0),
                 jnp.where(on, HP, 0.0))
 
-    spent = jnp.sum(on) if HU0 is None else 0
-    HU0 = block(U0q, on) if HU0 is None else HU0
     lam, W = _ritz(U0q, HU0, k, on)
     zero = jnp.zeros_like(U0q)
 
@@ -316,9 +324,7 @@ def track(block, U0: jax.Array, floor, tol: float, guard_tol: float, iterations:
 
     start = (*tracked(lam, U0q @ W, HU0 @ W, zero, zero), jnp.asarray(0))
     lam, U, HU, _, _, its = jax.lax.while_loop(pending, one, start)
-    # each vector's sign as the start's, so that the tracked vectors move continuously (the
-    # extrapolated warm start of `CentralSolver` differences them)
-    return lam, U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0), spent + jnp.sum(on) * its
+    return lam, U * _signs(U, U0), spent + jnp.sum(on) * its
 
 
 def third_products(grad, w: jax.Array, U: jax.Array, m) -> tuple[jax.Array, jax.Array]:
@@ -353,7 +359,9 @@ def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: fl
     `guards` (traced): the last this many of them are guards (`track`), left out of the
     complementarity problem whatever their eigenvalue (the next step's block takes in one that
     has become a candidate: the threshold beneath the edge leaves it that step); `most`: at
-    most this many candidates (the leading ones) enter it (`CentralField.capacity`).
+    most this many candidates (the leading ones) enter it (`CentralField.capacity`);
+    `from_start`: Rayleigh–Ritz on U0 from the third-derivative products' own Hessian-vector
+    products first, `track` only where that is not converged (a ROCK4 inner stage).
     `form`: None for GD's central flow (y the weights); RMSProp's stable flow
     (`flowsim.integrate.adaptive_flows.RmspropFlow`) for RMSProp's, y = {"w", "nu"}: its
     preconditioner enters as `flowsim.integrate.central_rmsprop` derives (the module's
@@ -408,10 +416,10 @@ def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: fl
         on = jnp.arange(k) < active
         U0q = jnp.linalg.qr(U0)[0]
         G0, HW = third_products(grad, w, directions(U0q), active)
-        HU0 = HW if pre is None else pre.images(HW)
+        HU0 = HW if pre is None else pre.symmetric_images(HW)
         lam, W = _ritz(U0q, HU0, k, on)
         W = jnp.where(on[None, :], W, jnp.eye(k, dtype=dtype))      # the untracked columns: the start's
-        W = W * jnp.where(jnp.sum((U0q @ W) * U0, axis=0) < 0, -1.0, 1.0)     # signs as the start's (`track`)
+        W = W * _signs(U0q @ W, U0)
         lam, U, HU = jnp.where(on, lam, 0.0), U0q @ W, HU0 @ W
         guard = on & (jnp.arange(k) >= active - guards)
         ready = _converged(lam, U, HU, floor, guard, tol, GUARD_TOL) & (candidates(lam) == active)
@@ -447,7 +455,7 @@ def central_point(problem: Problem, y, U0: jax.Array, eta, k: int, threshold: fl
     def free():
         # no column tracked (a stage beneath the edge): X = 0, the stable flow's field, at no product
         U = jnp.linalg.qr(U0)[0]
-        U = U * jnp.where(jnp.sum(U * U0, axis=0) < 0, -1.0, 1.0)
+        U = U * _signs(U, U0)
         zero = jnp.zeros((), jnp.int32)
         return jnp.zeros(k, dtype), U, jnp.zeros((k, k), dtype), jnp.zeros_like(w), zero, zero
 

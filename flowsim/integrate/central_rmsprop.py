@@ -66,8 +66,9 @@ class Preconditioned(eqx.Module):
         """Σ's directions U = D^{-1/2}V (UᵀDU = I) from the tracked eigenvectors V."""
         return V / self.root[:, None]
 
-    def images(self, HV: jax.Array) -> jax.Array:
-        """The tracked operator's images D^{-1/2}∇²L̃D^{-1/2}V from ∇²L̃'s of the directions, HV = ∇²L̃·D^{-1/2}V."""
+    def symmetric_images(self, HV: jax.Array) -> jax.Array:
+        """The images D^{-1/2}∇²L̃D^{-1/2}V under `symmetric`'s operator from ∇²L̃'s of the
+        directions, HV = ∇²L̃·D^{-1/2}V."""
         return HV / self.root[:, None]
 
     def _images(self, U: jax.Array, lam: jax.Array) -> jax.Array:

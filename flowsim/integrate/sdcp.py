@@ -48,7 +48,7 @@ def gram_operator(G: jax.Array, m=None, weight: jax.Array | None = None) -> jax.
     flat = G.reshape(k * k, -1)
     if m is None:
         return 0.5 * (flat @ (flat if weight is None else flat * weight).T).reshape(k, k, k, k)
-    ii, jj = pairs(k)
+    ii, jj = _pairs(k)
 
     def row(p, T):
         i, j = ii[p], jj[p]
@@ -58,7 +58,7 @@ def gram_operator(G: jax.Array, m=None, weight: jax.Array | None = None) -> jax.
     return jax.lax.fori_loop(0, m * (m + 1) // 2, row, jnp.zeros((k, k, k, k), G.dtype))
 
 
-def pairs(k: int) -> tuple[jax.Array, jax.Array]:
+def _pairs(k: int) -> tuple[jax.Array, jax.Array]:
     """The k(k+1)/2 pairs i ≤ j ordered by j, so that the pairs among the top m come first."""
     ii, jj = zip(*[(i, j) for j in range(k) for i in range(j + 1)])
     return jnp.asarray(ii), jnp.asarray(jj)
