@@ -16,7 +16,7 @@ from flowsim.config import Preset, from_dict, load_solver
 from flowsim.config.spec import ScenarioError
 from flowsim.integrate import sdcp
 from flowsim.integrate.central_field import (ARRIVAL_TOL, RELAX_STEPS, central_point, initial_vectors, masked_block,
-                                              third_products, track)
+                                              WarmStart, third_products, track)
 from flowsim.run.integrators import central_integrator, flow_integrator
 from flowsim.nn.net import AbstractNet
 from flowsim.nn.ntg import vector_product_ntg
@@ -427,6 +427,25 @@ def test_a_stage_from_its_third_derivative_products_gives_the_tracked_field():
     off = stage(p0, mixed + 1e-3 * jax.random.normal(jax.random.PRNGKey(6), mixed.shape, mixed.dtype))
     assert int(off.hvps) > 0 and int(off.thirds) == 6
     assert rel_err(flat(off.velocity), flat(exact.velocity)) <= 1e-8
+
+
+def test_the_warm_start_extrapolates_the_guards_along_the_line():
+    """`WarmStart.at`: through three accepted points of vectors quadratic in t, the quadratic
+    extrapolation is exact; with `linear_from`, the columns from there on (an end point's
+    guards, whose convergence error the quadratic's weights amplify) are the line through the
+    last two points, the others still the quadratic."""
+    rng = np.random.default_rng(3)
+    a, b, c = (jnp.asarray(rng.standard_normal((40, 3))) for _ in range(3))
+    U = lambda t: a + t * b + t ** 2 * c
+    start = WarmStart.first(U(0.0), 0.0)
+    for t in (0.3, 0.5):
+        start = start.next(U(t), jnp.zeros(3), t)
+    assert rel_err(start.at(0.7), U(0.7)) <= 1e-12
+    mixed = start.at(0.7, linear_from=jnp.asarray(2))
+    line = U(0.5) + 0.2 * (U(0.5) - U(0.3)) / 0.2
+    assert rel_err(mixed[:, :2], U(0.7)[:, :2]) <= 1e-12
+    assert rel_err(mixed[:, 2], line[:, 2]) <= 1e-12
+    assert rel_err(mixed[:, 2], U(0.7)[:, 2]) >= 1e-3
 
 
 def test_a_central_flow_refuses_methods_that_cannot_step_it():
