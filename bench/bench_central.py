@@ -142,7 +142,7 @@ def cost_table(args, problem, p0, steps: int) -> None:
     """--cost: the central flow's cost by component and its own error against rtol 1e-8."""
     eta = args.eta
     times = np.arange(0, steps + 1, EVERY_COST) * eta
-    table = Table(f"The central flow's cost by component: {args.scenario}", ["figure", "value"])
+    table = Table(f"The central flow's cost by component: {args.scenario}, η = {args.eta:g}", ["figure", "value"])
     table.add("scenario, η, GD steps, k, method, PID", f"{args.scenario}, {eta:g}, {steps}, {args.k}, {args.method}, "
                                                        f"({args.pid[0]:g}, {args.pid[1]:g})")
     rows = {}

@@ -55,16 +55,16 @@ each linearises w ↦ ∇²L̃(w)u_j, whose value is the Hessian-vector product 
 Rayleigh–Ritz on the warm start costs nothing, and where that start is converged the stage
 spends its m(m+1)/2 third-derivative products and no Hessian-vector product.
 Measured on central-mlp (bench/results/central-cost.md, `python bench/bench_central.py
---cost`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 7.26 gradient-equivalents
-(gradients + HVPs + third-derivative products) per GD step, 2.19 + 3.27 + 1.80 (every
+--cost`): ROCK4 at rtol 1e-5 with PI control 0.3/0.3 costs 5.39 gradient-equivalents
+(gradients + HVPs + third-derivative products) per GD step, 2.18 + 1.42 + 1.79 (every
 column tracked at every evaluation, by block steepest descent, events located to 1e-6·η:
 25.8 = 2.38 + 21.4 + 1.98), own error 7.7e-6 (‖Δθ‖ / ‖θ_ref − θ0‖ at rows every 100 GD
 steps, against rtol 1e-8); Tsit5 at rtol 1e-6 cost 61.4 with every column tracked (its
 explicit step held by stability: h·2/η inside its interval of 3.5). On central-scale
-(80 810 parameters, two directions held by the end; rtol 3e-6) 4.80 and 7.65 at η = 0.04 and
+(80 810 parameters, two directions held by the end; rtol 3e-6) 4.52 and 6.61 at η = 0.04 and
 0.05 (6.33 and 9.81 before the inner stages took their eigenpairs from their third-derivative
-products), own error 5.2e-6 and 4.3e-6 relative to the weights
-(bench/results/central-cost-central-scale-*.md).
+products, 4.80 and 7.65 before the end points' guards started on the line: `WarmStart.at`),
+own error 5.2e-6 and 7.3e-6 relative to the weights (bench/results/central-cost-central-scale-*.md).
 The field is continuous but has a kink where the set of
 held directions (the rank of X) changes; such a change inside a step is an event: the step is
 rejected (its error reported as huge, so the controller shrinks it by its factormin) until
